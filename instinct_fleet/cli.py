@@ -1,0 +1,204 @@
+"""The ``instinct-fleet`` command line: recipes, render and plan.
+
+The JSON printed with ``--json`` is a contract for CI pipelines:
+``{"services": [...], "warnings": [...], "errors": [...]}``. Exit codes: 0 no
+errors, 1 validation errors, 2 usage errors. No input ever produces a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from instinct_fleet import knowledge
+from instinct_fleet.defaults import DEFAULTS
+from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts, select
+from instinct_fleet.recipes import all_recipes
+from instinct_fleet.render import render_args, service_json
+from instinct_fleet.rules import Finding
+from instinct_fleet.spec import HostSpec, resolve_host, unknown_recipe_message
+from instinct_fleet.validate import validate_host
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def _parse_env(items: Sequence[str]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise UsageError(f"--env takes NAME=VALUE, got {item!r}")
+        env[name] = value
+    return env
+
+
+def _parse_args(items: Sequence[str], version: str) -> dict[str, Any]:
+    """``FLAG``, ``no-FLAG`` or ``FLAG=VALUE``, with or without leading dashes."""
+    try:
+        table: knowledge.VllmKnowledge | None = knowledge.load(version)
+    except KeyError:
+        table = None
+    args: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.lstrip("-").partition("=")
+        if not name:
+            raise UsageError(f"--arg takes FLAG[=VALUE], got {item!r}")
+        negated = name.startswith("no-") and table is not None and table.canonical_flag(name) is None
+        if negated and not sep:
+            args[name[3:]] = False
+        else:
+            args[name] = value if sep else True
+    return args
+
+
+def _report(planned: list[tuple[HostSpec, list[Finding]]], as_json: bool, explain: bool) -> int:
+    findings = [f for _, fs in planned for f in fs]
+    errors = [f for f in findings if f.severity == "error"]
+    warnings = [f for f in findings if f.severity == "warning"]
+    if as_json:
+        out = {
+            "services": [service_json(s) for spec, _ in planned for s in spec.services],
+            "warnings": [{"rule": f.rule, "host": f.host, "key": f.key, "message": str(f)} for f in warnings],
+            "errors": [{"rule": f.rule, "host": f.host, "key": f.key, "message": str(f)} for f in errors],
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        for spec, _ in planned:
+            for svc in spec.services:
+                where = f"{svc.host} " if svc.host else ""
+                print(f"{where}vllm-{svc.name}: {svc.model} on GPUs {list(svc.gpus)}, port {svc.port}, image {svc.image}")
+                print("  env:")
+                for name, value in svc.env.items():
+                    print(f"    {name}={value}" + (f"    # {svc.reasons.get(name, '')}" if explain else ""))
+                print(f"  vllm serve {svc.model} {' '.join(render_args(svc))}")
+                if explain:
+                    for flag in svc.args:
+                        print(f"    --{flag}: {svc.reasons.get(f'--{flag}', '')}")
+        for f in [*warnings, *errors]:
+            print(str(f), file=sys.stderr)
+        print(f"{len(errors)} error(s), {len(warnings)} warning(s)", file=sys.stderr)
+    return EXIT_INVALID if errors else EXIT_OK
+
+
+def cmd_recipes(opts: argparse.Namespace) -> int:
+    recipes = all_recipes()
+    if opts.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": r.name,
+                        "model": r.model,
+                        "summary": r.summary,
+                        "source": r.source,
+                        "nodes": r.nodes,
+                        "env": {k: s.value for k, s in r.env.items()},
+                        "args": {k: s.value for k, s in r.args.items()},
+                        "notes": list(r.notes),
+                    }
+                    for r in recipes.values()
+                ],
+                indent=2,
+            )
+        )
+    else:
+        width = max(len(n) for n in recipes)
+        for r in recipes.values():
+            print(f"{r.name:<{width}}  {r.summary}")
+            if opts.explain:
+                print(f"{'':<{width}}  source: {r.source}")
+                for note in r.notes:
+                    print(f"{'':<{width}}  note: {note}")
+    return EXIT_OK
+
+
+def cmd_render(opts: argparse.Namespace) -> int:
+    recipe = all_recipes().get(opts.recipe)
+    if recipe is None:
+        raise UsageError(unknown_recipe_message(opts.recipe))
+    version = opts.vllm_version or DEFAULTS["vllm_version"]
+    data = {
+        "vllm_recipe": recipe.name,
+        "vllm_version": version,
+        "vllm_image": opts.image or DEFAULTS["vllm_image"],
+        "vllm_nodes": recipe.nodes,
+        "vllm_env": _parse_env(opts.env),
+        "vllm_args": _parse_args(opts.arg, version),
+        "vllm_instances": [{"name": re.sub(r"[^a-z0-9-]", "-", recipe.name)}],
+    }
+    spec, findings = resolve_host(None, data)
+    return _report([(spec, [*findings, *validate_host(spec)])], opts.json, opts.explain)
+
+
+def cmd_plan(opts: argparse.Namespace) -> int:
+    try:
+        hosts = load_inventory(opts.inventory, opts.project_dir)
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from exc
+    chosen = select(hosts, opts.limit)
+    if not chosen:
+        raise UsageError(f"--limit {opts.limit!r} matches no host or group of {opts.inventory}")
+    return _report(plan_hosts(chosen), opts.json, opts.explain)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="instinct-fleet", description="Tuned vLLM serving on AMD Instinct fleets.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    recipes = sub.add_parser("recipes", help="list the built-in recipes")
+    recipes.set_defaults(func=cmd_recipes)
+
+    render = sub.add_parser("render", help="validate and render one recipe with overrides")
+    render.add_argument("--recipe", required=True)
+    render.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    render.add_argument("--arg", action="append", default=[], metavar="FLAG[=VALUE]")
+    render.add_argument("--vllm-version", help=f"vLLM version to validate against (default {DEFAULTS['vllm_version']})")
+    render.add_argument("--image", help=f"image reference (default {DEFAULTS['vllm_image']})")
+    render.set_defaults(func=cmd_render)
+
+    plan = sub.add_parser("plan", help="resolve and validate every host of an inventory")
+    plan.add_argument("inventory")
+    plan.add_argument("--limit", help="host or group name (glob)")
+    plan.add_argument("--project-dir", help="directory holding group_data/ (default: the inventory's parent's parent)")
+    plan.set_defaults(func=cmd_plan)
+
+    for p in (recipes, render, plan):
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument("--explain", action="store_true", help="show the reason behind each env var and flag")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    # --arg values start with dashes (--arg --no-enable-prefix-caching); keep them as values.
+    raw = list(sys.argv[1:] if argv is None else argv)
+    joined: list[str] = []
+    for i, item in enumerate(raw):
+        if i > 0 and raw[i - 1] == "--arg" and joined and joined[-1] == "--arg":
+            joined[-1] = f"--arg={item}"
+        else:
+            joined.append(item)
+    opts = parser.parse_args(joined)
+    try:
+        return int(opts.func(opts))
+    except UsageError as exc:
+        print(f"instinct-fleet: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # last line of defence: never show a traceback to a user
+        if os.environ.get("INSTINCT_FLEET_DEBUG"):
+            raise
+        print(f"instinct-fleet: unexpected error: {exc} (set INSTINCT_FLEET_DEBUG=1 for details)", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Every user-facing variable, its default and what it does: the one place they live.
+
+``group_data/all.py`` shows each of them with a comment, and the README table is
+checked against this module by a test, so the three cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: Any
+    doc: str
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable(
+        "vllm_recipe",
+        "gpt-oss-120b",
+        "Built-in recipe each instance starts from (`instinct-fleet recipes` lists them); `None` starts from nothing but `vllm_model`, `vllm_env` and `vllm_args`.",
+    ),
+    Variable(
+        "vllm_image",
+        "vllm/vllm-openai-rocm:v0.22.0",
+        "vLLM ROCm container image, pinned by tag or digest; `latest` and untagged names are refused.",
+    ),
+    Variable(
+        "vllm_version",
+        "0.22.0",
+        "vLLM version inside `vllm_image`; selects the table of env vars and flags that validation checks against.",
+    ),
+    Variable("vllm_model", None, "Model to serve; `None` keeps the recipe's model."),
+    Variable(
+        "vllm_env", {}, "Env vars layered over the recipe's for every instance on the host; a value of `None` removes a recipe variable."
+    ),
+    Variable(
+        "vllm_args",
+        {},
+        '`vllm serve` flags layered over the recipe\'s (`{"max-num-seqs": 256}`); `True` is a bare flag, `False` the `--no-` form, `None` removes.',
+    ),
+    Variable(
+        "vllm_instances",
+        [{"name": "main"}],
+        "Instances per host: `name`, and optionally `recipe`, `model`, `gpus` (list of GPU indices), `port`, `env`, `args`. GPUs and ports default to consecutive blocks.",
+    ),
+    Variable("vllm_nodes", 1, "Nodes one instance spans (2 or more for a Ray cluster); TP x PP x DP must equal nodes x GPUs per node."),
+    Variable("gpu_count", 8, "GPUs each host must have (logical GPUs after partitioning); preflight compares it with amd-smi."),
+    Variable("gpu_model", "MI300X", "GPU model the host must have: MI300X, MI325X, MI350X or MI355X."),
+    Variable("vllm_shm_size", "16g", "Size of /dev/shm in the vLLM container (`docker run --shm-size`); RCCL uses it for rendezvous."),
+    Variable(
+        "hf_token_path",
+        "/etc/instinct-fleet/hf-token",
+        "File on the host holding the Hugging Face token; it is mounted read-only and never put in a unit, env file or argv.",
+    ),
+    Variable("hf_cache_dir", "/var/lib/instinct-fleet/huggingface", "Host directory mounted as the Hugging Face cache."),
+    Variable("health_timeout", 1800, "Seconds to wait for each instance's /health and /v1/models after a (re)start."),
+    Variable("tune_numa_balancing", True, "Set kernel.numa_balancing=0 now and in /etc/sysctl.d (004, AMD MAD)."),
+    Variable("tune_kernel_cmdline", True, "Add iommu=pt and pci=realloc=off to the kernel command line through a GRUB drop-in."),
+    Variable("tune_reboot", False, "Reboot when the kernel command line changed; when False the deploy reports that a reboot is required."),
+    Variable("tune_cpu_idle", True, "Disable deep CPU C-states (cpupower idle-set -d 2) from a oneshot unit."),
+    Variable("tune_memlock", True, "Unlimited locked memory for the container runtime and its containers."),
+    Variable("service_user", "vllm", "System user that owns the service files; added to the render and video groups."),
+    Variable("docker_registry_mirrors", [], "Registry mirrors written to /etc/docker/daemon.json."),
+    Variable("docker_insecure_registries", [], "Registries dockerd may reach over plain HTTP (daemon.json)."),
+    Variable(
+        "docker_credentials_file",
+        None,
+        "Path on the control machine to a docker config.json with registry credentials; copied to root's ~/.docker with mode 0600.",
+    ),
+)
+
+DEFAULTS: dict[str, Any] = {v.name: v.default for v in VARIABLES}

@@ -1,0 +1,99 @@
+"""The validation rules: id, severity and the reason or source behind each.
+
+Rules live in one table so the CLI, the README and the tests all name the same
+ids. Errors stop a run before any connection; warnings are printed and the run
+goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: Severity
+    reason: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule tripped, on one host (None for ``render``), for one key."""
+
+    rule: str
+    severity: Severity
+    host: str | None
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.host}: " if self.host else ""
+        return f"{self.severity}: {where}{self.key}: {self.message} [{self.rule}]"
+
+
+_RULES = (
+    Rule("schema", "error", "group_data values must have the documented type (README, Variables)."),
+    Rule(
+        "unknown-variable",
+        "error",
+        "A misspelt variable is silently ignored by pyinfra; every instinct-fleet variable is listed in the README.",
+    ),
+    Rule("recipe-unknown", "error", "Only built-in recipes can be named; `instinct-fleet recipes` lists them."),
+    Rule("version-unsupported", "error", "Validation needs the env var and flag table of the pinned vLLM version."),
+    Rule("image-unpinned", "error", "A `latest` or missing tag makes every run pull a different image: pin a tag or a digest."),
+    Rule(
+        "image-version-mismatch",
+        "warning",
+        "The image tag names a vLLM version other than `vllm_version`, so the checks may use the wrong table.",
+    ),
+    Rule("env-unknown", "error", "vLLM silently ignores VLLM_* variables it does not know (generated from vllm/envs.py)."),
+    Rule("env-removed", "error", "The variable is gone from the pinned vLLM; knowledge/replaced.toml says what replaced it."),
+    Rule("flag-unknown", "error", "`vllm serve` exits on flags it does not know (generated from vLLM's engine and frontend arguments)."),
+    Rule("flag-removed", "error", "The flag was removed (V0 or later); knowledge/replaced.toml says what replaced it."),
+    Rule("flag-not-boolean", "error", "Only boolean flags take true/false; a value flag needs a value."),
+    Rule("managed-key", "error", "The port, GPU set and GPU visibility come from `vllm_instances`, so they cannot also be set by hand."),
+    Rule(
+        "aiter-subflag-inert", "warning", "VLLM_ROCM_USE_AITER_* sub-flags only act when VLLM_ROCM_USE_AITER=1 (002, 003 AITER switches)."
+    ),
+    Rule(
+        "unified-attention-needs-mha-off",
+        "error",
+        "AITER unified attention only takes effect with VLLM_ROCM_USE_AITER_MHA=0 (003 AITER table).",
+    ),
+    Rule("value-domain", "error", "The value is outside what vLLM accepts (choices from vLLM's source, ranges from 002)."),
+    Rule("gpu-memory-high", "warning", "Above 0.95 of HBM, AITER workspace spikes can OOM during large prefills (000 Part II, 002)."),
+    Rule(
+        "hip-visible-devices",
+        "error",
+        "vLLM on ROCm reads CUDA_VISIBLE_DEVICES; keep HIP_VISIBLE_DEVICES unset (002 Tensor parallelism note).",
+    ),
+    Rule(
+        "parallel-size",
+        "error",
+        "TP x PP x DP must equal the GPUs the instance gets: its GPU set on one node, nodes x GPUs per node on a cluster.",
+    ),
+    Rule("tp-beyond-xgmi", "warning", "TP above 8 leaves the XGMI island; use PP across nodes (002 ROCm best practice)."),
+    Rule("gpu-out-of-range", "error", "GPU indices must exist on the host (0 .. gpu_count-1)."),
+    Rule(
+        "gpu-overlap",
+        "error",
+        "Instances sharing a GPU must each set --gpu-memory-utilization and together stay at or below 1.0 (002 packing example).",
+    ),
+    Rule("port-overlap", "error", "Two instances on one host cannot listen on the same port."),
+    Rule(
+        "dp-rocm-settings",
+        "error",
+        "Data parallel on ROCm needs the allgather_reducescatter all-to-all and --disable-nccl-for-dp-synchronization (002 Data parallelism tip).",
+    ),
+    Rule("nccl-single-gpu", "warning", "NCCL_MIN_NCHANNELS only helps multi-GPU collectives; one GPU has none (002 RCCL)."),
+)
+
+RULES: dict[str, Rule] = {r.id: r for r in _RULES}
+
+
+def finding(rule: str, host: str | None, key: str, message: str) -> Finding:
+    return Finding(rule=rule, severity=RULES[rule].severity, host=host, key=key, message=message)

@@ -1,0 +1,263 @@
+"""The typed serving spec: what one host runs, resolved from its data and a recipe.
+
+``resolve_host`` is the single step from pyinfra's host data (host data over
+group_data over all) to typed :class:`ServiceSpec` objects. Type problems become
+``schema`` findings here; everything about meaning is checked in
+:mod:`instinct_fleet.validate`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from instinct_fleet import knowledge
+from instinct_fleet.defaults import DEFAULTS
+from instinct_fleet.recipes import ArgValue, Recipe, all_recipes
+from instinct_fleet.rules import Finding, finding
+
+INSTANCE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
+DEFAULT_PORT = 8000  # vLLM's own default for --port
+INSTANCE_KEYS = {"name", "recipe", "model", "gpus", "port", "env", "args"}
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One vLLM instance, fully resolved: what the unit, the checks and the CLI read."""
+
+    name: str
+    host: str | None
+    recipe: str
+    image: str
+    version: str
+    model: str
+    env: dict[str, str]
+    args: dict[str, ArgValue]
+    gpus: tuple[int, ...]
+    port: int
+    nodes: int
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def size(self, flag: str) -> int:
+        """A parallel size flag as an int (1 when unset or not an integer)."""
+        value = self.args.get(flag, 1)
+        try:
+            return int(value) if not isinstance(value, bool) else 1
+        except (TypeError, ValueError):
+            return 1
+
+    @property
+    def world_size(self) -> int:
+        return self.size("tensor-parallel-size") * self.size("pipeline-parallel-size") * self.size("data-parallel-size")
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    host: str | None
+    gpu_count: int
+    gpu_model: str
+    services: tuple[ServiceSpec, ...]
+    data: dict[str, Any]
+
+
+class _Schema:
+    """Collects type errors with the host and the key, instead of raising."""
+
+    def __init__(self, host: str | None) -> None:
+        self.host = host
+        self.findings: list[Finding] = []
+
+    def error(self, key: str, message: str) -> None:
+        self.findings.append(finding("schema", self.host, key, message))
+
+    def typed(self, key: str, value: Any, kinds: type | tuple[type, ...], default: Any, what: str) -> Any:
+        if value is None and default is None:
+            return None
+        if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+            self.error(key, f"expected {what}, got {value!r}")
+            return default
+        if not isinstance(value, kinds):
+            self.error(key, f"expected {what}, got {type(value).__name__} {value!r}")
+            return default
+        return value
+
+    def mapping(self, key: str, value: Any) -> dict[str, Any]:
+        value = self.typed(key, value, dict, {}, "a mapping")
+        if not all(isinstance(k, str) for k in value):
+            self.error(key, "keys must be strings")
+            return {}
+        return dict(value)
+
+
+def _scalar_env(schema: _Schema, key: str, name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    schema.error(f"{key}.{name}", f"env values must be strings or numbers, got {type(value).__name__}")
+    return None
+
+
+def _arg_value(schema: _Schema, key: str, name: str, value: Any) -> ArgValue | None:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    schema.error(f"{key}.{name}", f"flag values must be scalars, mappings or lists, got {type(value).__name__}")
+    return None
+
+
+def canonical_arg(name: str, table: knowledge.VllmKnowledge | None) -> str:
+    """The spelling a flag is stored under: long name, dashes, no leading ``--``."""
+    if table is not None:
+        known = table.canonical_flag(name)
+        if known is not None:
+            return known
+    return name.lstrip("-").replace("_", "-")
+
+
+def layer(
+    env: dict[str, str],
+    args: dict[str, ArgValue],
+    reasons: dict[str, str],
+    schema: _Schema,
+    keys: tuple[str, str],
+    env_over: Mapping[str, Any],
+    args_over: Mapping[str, Any],
+    table: knowledge.VllmKnowledge | None,
+    origin: str,
+) -> None:
+    """Apply one layer of env and flag overrides in place; ``None`` removes."""
+    for name, raw in env_over.items():
+        value = _scalar_env(schema, keys[0], name, raw)
+        if value is None:
+            env.pop(name, None)
+            reasons.pop(name, None)
+        else:
+            env[name] = value
+            reasons[name] = origin
+    for name, raw in args_over.items():
+        flag = canonical_arg(name, table)
+        arg = _arg_value(schema, keys[1], name, raw)
+        is_switch = table is not None and f"--{flag}" in table.flags and table.flag(flag).kind in ("bool", "switch")
+        if is_switch and isinstance(arg, str) and arg.lower() in ("true", "false"):
+            arg = arg.lower() == "true"  # --arg enable-x=false from the CLI
+        if arg is None:
+            args.pop(flag, None)
+            reasons.pop(f"--{flag}", None)
+        else:
+            args[flag] = arg
+            reasons[f"--{flag}"] = origin
+
+
+def from_recipe(recipe: Recipe, table: knowledge.VllmKnowledge | None) -> tuple[dict[str, str], dict[str, ArgValue], dict[str, str]]:
+    """The recipe's env, flags and reasons, with flag names in canonical form."""
+    env = {k: str(s.value) for k, s in recipe.env.items()}
+    args = {canonical_arg(k, table): s.value for k, s in recipe.args.items()}
+    reasons = {k: f"recipe {recipe.name}: {s.why}" for k, s in recipe.env.items()}
+    reasons.update({f"--{canonical_arg(k, table)}": f"recipe {recipe.name}: {s.why}" for k, s in recipe.args.items()})
+    return env, args, reasons
+
+
+def unknown_recipe_message(name: str) -> str:
+    names = sorted(all_recipes())
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"no built-in recipe {name!r}{hint} Known: {', '.join(names)}"
+
+
+def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, list[Finding]]:
+    """Turn one host's data into typed services. Never raises on bad input."""
+    schema = _Schema(host)
+    merged = {**DEFAULTS, **{k: v for k, v in data.items() if k in DEFAULTS}}
+    version = schema.typed("vllm_version", merged["vllm_version"], str, DEFAULTS["vllm_version"], "a version string")
+    image = schema.typed("vllm_image", merged["vllm_image"], str, DEFAULTS["vllm_image"], "an image reference")
+    gpu_count = schema.typed("gpu_count", merged["gpu_count"], int, 8, "an integer")
+    gpu_model = schema.typed("gpu_model", merged["gpu_model"], str, "MI300X", "a GPU model name")
+    nodes = schema.typed("vllm_nodes", merged["vllm_nodes"], int, 1, "an integer")
+    if nodes < 1:
+        schema.error("vllm_nodes", f"must be at least 1, got {nodes}")
+        nodes = 1
+    default_recipe = schema.typed("vllm_recipe", merged["vllm_recipe"], str, None, "a recipe name or None")
+    default_model = schema.typed("vllm_model", merged["vllm_model"], str, None, "a model name")
+    host_env = schema.mapping("vllm_env", merged["vllm_env"])
+    host_args = schema.mapping("vllm_args", merged["vllm_args"])
+    instances = schema.typed("vllm_instances", merged["vllm_instances"], (list, tuple), [], "a list of instances")
+
+    try:
+        table: knowledge.VllmKnowledge | None = knowledge.load(version)
+    except KeyError:
+        table = None
+        schema.findings.append(
+            finding(
+                "version-unsupported",
+                host,
+                "vllm_version",
+                f"no env var/flag table for vLLM {version!r}; supported: {', '.join(knowledge.supported_versions())}. "
+                "Generate one with scripts/extract_vllm_knowledge.py",
+            )
+        )
+
+    services: list[ServiceSpec] = []
+    next_gpu = 0
+    for index, raw in enumerate(instances):
+        key = f"vllm_instances[{index}]"
+        if not isinstance(raw, Mapping):
+            schema.error(key, f"expected a mapping with at least 'name', got {type(raw).__name__}")
+            continue
+        extra = sorted(set(raw) - INSTANCE_KEYS)
+        if extra:
+            schema.error(key, f"unknown keys {extra}; allowed: {sorted(INSTANCE_KEYS)}")
+        name = raw.get("name")
+        if not isinstance(name, str) or not INSTANCE_NAME.match(name):
+            schema.error(f"{key}.name", f"must match {INSTANCE_NAME.pattern} (it names the unit vllm-<name>.service), got {name!r}")
+            continue
+        recipe_name = schema.typed(f"{key}.recipe", raw.get("recipe", default_recipe), str, None, "a recipe name")
+        if recipe_name is None:
+            # No recipe: the instance is exactly its env and flags (an imported launch command).
+            model_name = raw.get("model", default_model)
+            if not isinstance(model_name, str):
+                schema.error(f"{key}.model", "without a recipe (vllm_recipe = None) the instance needs a model (vllm_model or model)")
+                continue
+            recipe: Recipe | None = Recipe("custom", model_name, "no recipe", "group_data", DEFAULT_PORT, 1, {}, {}, (), ())
+        else:
+            recipe = all_recipes().get(recipe_name)
+        if recipe is None:
+            source_key = f"{key}.recipe" if "recipe" in raw else "vllm_recipe"
+            schema.findings.append(finding("recipe-unknown", host, source_key, unknown_recipe_message(str(recipe_name))))
+            continue
+        env, args, reasons = from_recipe(recipe, table)
+        layer(env, args, reasons, schema, ("vllm_env", "vllm_args"), host_env, host_args, table, "group_data: vllm_env/vllm_args")
+        layer(
+            env,
+            args,
+            reasons,
+            schema,
+            (f"{key}.env", f"{key}.args"),
+            schema.mapping(f"{key}.env", raw.get("env", {})),
+            schema.mapping(f"{key}.args", raw.get("args", {})),
+            table,
+            f"group_data: {key}",
+        )
+        model = schema.typed(f"{key}.model", raw.get("model", default_model or recipe.model), str, recipe.model, "a model name")
+        port = schema.typed(f"{key}.port", raw.get("port", recipe.port + index), int, recipe.port + index, "a port number")
+        probe = ServiceSpec(name, host, recipe.name, image, version, model, env, args, (), port, nodes)
+        # A shape larger than the host is reported by validation (parallel-size), not by overflowing the GPU list.
+        per_node = min(max(1, probe.world_size // nodes), gpu_count)
+        if "gpus" in raw:
+            gpus_raw = schema.typed(f"{key}.gpus", raw["gpus"], (list, tuple), [], "a list of GPU indices")
+            if not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus_raw):
+                schema.error(f"{key}.gpus", f"GPU indices must be integers, got {list(gpus_raw)!r}")
+                gpus_raw = []
+            gpus = tuple(gpus_raw)
+        else:
+            gpus = tuple(range(next_gpu, next_gpu + per_node))
+        next_gpu = max([next_gpu, *[g + 1 for g in gpus]])
+        services.append(ServiceSpec(name, host, recipe.name, image, version, model, env, args, gpus, port, nodes, reasons))
+    return HostSpec(host, gpu_count, gpu_model, tuple(services), dict(merged)), schema.findings

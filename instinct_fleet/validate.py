@@ -1,0 +1,307 @@
+"""Validation: every rule of :mod:`instinct_fleet.rules`, run before any connection.
+
+Functions here only read typed specs and return findings; they never raise on
+bad input, so the CLI and the deploy can always print a message instead of a
+traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import defaultdict
+from itertools import combinations
+
+from instinct_fleet import knowledge
+from instinct_fleet.rules import Finding, finding
+from instinct_fleet.spec import HostSpec, ServiceSpec
+
+QUICK_REDUCE_LEVELS = ("NONE", "FP", "INT8", "INT6", "INT4")
+POSITIVE_INT_FLAGS = (
+    "max-model-len",
+    "max-num-seqs",
+    "max-num-batched-tokens",
+    "tensor-parallel-size",
+    "pipeline-parallel-size",
+    "data-parallel-size",
+    "block-size",
+)
+HUMAN_INT = re.compile(r"^[1-9][0-9]*[kKmMgG]?$")
+MANAGED_ENV = {"CUDA_VISIBLE_DEVICES": "gpus", "ROCR_VISIBLE_DEVICES": "gpus"}
+MANAGED_FLAGS = {"port": "port", "model": "model"}
+XGMI_ISLAND = 8
+TRUE = {"1", "true", "True", "TRUE"}
+
+
+def _image_tag(image: str) -> str | None:
+    """The tag of an image reference, ``"@digest"`` for a digest, None without either."""
+    if "@" in image:
+        return "@digest"
+    last = image.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else None
+
+
+def check_image(host: str | None, image: str, version: str) -> list[Finding]:
+    tag = _image_tag(image)
+    if tag is None or tag == "latest" or not tag:
+        return [
+            finding(
+                "image-unpinned",
+                host,
+                "vllm_image",
+                f"{image!r} has no pinned tag; use a version tag such as 'vllm/vllm-openai-rocm:v{version}' or a digest",
+            )
+        ]
+    match = re.search(r"(\d+\.\d+\.\d+)", tag)
+    if match and match.group(1) != version:
+        return [
+            finding(
+                "image-version-mismatch",
+                host,
+                "vllm_image",
+                f"tag {tag!r} names vLLM {match.group(1)} but vllm_version is {version!r}; set vllm_version to match",
+            )
+        ]
+    return []
+
+
+def _env_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> list[Finding]:
+    found: list[Finding] = []
+    host, key = svc.host, f"{svc.name}.env"
+    _, removed_env = knowledge.replacements()
+    for name in svc.env:
+        if name == "HIP_VISIBLE_DEVICES":
+            found.append(
+                finding("hip-visible-devices", host, f"{key}.{name}", "remove it; the instance's GPUs come from vllm_instances[].gpus")
+            )
+        elif name in MANAGED_ENV:
+            found.append(finding("managed-key", host, f"{key}.{name}", f"set vllm_instances[].{MANAGED_ENV[name]} instead"))
+        elif name.startswith("VLLM_") and table is not None and name not in table.env_vars:
+            if name in removed_env:
+                r = removed_env[name]
+                found.append(
+                    finding("env-removed", host, f"{key}.{name}", f"vLLM {table.version} does not read it ({r.why}); use {r.replacement}")
+                )
+            else:
+                close = table.suggest_env(name)
+                hint = f"; did you mean {' or '.join(close)}?" if close else ""
+                found.append(finding("env-unknown", host, f"{key}.{name}", f"vLLM {table.version} does not know this variable{hint}"))
+    level = svc.env.get("VLLM_ROCM_QUICK_REDUCE_QUANTIZATION")
+    if level is not None and level not in QUICK_REDUCE_LEVELS:
+        found.append(
+            finding(
+                "value-domain",
+                host,
+                f"{key}.VLLM_ROCM_QUICK_REDUCE_QUANTIZATION",
+                f"{level!r} is not one of {', '.join(QUICK_REDUCE_LEVELS)}",
+            )
+        )
+    if svc.env.get("VLLM_ROCM_USE_AITER") not in TRUE:
+        for name in svc.env:
+            if name.startswith("VLLM_ROCM_USE_AITER_"):
+                found.append(
+                    finding(
+                        "aiter-subflag-inert",
+                        host,
+                        f"{key}.{name}",
+                        "has no effect while VLLM_ROCM_USE_AITER is not 1; set the master switch or drop it",
+                    )
+                )
+    for unified in ("VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "VLLM_USE_AITER_UNIFIED_ATTENTION"):
+        if svc.env.get(unified) in TRUE and svc.env.get("VLLM_ROCM_USE_AITER_MHA") != "0":
+            found.append(
+                finding(
+                    "unified-attention-needs-mha-off",
+                    host,
+                    f"{key}.{unified}",
+                    "also set VLLM_ROCM_USE_AITER_MHA=0, or unified attention never activates",
+                )
+            )
+    if "NCCL_MIN_NCHANNELS" in svc.env and svc.world_size == 1:
+        found.append(finding("nccl-single-gpu", host, f"{key}.NCCL_MIN_NCHANNELS", "this instance runs on one GPU; drop it"))
+    return found
+
+
+def _flag_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> list[Finding]:
+    found: list[Finding] = []
+    host, key = svc.host, f"{svc.name}.args"
+    removed_flags, _ = knowledge.replacements()
+    for flag, value in svc.args.items():
+        where = f"{key}.--{flag}"
+        if flag in MANAGED_FLAGS:
+            found.append(finding("managed-key", host, where, f"set vllm_instances[].{MANAGED_FLAGS[flag]} instead"))
+            continue
+        if table is None:
+            continue
+        if f"--{flag}" not in table.flags:
+            gone = table.removed(flag, removed_flags)
+            if gone is not None:
+                name, r = gone
+                found.append(
+                    finding("flag-removed", host, where, f"--{name} is not in vLLM {table.version} ({r.why}); use {r.replacement}")
+                )
+            else:
+                close = table.suggest_flag(flag)
+                hint = f"; did you mean {' or '.join('--' + c for c in close)}?" if close else ""
+                found.append(finding("flag-unknown", host, where, f"vLLM {table.version} has no such flag{hint}"))
+            continue
+        spec = table.flag(flag)
+        if isinstance(value, bool) and spec.kind not in ("bool", "switch", "optional_value"):
+            found.append(finding("flag-not-boolean", host, where, f"takes a value, not {str(value).lower()}"))
+        elif spec.kind in ("bool", "switch") and not isinstance(value, bool):
+            found.append(finding("value-domain", host, where, f"is a switch: use true or false, not {value!r}"))
+        elif spec.choices and str(value) not in spec.choices:
+            close = difflib.get_close_matches(str(value), spec.choices, n=2)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            found.append(finding("value-domain", host, where, f"{value!r} is not one of {', '.join(spec.choices)}{hint}"))
+    return found
+
+
+def _domain_findings(svc: ServiceSpec) -> list[Finding]:
+    found: list[Finding] = []
+    host, key = svc.host, f"{svc.name}.args"
+    for flag in POSITIVE_INT_FLAGS:
+        if flag in svc.args:
+            value = svc.args[flag]
+            ok = (isinstance(value, int) and not isinstance(value, bool) and value > 0) or (
+                isinstance(value, str) and bool(HUMAN_INT.match(value))
+            )
+            if not ok:
+                found.append(finding("value-domain", host, f"{key}.--{flag}", f"must be a positive integer, got {value!r}"))
+    if "gpu-memory-utilization" in svc.args:
+        raw = svc.args["gpu-memory-utilization"]
+        try:
+            util = float(raw) if not isinstance(raw, bool) else float("nan")
+        except ValueError:
+            util = float("nan")
+        if not 0 < util <= 1:
+            found.append(finding("value-domain", host, f"{key}.--gpu-memory-utilization", f"must be in (0, 1], got {raw!r}"))
+        elif util > 0.95:
+            found.append(
+                finding(
+                    "gpu-memory-high",
+                    host,
+                    f"{key}.--gpu-memory-utilization",
+                    f"{util} leaves under 5% of HBM for runtime and AITER workspace",
+                )
+            )
+    if not 0 < svc.port < 65536:
+        found.append(finding("value-domain", host, f"{svc.name}.port", f"must be 1-65535, got {svc.port}"))
+    return found
+
+
+def _parallel_findings(svc: ServiceSpec, gpu_count: int, table: knowledge.VllmKnowledge | None) -> list[Finding]:
+    found: list[Finding] = []
+    host, key = svc.host, f"{svc.name}"
+    tp, pp, dp = (svc.size(f) for f in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size"))
+    shape = f"TP {tp} x PP {pp} x DP {dp} = {svc.world_size}"
+    if svc.nodes == 1 and svc.world_size != len(svc.gpus):
+        found.append(
+            finding(
+                "parallel-size",
+                host,
+                f"{key}.gpus",
+                f"{shape} but the instance has {len(svc.gpus)} GPU(s) {list(svc.gpus)}"
+                + (
+                    f"; the host has {gpu_count}, so this needs vllm_nodes={-(-svc.world_size // gpu_count)}"
+                    if svc.world_size > gpu_count
+                    else ""
+                ),
+            )
+        )
+    elif svc.nodes > 1 and svc.world_size != svc.nodes * gpu_count:
+        found.append(
+            finding(
+                "parallel-size",
+                host,
+                f"{key}.args",
+                f"{shape} but the cluster has {svc.nodes} nodes x {gpu_count} GPUs = {svc.nodes * gpu_count}",
+            )
+        )
+    if tp > XGMI_ISLAND:
+        found.append(
+            finding(
+                "tp-beyond-xgmi",
+                host,
+                f"{key}.args.--tensor-parallel-size",
+                f"TP {tp} spans more than one 8-GPU XGMI island; use TP 8 with PP across nodes",
+            )
+        )
+    bad = [g for g in svc.gpus if not 0 <= g < gpu_count]
+    if bad:
+        found.append(finding("gpu-out-of-range", host, f"{key}.gpus", f"{bad} not in 0..{gpu_count - 1} (gpu_count={gpu_count})"))
+    if dp > 1 and table is not None:
+        missing = []
+        if "--disable-nccl-for-dp-synchronization" in table.flags and svc.args.get("disable-nccl-for-dp-synchronization") is not True:
+            missing.append("--disable-nccl-for-dp-synchronization")
+        if "--all2all-backend" in table.flags:
+            if svc.args.get("all2all-backend") != "allgather_reducescatter":
+                missing.append("--all2all-backend allgather_reducescatter")
+        elif "VLLM_ALL2ALL_BACKEND" in table.env_vars and svc.env.get("VLLM_ALL2ALL_BACKEND") != "allgather_reducescatter":
+            missing.append("VLLM_ALL2ALL_BACKEND=allgather_reducescatter")
+        if missing:
+            found.append(
+                finding("dp-rocm-settings", host, f"{key}.args.--data-parallel-size", f"DP {dp} on ROCm also needs {' and '.join(missing)}")
+            )
+    return found
+
+
+def validate_service(svc: ServiceSpec, gpu_count: int) -> list[Finding]:
+    try:
+        table: knowledge.VllmKnowledge | None = knowledge.load(svc.version)
+    except KeyError:
+        table = None  # reported once per host by spec.resolve_host
+    return [
+        *_env_findings(svc, table),
+        *_flag_findings(svc, table),
+        *_domain_findings(svc),
+        *_parallel_findings(svc, gpu_count, table),
+    ]
+
+
+def _utilization(svc: ServiceSpec) -> float | None:
+    raw = svc.args.get("gpu-memory-utilization")
+    try:
+        return float(raw) if raw is not None and not isinstance(raw, bool) else None
+    except ValueError:
+        return None
+
+
+def validate_host(spec: HostSpec) -> list[Finding]:
+    """All per-service rules plus the rules across the instances of one host."""
+    found: list[Finding] = []
+    if spec.services:
+        found += check_image(spec.host, spec.services[0].image, spec.services[0].version)
+    for svc in spec.services:
+        found += validate_service(svc, spec.gpu_count)
+    sharing: dict[int, list[ServiceSpec]] = defaultdict(list)
+    for svc in spec.services:
+        for gpu in svc.gpus:
+            sharing[gpu].append(svc)
+    for gpu, users in sorted(sharing.items()):
+        if len(users) < 2:
+            continue
+        utils = [_utilization(u) for u in users]
+        names = ", ".join(u.name for u in users)
+        if any(u is None for u in utils):
+            found.append(
+                finding(
+                    "gpu-overlap",
+                    spec.host,
+                    "vllm_instances",
+                    f"GPU {gpu} is shared by {names}; give each a --gpu-memory-utilization or disjoint gpus",
+                )
+            )
+        elif sum(u for u in utils if u is not None) > 1.0:
+            found.append(
+                finding(
+                    "gpu-overlap",
+                    spec.host,
+                    "vllm_instances",
+                    f"GPU {gpu} is shared by {names} whose --gpu-memory-utilization add up to more than 1.0",
+                )
+            )
+    for a, b in combinations(spec.services, 2):
+        if a.port == b.port:
+            found.append(finding("port-overlap", spec.host, "vllm_instances", f"{a.name} and {b.name} both use port {a.port}"))
+    return found

@@ -1,0 +1,31 @@
+"""Example production inventory: copy it, put in your host names, keep the groups.
+
+Groups are the top-level lists; group_data/<group>.py holds each group's data,
+and a (host, {data}) tuple sets data for one host.
+"""
+
+# Eight single-GPU gpt-oss-120b instances per host, ports 8080-8087.
+gpt_oss_hosts = [
+    (
+        "mi300x-a01.example.net",
+        {
+            "vllm_instances": [{"name": f"gpt-oss-{i}", "gpus": [i], "port": 8080 + i} for i in range(8)],
+        },
+    ),
+    # One TP 8 DeepSeek-R1 instance on the whole node.
+    ("mi300x-a02.example.net", {"vllm_recipe": "deepseek-r1", "vllm_instances": [{"name": "deepseek-r1"}]}),
+]
+
+# Two TP 4 Llama 3.1 70B instances per host.
+llama_hosts = [
+    (
+        "mi300x-b01.example.net",
+        {
+            "vllm_recipe": "llama-3.1-70b",
+            "vllm_instances": [
+                {"name": "llama-a", "gpus": [0, 1, 2, 3], "port": 8000},
+                {"name": "llama-b", "gpus": [4, 5, 6, 7], "port": 8001},
+            ],
+        },
+    ),
+]

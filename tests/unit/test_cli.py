@@ -1,0 +1,139 @@
+"""The command line: its JSON contract, exit codes and messages."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from instinct_fleet.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_recipes_json_lists_every_required_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "recipes", "--json")
+    names = {r["name"] for r in json.loads(out)}
+    assert code == 0
+    assert {
+        "gpt-oss-120b",
+        "gpt-oss-120b-unified",
+        "gpt-oss-120b-low-latency",
+        "gpt-oss-120b-batch",
+        "llama-3.1-70b",
+        "llama-3.1-405b-pp2",
+        "deepseek-r1",
+        "deepseek-r1-dp-ep",
+    } <= names
+
+
+def test_render_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys, "render", "--recipe", "gpt-oss-120b", "--env", "TORCH_BLAS_PREFER_HIPBLASLT=1", "--arg", "max-num-seqs=256", "--json"
+    )
+    doc = json.loads(out)
+    assert code == 0 and doc["errors"] == [] and doc["warnings"] == []
+    (svc,) = doc["services"]
+    assert set(svc) == {"name", "host", "image", "model", "env", "vllm_args", "gpus", "port"}
+    assert svc["host"] is None and svc["port"] == 8080 and svc["gpus"] == [0]
+    assert svc["env"]["TORCH_BLAS_PREFER_HIPBLASLT"] == "1"
+    assert svc["vllm_args"][svc["vllm_args"].index("--max-num-seqs") + 1] == "256"
+
+
+def test_render_negated_flag_and_dashes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys, "render", "--recipe", "llama-3.1-70b", "--arg", "--enable-chunked-prefill", "--arg", "--no-trust-remote-code", "--json"
+    )
+    argv = json.loads(out)["services"][0]["vllm_args"]
+    assert code == 0
+    assert "--enable-chunked-prefill" in argv and "--no-enable-chunked-prefill" not in argv
+    assert "--no-trust-remote-code" in argv
+
+
+def test_render_validation_error_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "render", "--recipe", "gpt-oss-120b", "--env", "HIP_VISIBLE_DEVICES=0,1", "--json")
+    doc = json.loads(out)
+    assert code == 1
+    assert [e["rule"] for e in doc["errors"]] == ["hip-visible-devices"]
+    assert "HIP_VISIBLE_DEVICES" in doc["errors"][0]["message"]
+
+
+def test_render_warning_keeps_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "render", "--recipe", "gpt-oss-120b", "--arg", "gpu-memory-utilization=0.97")
+    assert code == 0 and "[gpu-memory-high]" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["render", "--recipe", "nope"],
+        ["render", "--recipe", "gpt-oss-120b", "--env", "NOEQUALS"],
+        ["plan", "does/not/exist.py"],
+        ["plan", "inventories/prod.py", "--limit", "no-such-host"],
+    ],
+)
+def test_usage_errors_exit_2_without_traceback(
+    capsys: pytest.CaptureFixture[str], argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert "Traceback" not in err and err.startswith("instinct-fleet: ")
+
+
+def test_explain_shows_reasons(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "render", "--recipe", "gpt-oss-120b", "--explain", "--arg", "max-num-seqs=64")
+    assert code == 0
+    assert "--kv-cache-dtype: recipe gpt-oss-120b: FP8 KV cache halves KV memory" in out
+    assert "--max-num-seqs: group_data: vllm_env/vllm_args" in out
+    assert "# recipe gpt-oss-120b: master switch" in out
+
+
+def test_plan_example_prod_inventory(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    code, out, _ = run(capsys, "plan", "inventories/prod.py", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["errors"] == []
+    hosts = {s["host"] for s in doc["services"]}
+    assert hosts == {"mi300x-a01.example.net", "mi300x-a02.example.net", "mi300x-b01.example.net"}
+    assert len([s for s in doc["services"] if s["host"] == "mi300x-a01.example.net"]) == 8
+
+
+def test_plan_resolves_host_over_group_over_all(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "inventories").mkdir()
+    (tmp_path / "group_data").mkdir()
+    (tmp_path / "inventories" / "t.py").write_text(
+        textwrap.dedent(
+            """
+            llama = [("h1", {"vllm_args": {"max-num-seqs": 64}}), "h2"]
+            broken = [("h3", {"vllm_env": {"HIP_VISIBLE_DEVICES": "0"}, "vllm_instanse": []})]
+            """
+        )
+    )
+    (tmp_path / "group_data" / "all.py").write_text('vllm_args = {"max-num-seqs": 8}\n')
+    (tmp_path / "group_data" / "llama.py").write_text('vllm_recipe = "llama-3.1-70b"\nvllm_args = {"max-num-seqs": 32}\n')
+    code, out, _ = run(capsys, "plan", str(tmp_path / "inventories" / "t.py"), "--json")
+    doc = json.loads(out)
+    seqs = {s["host"]: s["vllm_args"][s["vllm_args"].index("--max-num-seqs") + 1] for s in doc["services"]}
+    assert seqs == {"h1": "64", "h2": "32", "h3": "8"}
+    assert code == 1
+    assert {(e["host"], e["rule"]) for e in doc["errors"]} == {("h3", "hip-visible-devices"), ("h3", "unknown-variable")}
+    assert "did you mean 'vllm_instances'" in " ".join(e["message"] for e in doc["errors"])
+
+    code, out, _ = run(capsys, "plan", str(tmp_path / "inventories" / "t.py"), "--json", "--limit", "llama")
+    assert code == 0 and {s["host"] for s in json.loads(out)["services"]} == {"h1", "h2"}
+
+
+def test_broken_inventory_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "inventories").mkdir()
+    (tmp_path / "inventories" / "bad.py").write_text("hosts = [\n")
+    code, _, err = run(capsys, "plan", str(tmp_path / "inventories" / "bad.py"))
+    assert code == 2 and "cannot load inventory" in err and "Traceback" not in err

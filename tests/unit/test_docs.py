@@ -1,0 +1,39 @@
+"""Variables are documented in one place: README and group_data/all.py match defaults.py."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+from instinct_fleet.defaults import DEFAULTS, VARIABLES
+from instinct_fleet.rules import RULES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_readme_variables_table_matches_defaults() -> None:
+    text = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| `([a-z_]+)` \| `(.*?)` \| (.*) \|$", text, re.M)
+    table = {name: (json.loads(default), doc) for name, default, doc in rows}
+    assert table == {v.name: (json.loads(json.dumps(v.default)), v.doc) for v in VARIABLES}
+
+
+def test_readme_lists_every_rule() -> None:
+    text = (ROOT / "README.md").read_text()
+    listed = set(re.findall(r"^\| `([a-z0-9-]+)` \| (?:error|warning) \|", text, re.M))
+    assert listed == set(RULES)
+
+
+def test_group_data_all_shows_every_default_with_a_comment() -> None:
+    source = (ROOT / "group_data" / "all.py").read_text()
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    seen = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            seen[name] = ast.literal_eval(node.value)
+            assert lines[node.lineno - 2].startswith("#"), f"{name} has no comment above it"
+    assert seen == DEFAULTS

@@ -1,0 +1,103 @@
+"""The extractor reads vLLM's source without importing it, and the tables hold what the seeds need."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import zipfile
+from pathlib import Path
+from types import ModuleType
+
+from instinct_fleet import knowledge
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ENVS = """
+environment_variables: dict[str, Callable[[], Any]] = {
+    "VLLM_ROCM_USE_AITER": lambda: False,
+    "VLLM_HOST_IP": lambda: "",
+}
+"""
+CONFIG = """
+from typing import Literal
+CacheDType = Literal["auto", "fp8"]
+class CacheConfig:
+    cache_dtype: CacheDType | str = "auto"
+    enable_prefix_caching: bool = True
+"""
+ARG_UTILS = """
+class EngineArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        cache_kwargs = get_kwargs(CacheConfig)
+        g = parser.add_argument_group()
+        g.add_argument("--kv-cache-dtype", **cache_kwargs["cache_dtype"])
+        g.add_argument("--enable-prefix-caching", **{**cache_kwargs["enable_prefix_caching"], "default": None})
+        g.add_argument("--tensor-parallel-size", "-tp", type=int)
+        g.add_argument("--enable-log-requests", action=argparse.BooleanOptionalAction)
+"""
+CLI_ARGS = """
+class BaseFrontendArgs:
+    host: str | None = None
+class FrontendArgs(BaseFrontendArgs):
+    port: int = 8000
+    enable_auto_tool_choice: bool = False
+def make_arg_parser(parser):
+    parser.add_argument("--headless", action="store_true")
+"""
+
+
+def _extractor() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("extract", ROOT / "scripts" / "extract_vllm_knowledge.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_extractor_on_a_synthetic_wheel(tmp_path: Path) -> None:
+    wheel = tmp_path / "vllm-9.9.9-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("vllm/envs.py", ENVS)
+        zf.writestr("vllm/config/cache.py", CONFIG)
+        zf.writestr("vllm/engine/arg_utils.py", ARG_UTILS)
+        zf.writestr("vllm/entrypoints/openai/cli_args.py", CLI_ARGS)
+    assert _extractor().main([str(wheel), "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "vllm-9.9.9.json").read_text())
+    assert data["env_vars"] == ["VLLM_HOST_IP", "VLLM_ROCM_USE_AITER"]
+    assert data["flags"] == {
+        "--enable-auto-tool-choice": {"kind": "bool"},
+        "--enable-log-requests": {"kind": "bool"},
+        "--enable-prefix-caching": {"kind": "bool"},
+        "--headless": {"kind": "switch"},
+        "--host": {"kind": "value"},
+        "--kv-cache-dtype": {"kind": "value", "choices": ["auto", "fp8"]},
+        "--port": {"kind": "value"},
+        "--tensor-parallel-size": {"kind": "value"},
+    }
+    assert data["aliases"] == {"-tp": "--tensor-parallel-size"}
+
+
+def test_generated_tables_know_what_the_seeds_use() -> None:
+    assert knowledge.supported_versions() == ["0.11.0", "0.22.0", "0.33.0"]
+    table = knowledge.load("0.22.0")
+    for flag in ("--no-enable-chunked-prefill", "--trust-remote-code", "--attention-backend", "--disable-nccl-for-dp-synchronization"):
+        assert table.canonical_flag(flag.replace("--no-", "--")) is not None, flag
+    assert table.flag("enable-chunked-prefill").kind == "bool"
+    assert "fp8" in table.flag("kv-cache-dtype").choices
+    assert {"VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_MHA", "VLLM_ROCM_QUICK_REDUCE_QUANTIZATION"} <= table.env_vars
+    assert table.canonical_flag("tp") == "tensor-parallel-size"
+    assert table.canonical_flag("tensor-parallel") == "tensor-parallel-size"
+    old = knowledge.load("0.11.0")
+    assert "VLLM_USE_AITER_UNIFIED_ATTENTION" in old.env_vars and "VLLM_USE_AITER_UNIFIED_ATTENTION" not in table.env_vars
+
+
+def test_every_replacement_names_a_setting_the_default_version_lacks() -> None:
+    flags, env = knowledge.replacements()
+    table = knowledge.load("0.22.0")
+    newest = knowledge.load("0.33.0")
+    for name in flags:
+        assert f"--{name}" not in newest.flags, name
+    for name in env:
+        assert name not in newest.env_vars, name
+    assert "--disable-log-requests" not in table.flags

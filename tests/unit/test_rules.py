@@ -1,0 +1,162 @@
+"""Every validation rule: one case that trips it and one that passes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from instinct_fleet.rules import RULES
+
+from .conftest import check, rules_of
+
+G = {"vllm_recipe": "gpt-oss-120b"}
+
+# rule id -> (data that trips it, data that passes it)
+CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "schema": ({"gpu_count": "eight"}, {"gpu_count": 8}),
+    "unknown-variable": ({"vllm_instance": [{"name": "a"}]}, {"vllm_instances": [{"name": "a"}]}),
+    "recipe-unknown": ({"vllm_recipe": "gpt-oss-12b"}, {"vllm_recipe": "gpt-oss-120b"}),
+    "version-unsupported": (
+        {"vllm_version": "0.1.0", "vllm_image": "vllm/vllm-openai-rocm:v0.1.0"},
+        {"vllm_version": "0.33.0", "vllm_image": "vllm/vllm-openai-rocm:v0.33.0"},
+    ),
+    "image-unpinned": ({"vllm_image": "vllm/vllm-openai-rocm:latest"}, {"vllm_image": "registry.local:5000/vllm@sha256:" + "a" * 64}),
+    "image-version-mismatch": ({"vllm_image": "vllm/vllm-openai-rocm:v0.11.0"}, {"vllm_image": "vllm/vllm-openai-rocm:v0.22.0"}),
+    "env-unknown": ({"vllm_env": {"VLLM_ROCM_USE_AITR": "1"}}, {"vllm_env": {"VLLM_ROCM_USE_AITER": "1"}}),
+    "env-removed": ({"vllm_env": {"VLLM_USE_TRITON_FLASH_ATTN": "0"}}, {"vllm_env": {"TORCH_BLAS_PREFER_HIPBLASLT": "1"}}),
+    "flag-unknown": ({"vllm_args": {"max-num-sequences": 8, "kv-cache-dtpe": "fp8"}}, {"vllm_args": {"max-num-seqs": 8}}),
+    "flag-removed": ({"vllm_args": {"num-scheduler-steps": 15}}, {"vllm_args": {"async-scheduling": True}}),
+    "flag-not-boolean": ({"vllm_args": {"max-model-len": True}}, {"vllm_args": {"max-model-len": 4096}}),
+    "managed-key": ({"vllm_args": {"port": 9000}}, {"vllm_instances": [{"name": "main", "port": 9000}]}),
+    "aiter-subflag-inert": (
+        {"vllm_env": {"VLLM_ROCM_USE_AITER": "0"}},
+        {"vllm_env": {"VLLM_ROCM_USE_AITER": "1"}},
+    ),
+    "unified-attention-needs-mha-off": (
+        {"vllm_env": {"VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1", "VLLM_ROCM_USE_AITER_MHA": None}},
+        {"vllm_env": {"VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1"}},
+    ),
+    "value-domain": (
+        {"vllm_env": {"VLLM_ROCM_QUICK_REDUCE_QUANTIZATION": "INT2"}},
+        {"vllm_env": {"VLLM_ROCM_QUICK_REDUCE_QUANTIZATION": "INT6"}},
+    ),
+    "gpu-memory-high": ({"vllm_args": {"gpu-memory-utilization": 0.97}}, {"vllm_args": {"gpu-memory-utilization": 0.95}}),
+    "hip-visible-devices": ({"vllm_env": {"HIP_VISIBLE_DEVICES": "0"}}, {"vllm_env": {"HIP_FORCE_DEV_KERNARG": "1"}}),
+    "parallel-size": (
+        {"vllm_instances": [{"name": "a", "gpus": [0, 1]}]},
+        {"vllm_args": {"tensor-parallel-size": 2}, "vllm_instances": [{"name": "a", "gpus": [0, 1]}]},
+    ),
+    "tp-beyond-xgmi": (
+        {"vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2, "vllm_args": {"tensor-parallel-size": 16, "pipeline-parallel-size": 1}},
+        {"vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2},
+    ),
+    "gpu-out-of-range": (
+        {"gpu_count": 4, "vllm_instances": [{"name": "a", "gpus": [4]}]},
+        {"gpu_count": 4, "vllm_instances": [{"name": "a", "gpus": [3]}]},
+    ),
+    "gpu-overlap": (
+        {"vllm_instances": [{"name": "a", "gpus": [0]}, {"name": "b", "gpus": [0]}]},
+        {
+            "vllm_args": {"gpu-memory-utilization": 0.45},
+            "vllm_instances": [{"name": "a", "gpus": [0]}, {"name": "b", "gpus": [0]}],
+        },
+    ),
+    "port-overlap": (
+        {"vllm_instances": [{"name": "a", "port": 8000}, {"name": "b", "port": 8000}]},
+        {"vllm_instances": [{"name": "a", "port": 8000}, {"name": "b", "port": 8001}]},
+    ),
+    "dp-rocm-settings": (
+        {"vllm_recipe": "deepseek-r1-dp-ep", "vllm_args": {"disable-nccl-for-dp-synchronization": None}},
+        {"vllm_recipe": "deepseek-r1-dp-ep"},
+    ),
+    "nccl-single-gpu": ({"vllm_env": {"NCCL_MIN_NCHANNELS": "112"}}, {"vllm_recipe": "llama-3.1-70b"}),
+}
+
+
+def test_every_rule_has_a_case() -> None:
+    assert set(CASES) == set(RULES)
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_rule_trips(rule: str) -> None:
+    from instinct_fleet.inventory import unknown_variables
+
+    bad, _ = CASES[rule]
+    data = {**G, **bad}
+    _, findings = check(data)
+    findings += unknown_variables("h1", data)
+    hits = [f for f in findings if f.rule == rule]
+    assert hits, f"{rule} did not trip: {[str(f) for f in findings]}"
+    for f in hits:
+        assert f.host == "h1" and f.key and f.message
+        assert f.severity == RULES[rule].severity
+        assert f"[{rule}]" in str(f) and "h1" in str(f)
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_rule_passes(rule: str) -> None:
+    from instinct_fleet.inventory import unknown_variables
+
+    _, good = CASES[rule]
+    data = {**G, **good}
+    _, findings = check(data)
+    findings += unknown_variables("h1", data)
+    assert rule not in rules_of(findings), [str(f) for f in findings]
+
+
+def test_did_you_mean_for_env_and_flags() -> None:
+    _, findings = check({**G, "vllm_env": {"VLLM_ROCM_USE_AITER_MAH": "0"}, "vllm_args": {"max-num-sequences": 4}})
+    messages = " ".join(f.message for f in findings)
+    assert "did you mean" in messages and "VLLM_ROCM_USE_AITER_MHA" in messages
+    assert "did you mean --max-num-seqs" in messages
+
+
+def test_removed_flag_says_what_replaced_it() -> None:
+    _, findings = check({**G, "vllm_args": {"num-scheduler-step": 15}})
+    (hit,) = [f for f in findings if f.rule == "flag-removed"]
+    assert "--async-scheduling" in hit.message
+
+
+def test_value_domains_from_vllm_source() -> None:
+    _, findings = check({**G, "vllm_args": {"kv-cache-dtype": "fp9", "dtype": "bf16", "max-num-seqs": 0, "gpu-memory-utilization": 1.5}})
+    keys = {f.key for f in findings if f.rule == "value-domain"}
+    assert keys == {
+        "main.args.--kv-cache-dtype",
+        "main.args.--dtype",
+        "main.args.--max-num-seqs",
+        "main.args.--gpu-memory-utilization",
+    }
+
+
+def test_cluster_product_must_match_nodes_times_gpus() -> None:
+    _, findings = check({"vllm_recipe": "llama-3.1-405b-pp2"})
+    (hit,) = [f for f in findings if f.rule == "parallel-size"]
+    assert "vllm_nodes=2" in hit.message
+    _, findings = check({"vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 3})
+    assert "parallel-size" in rules_of(findings)
+
+
+def test_dp_rules_follow_the_pinned_version() -> None:
+    data = {
+        "vllm_recipe": None,
+        "vllm_model": "m",
+        "vllm_version": "0.11.0",
+        "vllm_image": "rocm/vllm:v0.11.0",
+        "vllm_args": {"data-parallel-size": 2},
+        "vllm_instances": [{"name": "a", "gpus": [0, 1]}],
+    }
+    _, findings = check(data)
+    (hit,) = [f for f in findings if f.rule == "dp-rocm-settings"]
+    assert "VLLM_ALL2ALL_BACKEND=allgather_reducescatter" in hit.message
+    _, findings = check({**data, "vllm_env": {"VLLM_ALL2ALL_BACKEND": "allgather_reducescatter"}})
+    assert "dp-rocm-settings" not in rules_of(findings)
+
+
+def test_eight_tp1_four_tp2_two_tp4_one_tp8_layouts_validate() -> None:
+    for tp, count in ((1, 8), (2, 4), (4, 2), (8, 1)):
+        instances = [{"name": f"i{i}"} for i in range(count)]
+        spec, findings = check({**G, "vllm_args": {"tensor-parallel-size": tp}, "vllm_instances": instances})
+        assert [str(f) for f in findings] == []
+        assert sorted(g for s in spec.services for g in s.gpus) == list(range(8))
+        assert len({s.port for s in spec.services}) == count

@@ -1,0 +1,218 @@
+"""Each recipe holds the launch command of its seed: same env vars, same flags, same values.
+
+The commands below are copied from ../shared/seeds (line breaks restored where the
+page extraction flattened them). Settings that the pinned vLLM spells differently
+must be listed in the recipe's ``translated`` table, so nothing is lost silently.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from instinct_fleet.defaults import DEFAULTS
+from instinct_fleet.launch import parse_launch_command
+from instinct_fleet.recipes import all_recipes
+from instinct_fleet.render import render_args, service_json
+from instinct_fleet.spec import canonical_arg
+
+from .conftest import check
+
+VERSION = DEFAULTS["vllm_version"]
+
+SEED_000 = """
+export VLLM_ROCM_USE_AITER=1
+export VLLM_ROCM_QUICK_REDUCE_QUANTIZATION=INT4
+export VLLM_ROCM_USE_AITER_MHA=0
+export HIP_FORCE_DEV_KERNARG=1
+vllm serve openai/gpt-oss-120b \\
+  --tensor-parallel-size 1 \\
+  --max-model-len 8192 \\
+  --trust-remote-code \\
+  --dtype bfloat16 \\
+  --kv-cache-dtype fp8 \\
+  --gpu-memory-utilization 0.92 \\
+  --no-enable-chunked-prefill \\
+  --max-num-seqs 512 \\
+  --port 8080
+"""
+
+SEED_001 = """
+export VLLM_ROCM_USE_AITER=1
+export VLLM_USE_AITER_UNIFIED_ATTENTION=1
+export VLLM_ROCM_USE_AITER_MHA=0
+vllm serve openai/gpt-oss-120b --port 8000 --tensor-parallel 1 --no-enable-prefix-caching \\
+  --disable-log-requests --compilation-config '{"full_cuda_graph": true}'
+"""
+
+SEED_004 = (
+    "VLLM_USE_TRITON_FLASH_ATTN=0 NCCL_MIN_NCHANNELS=112 vllm serve meta-llama/Llama-3.1-70B-Instruct --host 0.0.0.0 "
+    "--port 8000 -tp 4 --max-num-seqs 1024 --max-seq-len-to-capture 16384 --served-model-name meta-llama/Llama-3.1-70B-Instruct "
+    "--enable-chunked-prefill=False --num-scheduler-step 15 --max-num-seqs 1024"
+)
+
+SEED_002_PP = "vllm serve meta-llama/Llama-3.1-405B-Instruct --tensor-parallel-size 8 --pipeline-parallel-size 2"
+SEED_002_MLA = "VLLM_ROCM_USE_AITER=1 vllm serve deepseek-ai/DeepSeek-R1-0528 --tensor-parallel-size 8 --attention-backend ROCM_AITER_MLA"
+SEED_002_DPEP = (
+    'VLLM_ALL2ALL_BACKEND="allgather_reducescatter" vllm serve deepseek-ai/DeepSeek-R1 '
+    "--data-parallel-size 8 --enable-expert-parallel --disable-nccl-for-dp-synchronization"
+)
+
+
+def rendered(recipe: str) -> dict[str, object]:
+    nodes = all_recipes()[recipe].nodes
+    spec, findings = check({"vllm_recipe": recipe, "vllm_nodes": nodes})
+    assert [str(f) for f in findings] == [], "a built-in recipe must validate cleanly"
+    return service_json(spec.services[0])
+
+
+def flag_pairs(argv: list[str]) -> dict[str, str | None]:
+    pairs: dict[str, str | None] = {}
+    i = 0
+    while i < len(argv):
+        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            pairs[argv[i]] = argv[i + 1]
+            i += 2
+        else:
+            pairs[argv[i]] = None
+            i += 1
+    return pairs
+
+
+def seed_pairs(command: str) -> tuple[dict[str, str], str | None, dict[str, str | None]]:
+    parsed = parse_launch_command(command, VERSION)
+    args: dict[str, str | None] = {}
+    for name, value in parsed.args.items():
+        flag = canonical_arg(name, _table())
+        if value is True:
+            args[f"--{flag}"] = None
+        elif value is False:
+            args[f"--no-{flag}"] = None
+        else:
+            args[f"--{flag}"] = str(value)
+    return parsed.env, parsed.model, args
+
+
+@pytest.mark.parametrize(
+    ("recipe", "command"),
+    [("gpt-oss-120b", SEED_000), ("llama-3.1-405b-pp2", SEED_002_PP), ("deepseek-r1", SEED_002_MLA)],
+)
+def test_recipe_contains_seed_exactly(recipe: str, command: str) -> None:
+    out = rendered(recipe)
+    env, model, args = seed_pairs(command)
+    assert out["model"] == model
+    assert {k: out["env"][k] for k in env} == env  # type: ignore[index]
+    got = flag_pairs(out["vllm_args"])  # type: ignore[arg-type]
+    assert {k: got.get(k, "MISSING") for k in args} == args
+
+
+def test_gpt_oss_120b_is_exactly_the_seed() -> None:
+    out = rendered("gpt-oss-120b")
+    env, _, args = seed_pairs(SEED_000)
+    assert out["env"] == env and len(env) == 4
+    assert (
+        flag_pairs(out["vllm_args"]) == args and len(args) == 9
+    )  # the issue says "ten": nine flags plus the model; type: ignore[arg-type]
+    assert out["port"] == 8080 and out["gpus"] == [0]
+
+
+@pytest.mark.parametrize(
+    ("recipe", "command"),
+    [("gpt-oss-120b-unified", SEED_001), ("llama-3.1-70b", SEED_004), ("deepseek-r1-dp-ep", SEED_002_DPEP)],
+)
+def test_translated_recipe_keeps_or_documents_every_seed_setting(recipe: str, command: str) -> None:
+    out = rendered(recipe)
+    translated = set()
+    for t in all_recipes()[recipe].translated:
+        first = t.seed.split("=")[0].split(" ")[0]
+        translated |= {first, "--" + canonical_arg(first, _table())}
+    env, model, args = seed_pairs(command)
+    assert out["model"] == model
+    for name, value in env.items():
+        assert out["env"].get(name) == value or name in translated, name  # type: ignore[attr-defined]
+    got = flag_pairs(out["vllm_args"])  # type: ignore[arg-type]
+    for flag, value in args.items():
+        full = flag.replace("--no-", "--")
+        kept = got.get(flag, "MISSING") == value
+        assert kept or flag in translated or full in translated, flag
+
+
+def test_unified_recipe_uses_the_backend_the_newest_guide_gives() -> None:
+    out = rendered("gpt-oss-120b-unified")
+    argv = out["vllm_args"]
+    assert argv[argv.index("--attention-backend") + 1] == "ROCM_AITER_UNIFIED_ATTN"  # type: ignore[union-attr]
+    assert argv[argv.index("--compilation-config") + 1] == '{"cudagraph_mode": "FULL"}'  # type: ignore[union-attr]
+    assert out["port"] == 8000
+
+
+def test_profiles_differ_from_base_only_where_000_says() -> None:
+    base = flag_pairs(rendered("gpt-oss-120b")["vllm_args"])  # type: ignore[arg-type]
+    low = flag_pairs(rendered("gpt-oss-120b-low-latency")["vllm_args"])  # type: ignore[arg-type]
+    batch = flag_pairs(rendered("gpt-oss-120b-batch")["vllm_args"])  # type: ignore[arg-type]
+    assert {k for k in base if base[k] != low.get(k)} == {"--max-num-seqs"}
+    assert 8 <= int(low["--max-num-seqs"] or 0) <= 32
+    assert {k for k in base if base[k] != batch.get(k)} == {"--max-num-seqs", "--gpu-memory-utilization"}
+    assert batch["--max-num-seqs"] == "1024" and 0.94 <= float(batch["--gpu-memory-utilization"] or 0) <= 0.95
+
+
+def test_every_recipe_names_its_seed_and_a_reason_for_each_setting() -> None:
+    for recipe in all_recipes().values():
+        assert recipe.source.split("_")[0] in {"000", "001", "002", "003", "004"}, recipe.name
+        for setting in [*recipe.env.values(), *recipe.args.values()]:
+            assert setting.why.strip(), recipe.name
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        SEED_000,
+        SEED_001,
+        SEED_004,
+        SEED_002_PP,
+        SEED_002_MLA,
+        SEED_002_DPEP,
+        "CUDA_VISIBLE_DEVICES=2,3 vllm serve /path/to/model --dtype float16 --tensor-parallel-size 2 --port 8001",
+        "VLLM_ROCM_USE_AITER=1 VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT=1 vllm serve meta-llama/Llama-3.3-70B-Instruct "
+        "--attention-backend ROCM_AITER_FA",
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --trust-remote-code --swap-space 16 --disable-log-requests "
+        "--tensor-parallel-size 1 --distributed-executor-backend mp --dtype float16 --quantization fp8 --kv-cache-dtype fp8 "
+        "--no-enable-chunked-prefill --max-num-seqs 300 --max-num-batched-tokens 131072 --gpu-memory-utilization 0.8 "
+        '--speculative_config \'{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", '
+        '"num_speculative_tokens": 2, "draft_tensor_parallel_size": 1, "dtype": "float16"}\' --port 8001',
+        "VLLM_USE_TRITON_AWQ=1 vllm serve hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4 --quantization awq "
+        "--tensor-parallel-size 1 --dtype auto",
+        "vllm serve Qwen/Qwen3-VL-235B-A22B-Instruct --tensor-parallel-size 8 --mm-encoder-tp-mode data "
+        "--enable-expert-parallel --max-model-len 32768",
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --kv-cache-dtype fp8 --calculate-kv-scales --gpu-memory-utilization 0.90",
+    ],
+)
+def test_every_seed_command_is_expressible(command: str) -> None:
+    """Parse a seed command into spec data and render it back: nothing is lost."""
+    parsed = parse_launch_command(command, VERSION)
+    port = int(str(parsed.args.pop("port", 8000)))
+    data = {
+        "vllm_recipe": None,
+        "vllm_model": parsed.model,
+        "vllm_env": parsed.env,
+        "vllm_args": parsed.args,
+        "vllm_instances": [{"name": "seed", "port": port}],
+    }
+    spec, _ = check(data)
+    svc = spec.services[0]
+    assert svc.model == parsed.model
+    assert svc.env == parsed.env
+    argv = render_args(svc)
+    for name, value in parsed.args.items():
+        flag = canonical_arg(name, _table())
+        if value is False:
+            assert f"--no-{flag}" in argv
+        elif value is True:
+            assert f"--{flag}" in argv
+        else:
+            assert argv[argv.index(f"--{flag}") + 1] == str(value)
+    assert argv[-2:] == ["--port", str(port)]
+
+
+def _table():  # type: ignore[no-untyped-def]
+    from instinct_fleet import knowledge
+
+    return knowledge.load(VERSION)
