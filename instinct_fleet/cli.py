@@ -129,7 +129,7 @@ def cmd_render(opts: argparse.Namespace) -> int:
     data = {
         "vllm_recipe": recipe.name,
         "vllm_version": version,
-        "vllm_image": opts.image or DEFAULTS["vllm_image"],
+        "vllm_image": opts.image or DEFAULTS["vllm_image"].replace(f"v{DEFAULTS['vllm_version']}", f"v{version}"),
         "vllm_nodes": recipe.nodes,
         "vllm_env": _parse_env(opts.env),
         "vllm_args": _parse_args(opts.arg, version),
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     render.add_argument("--arg", action="append", default=[], metavar="FLAG[=VALUE]")
     render.add_argument("--vllm-version", help=f"vLLM version to validate against (default {DEFAULTS['vllm_version']})")
-    render.add_argument("--image", help=f"image reference (default {DEFAULTS['vllm_image']})")
+    render.add_argument("--image", help=f"image reference (default {DEFAULTS['vllm_image']}, with the tag of --vllm-version)")
     render.set_defaults(func=cmd_render)
 
     plan = sub.add_parser("plan", help="resolve and validate every host of an inventory")

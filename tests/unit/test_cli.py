@@ -137,3 +137,11 @@ def test_broken_inventory_is_a_usage_error(tmp_path: Path, capsys: pytest.Captur
     (tmp_path / "inventories" / "bad.py").write_text("hosts = [\n")
     code, _, err = run(capsys, "plan", str(tmp_path / "inventories" / "bad.py"))
     assert code == 2 and "cannot load inventory" in err and "Traceback" not in err
+
+
+def test_render_against_another_vllm_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "render", "--recipe", "gpt-oss-120b-unified", "--vllm-version", "0.11.0", "--json")
+    doc = json.loads(out)
+    assert code == 1
+    assert doc["services"][0]["image"] == "vllm/vllm-openai-rocm:v0.11.0" and doc["warnings"] == []
+    assert {e["rule"] for e in doc["errors"]} == {"flag-unknown"}  # 0.11.0 has no --attention-backend
