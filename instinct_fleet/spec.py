@@ -25,6 +25,24 @@ DEFAULT_PORT = 8000  # vLLM's own default for --port
 INSTANCE_KEYS = {"name", "recipe", "model", "gpus", "port", "env", "args"}
 
 
+def parallel_size(args: Mapping[str, ArgValue], flag: str) -> int:
+    """A parallel size flag as an int (1 when unset or not an integer: validation reports it)."""
+    value = args.get(flag, 1)
+    try:
+        return int(value) if not isinstance(value, bool) else 1
+    except (TypeError, ValueError):
+        return 1
+
+
+def world_size(args: Mapping[str, ArgValue]) -> int:
+    """GPUs one instance needs in all: TP x PP x DP."""
+    return (
+        parallel_size(args, "tensor-parallel-size")
+        * parallel_size(args, "pipeline-parallel-size")
+        * parallel_size(args, "data-parallel-size")
+    )
+
+
 @dataclass(frozen=True)
 class ServiceSpec:
     """One vLLM instance, fully resolved: what the unit, the checks and the CLI read."""
@@ -43,16 +61,11 @@ class ServiceSpec:
     reasons: dict[str, str] = field(default_factory=dict)
 
     def size(self, flag: str) -> int:
-        """A parallel size flag as an int (1 when unset or not an integer)."""
-        value = self.args.get(flag, 1)
-        try:
-            return int(value) if not isinstance(value, bool) else 1
-        except (TypeError, ValueError):
-            return 1
+        return parallel_size(self.args, flag)
 
     @property
     def world_size(self) -> int:
-        return self.size("tensor-parallel-size") * self.size("pipeline-parallel-size") * self.size("data-parallel-size")
+        return world_size(self.args)
 
 
 @dataclass(frozen=True)
@@ -247,9 +260,8 @@ def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, l
         )
         model = schema.typed(f"{key}.model", raw.get("model", default_model or recipe.model), str, recipe.model, "a model name")
         port = schema.typed(f"{key}.port", raw.get("port", recipe.port + index), int, recipe.port + index, "a port number")
-        probe = ServiceSpec(name, host, recipe.name, image, version, model, env, args, (), port, nodes)
         # A shape larger than the host is reported by validation (parallel-size), not by overflowing the GPU list.
-        per_node = min(max(1, probe.world_size // nodes), gpu_count)
+        per_node = min(max(1, world_size(args) // nodes), gpu_count)
         if "gpus" in raw:
             gpus_raw = schema.typed(f"{key}.gpus", raw["gpus"], (list, tuple), [], "a list of GPU indices")
             if not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus_raw):
