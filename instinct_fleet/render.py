@@ -12,8 +12,6 @@ from instinct_fleet import knowledge
 from instinct_fleet.recipes import ArgValue
 from instinct_fleet.spec import ServiceSpec
 
-STOP_MARGIN_SECONDS = 30
-
 
 def _format(value: ArgValue) -> str:
     return repr(value) if isinstance(value, float) else str(value)
@@ -36,16 +34,6 @@ def render_args(svc: ServiceSpec) -> list[str]:
         else:
             argv += [f"--{flag}", _format(value)]
     return [*argv, "--port", str(svc.port)]
-
-
-def stop_timeout(svc: ServiceSpec) -> int:
-    """systemd TimeoutStopSec: above vLLM's --shutdown-timeout so a drain is never cut short."""
-    raw = svc.args.get("shutdown-timeout", 0)
-    try:
-        drain = int(raw) if not isinstance(raw, bool) else 0
-    except ValueError:
-        drain = 0
-    return drain + STOP_MARGIN_SECONDS
 
 
 def service_json(svc: ServiceSpec) -> dict[str, Any]:
