@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from instinct_fleet import knowledge
-from instinct_fleet.defaults import DEFAULTS
+from instinct_fleet.defaults import DEFAULTS, default_image
 from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts, select
 from instinct_fleet.recipes import all_recipes
 from instinct_fleet.render import render_args, service_json
@@ -129,7 +129,7 @@ def cmd_render(opts: argparse.Namespace) -> int:
     data = {
         "vllm_recipe": recipe.name,
         "vllm_version": version,
-        "vllm_image": opts.image or DEFAULTS["vllm_image"].replace(f"v{DEFAULTS['vllm_version']}", f"v{version}"),
+        "vllm_image": opts.image or default_image(version),
         "vllm_nodes": recipe.nodes,
         "vllm_env": _parse_env(opts.env),
         "vllm_args": _parse_args(opts.arg, version),

@@ -9,6 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+DEFAULT_VLLM_VERSION = "0.22.0"
+
+
+def default_image(version: str) -> str:
+    """The upstream vLLM ROCm image for ``version``: the default, and the example in messages."""
+    return f"vllm/vllm-openai-rocm:v{version}"
+
 
 @dataclass(frozen=True)
 class Variable:
@@ -25,12 +32,12 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "vllm_image",
-        "vllm/vllm-openai-rocm:v0.22.0",
+        default_image(DEFAULT_VLLM_VERSION),
         "vLLM ROCm container image, pinned by tag or digest; `latest` and untagged names are refused.",
     ),
     Variable(
         "vllm_version",
-        "0.22.0",
+        DEFAULT_VLLM_VERSION,
         "vLLM version inside `vllm_image`; selects the table of env vars and flags that validation checks against.",
     ),
     Variable("vllm_model", None, "Model to serve; `None` keeps the recipe's model."),

@@ -13,6 +13,7 @@ from collections import defaultdict
 from itertools import combinations
 
 from instinct_fleet import knowledge
+from instinct_fleet.defaults import default_image
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
@@ -49,7 +50,7 @@ def check_image(host: str | None, image: str, version: str) -> list[Finding]:
                 "image-unpinned",
                 host,
                 "vllm_image",
-                f"{image!r} has no pinned tag; use a version tag such as 'vllm/vllm-openai-rocm:v{version}' or a digest",
+                f"{image!r} has no pinned tag; use a version tag such as {default_image(version)!r} or a digest",
             )
         ]
     match = re.search(r"(\d+\.\d+\.\d+)", tag)
