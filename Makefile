@@ -14,8 +14,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 lint: install
-	$(BIN)/ruff check instinct_fleet scripts tests group_data inventories
-	$(BIN)/ruff format --check instinct_fleet scripts tests group_data inventories
+	$(BIN)/ruff check instinct_fleet scripts tests group_data inventories tasks deploy.py
+	$(BIN)/ruff format --check instinct_fleet scripts tests group_data inventories tasks deploy.py
 	$(BIN)/mypy
 
 unit: install

@@ -5,14 +5,15 @@ host data in the inventory override it. The README table lists the same
 variables; instinct_fleet/defaults.py is where their defaults are defined.
 """
 
-# Built-in recipe each instance starts from (`instinct-fleet recipes` lists them).
+# Built-in recipe each instance starts from (`instinct-fleet recipes` lists them); `None` starts
+# from nothing but `vllm_model`, `vllm_env` and `vllm_args`.
 vllm_recipe = "gpt-oss-120b"
 
 # vLLM ROCm container image, pinned by tag or digest; `latest` and untagged names are refused.
 vllm_image = "vllm/vllm-openai-rocm:v0.22.0"
 
-# vLLM version inside `vllm_image`; selects the table of env vars and flags that validation checks
-# against.
+# vLLM version inside `vllm_image`; selects the table of env vars and flags that validation
+# checks against.
 vllm_version = "0.22.0"
 
 # Model to serve; `None` keeps the recipe's model.
@@ -30,11 +31,12 @@ vllm_args = {}
 # `port`, `env`, `args`. GPUs and ports default to consecutive blocks.
 vllm_instances = [{"name": "main"}]
 
-# Nodes one instance spans (2 or more for a Ray cluster); TP x PP x DP must equal nodes x GPUs per
-# node.
+# Nodes one instance spans (2 or more for a Ray cluster); TP x PP x DP must equal nodes x GPUs
+# per node.
 vllm_nodes = 1
 
-# GPUs each host must have (logical GPUs after partitioning); preflight compares it with amd-smi.
+# GPUs each host must have (logical GPUs after partitioning); preflight compares it with amd-
+# smi.
 gpu_count = 8
 
 # GPU model the host must have: MI300X, MI325X, MI350X or MI355X.
@@ -66,7 +68,8 @@ tune_reboot = False
 # Disable deep CPU C-states (cpupower idle-set -d 2) from a oneshot unit.
 tune_cpu_idle = True
 
-# Unlimited locked memory for the container runtime and its containers.
+# Locked-memory limit for dockerd and the vLLM containers: `True` is unlimited (RCCL pins
+# buffers), a number is bytes, `False` leaves it alone.
 tune_memlock = True
 
 # System user that owns the service files; added to the render and video groups.
@@ -78,6 +81,10 @@ docker_registry_mirrors = []
 # Registries dockerd may reach over plain HTTP (daemon.json).
 docker_insecure_registries = []
 
-# Path on the control machine to a docker config.json with registry credentials; copied to root's
-# ~/.docker with mode 0600.
+# CA certificates of private registries: `{"registry.example:5000": "certs/ca.crt"}`, copied
+# from the control machine to /etc/docker/certs.d/<registry>/ca.crt.
+docker_registry_ca_certs = {}
+
+# Path on the control machine to a docker config.json with registry credentials; copied to
+# root's ~/.docker with mode 0600.
 docker_credentials_file = None

@@ -69,10 +69,19 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("tune_kernel_cmdline", True, "Add iommu=pt and pci=realloc=off to the kernel command line through a GRUB drop-in."),
     Variable("tune_reboot", False, "Reboot when the kernel command line changed; when False the deploy reports that a reboot is required."),
     Variable("tune_cpu_idle", True, "Disable deep CPU C-states (cpupower idle-set -d 2) from a oneshot unit."),
-    Variable("tune_memlock", True, "Unlimited locked memory for the container runtime and its containers."),
+    Variable(
+        "tune_memlock",
+        True,
+        "Locked-memory limit for dockerd and the vLLM containers: `True` is unlimited (RCCL pins buffers), a number is bytes, `False` leaves it alone.",
+    ),
     Variable("service_user", "vllm", "System user that owns the service files; added to the render and video groups."),
     Variable("docker_registry_mirrors", [], "Registry mirrors written to /etc/docker/daemon.json."),
     Variable("docker_insecure_registries", [], "Registries dockerd may reach over plain HTTP (daemon.json)."),
+    Variable(
+        "docker_registry_ca_certs",
+        {},
+        'CA certificates of private registries: `{"registry.example:5000": "certs/ca.crt"}`, copied from the control machine to /etc/docker/certs.d/<registry>/ca.crt.',
+    ),
     Variable(
         "docker_credentials_file",
         None,

@@ -69,11 +69,32 @@ class ServiceSpec:
 
 
 @dataclass(frozen=True)
+class HostSettings:
+    """The host-wide variables the deploy stages read (README, Variables)."""
+
+    shm_size: str
+    hf_token_path: str
+    hf_cache_dir: str
+    health_timeout: int
+    tune_numa_balancing: bool
+    tune_kernel_cmdline: bool
+    tune_reboot: bool
+    tune_cpu_idle: bool
+    tune_memlock: bool | int
+    service_user: str
+    registry_mirrors: tuple[str, ...]
+    insecure_registries: tuple[str, ...]
+    registry_ca_certs: dict[str, str]
+    credentials_file: str | None
+
+
+@dataclass(frozen=True)
 class HostSpec:
     host: str | None
     gpu_count: int
     gpu_model: str
     services: tuple[ServiceSpec, ...]
+    settings: HostSettings
     data: dict[str, Any]
 
 
@@ -104,6 +125,54 @@ class _Schema:
             self.error(key, "keys must be strings")
             return {}
         return dict(value)
+
+
+def _strings(schema: _Schema, key: str, value: Any) -> tuple[str, ...]:
+    items = schema.typed(key, value, (list, tuple), [], "a list of strings")
+    if not all(isinstance(item, str) for item in items):
+        schema.error(key, f"expected a list of strings, got {list(items)!r}")
+        return ()
+    return tuple(items)
+
+
+def resolve_settings(schema: _Schema, merged: Mapping[str, Any]) -> HostSettings:
+    """Type the host-wide variables; a wrong type becomes a schema finding and the default."""
+
+    def flag(key: str) -> bool:
+        return bool(schema.typed(key, merged[key], bool, DEFAULTS[key], "True or False"))
+
+    def text(key: str) -> str:
+        return str(schema.typed(key, merged[key], str, DEFAULTS[key], "a string"))
+
+    memlock = schema.typed("tune_memlock", merged["tune_memlock"], (bool, int), True, "True, False or a number of bytes")
+    if not isinstance(memlock, bool) and memlock <= 0:
+        schema.error("tune_memlock", f"a byte limit must be positive, got {memlock}")
+        memlock = True
+    timeout = schema.typed("health_timeout", merged["health_timeout"], int, DEFAULTS["health_timeout"], "seconds as an integer")
+    if timeout < 1:
+        schema.error("health_timeout", f"must be at least 1 second, got {timeout}")
+        timeout = DEFAULTS["health_timeout"]
+    certs = schema.mapping("docker_registry_ca_certs", merged["docker_registry_ca_certs"])
+    if not all(isinstance(v, str) for v in certs.values()):
+        schema.error("docker_registry_ca_certs", "values must be paths on the control machine")
+        certs = {}
+    credentials = schema.typed("docker_credentials_file", merged["docker_credentials_file"], str, None, "a path or None")
+    return HostSettings(
+        shm_size=text("vllm_shm_size"),
+        hf_token_path=text("hf_token_path"),
+        hf_cache_dir=text("hf_cache_dir"),
+        health_timeout=timeout,
+        tune_numa_balancing=flag("tune_numa_balancing"),
+        tune_kernel_cmdline=flag("tune_kernel_cmdline"),
+        tune_reboot=flag("tune_reboot"),
+        tune_cpu_idle=flag("tune_cpu_idle"),
+        tune_memlock=memlock,
+        service_user=text("service_user"),
+        registry_mirrors=_strings(schema, "docker_registry_mirrors", merged["docker_registry_mirrors"]),
+        insecure_registries=_strings(schema, "docker_insecure_registries", merged["docker_insecure_registries"]),
+        registry_ca_certs=certs,
+        credentials_file=credentials,
+    )
 
 
 def _scalar_env(schema: _Schema, key: str, name: str, value: Any) -> str | None:
@@ -272,4 +341,5 @@ def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, l
             gpus = tuple(range(next_gpu, next_gpu + per_node))
         next_gpu = max([next_gpu, *[g + 1 for g in gpus]])
         services.append(ServiceSpec(name, host, recipe.name, image, version, model, env, args, gpus, port, nodes, reasons))
-    return HostSpec(host, gpu_count, gpu_model, tuple(services), dict(merged)), schema.findings
+    settings = resolve_settings(schema, merged)
+    return HostSpec(host, gpu_count, gpu_model, tuple(services), settings, dict(merged)), schema.findings

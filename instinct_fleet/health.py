@@ -1,0 +1,74 @@
+"""Health of one vLLM instance: the wait loop that runs on the host, and its verdict.
+
+The loop runs on the host (curl against 127.0.0.1) so that it needs no open
+port towards the control machine. It stops early when the unit fails or
+restarts, so a bad flag shows its journal at once instead of after the timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+MARK = "@@health:"
+POLL_SECONDS = 2
+
+
+@dataclass(frozen=True)
+class Health:
+    code: str
+    models: tuple[str, ...]
+    state: str
+    journal: tuple[str, ...]
+
+
+def wait_script(unit: str, port: int, timeout: int) -> str:
+    u = shlex.quote(unit)
+    url = f"http://127.0.0.1:{int(port)}"
+    report = f"echo '{MARK}code'; echo \"$code\"; echo '{MARK}state'; echo \"$why\"; echo '{MARK}journal'; journalctl -u {u} -n 25 --no-pager -o cat 2>/dev/null; exit 0"
+    return (
+        f"end=$(( $(date +%s) + {int(timeout)} )); start=$(systemctl show -p NRestarts --value {u}); "
+        "while :; do "
+        f"code=$(curl -s -o /dev/null -m 5 -w '%{{http_code}}' {url}/health); "
+        f"if [ \"$code\" = 200 ]; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo healthy; "
+        f"echo '{MARK}models'; curl -s -m 10 {url}/v1/models; echo; exit 0; fi; "
+        f"active=$(systemctl show -p ActiveState --value {u}); now=$(systemctl show -p NRestarts --value {u}); "
+        f'if [ "$active" = failed ] || [ "$active" = inactive ]; then why="unit is $active"; {report}; fi; '
+        f'if [ "$now" != "$start" ]; then why="unit restarted while starting (crash loop)"; {report}; fi; '
+        f'if [ "$(date +%s)" -ge "$end" ]; then why="no answer within {int(timeout)}s (health_timeout)"; {report}; fi; '
+        f"sleep {POLL_SECONDS}; done"
+    )
+
+
+def parse(text: str) -> Health:
+    parts: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith(MARK):
+            current = line[len(MARK) :]
+            parts[current] = []
+        elif current is not None:
+            parts[current].append(line)
+    models: tuple[str, ...] = ()
+    try:
+        listing = json.loads("\n".join(parts.get("models", [])) or "{}")
+        models = tuple(str(card.get("id")) for card in listing.get("data", []) if isinstance(card, dict))
+    except (json.JSONDecodeError, AttributeError):
+        models = ()
+    return Health(
+        code="\n".join(parts.get("code", [])).strip(),
+        models=models,
+        state="\n".join(parts.get("state", [])).strip(),
+        journal=tuple(parts.get("journal", [])),
+    )
+
+
+def verdict(unit: str, port: int, served_model: str, result: Health) -> str | None:
+    """None when healthy and serving the model; otherwise what is wrong and where to look."""
+    if result.code == "200" and served_model in result.models:
+        return None
+    if result.code == "200":
+        return f"{unit}: /health answers on :{port} but /v1/models lists {list(result.models)}, not {served_model!r}"
+    tail = "\n    ".join(result.journal[-12:]) or "(no journal lines)"
+    return f"{unit}: not healthy on :{port}: {result.state}; last journal lines (journalctl -u {unit}):\n    {tail}"

@@ -1,0 +1,296 @@
+"""What a host really has, read in one SSH round trip, and the hard checks on it.
+
+:data:`SCRIPT` is the command of the ``HostReport`` fact. It prints one section
+per probe, so a host without ``amd-smi``, ``docker`` or ``/dev/dri`` still gives
+a full report. :func:`parse_report` turns that text into a typed
+:class:`HostReport`; :func:`hard_problems` says, for one host, what is missing
+and how to fix it. Both are pure so that unit tests run them on captured output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from instinct_fleet.spec import HostSpec
+
+MARK = "@@instinct-fleet:"
+MODELS = ("MI300X", "MI325X", "MI350X", "MI355X")
+KERNEL_ARGS = ("iommu=pt", "pci=realloc=off")
+
+# Each probe is one section; a probe that fails leaves its section empty.
+# printf starts each marker on a new line: amd-smi's JSON does not end with one.
+SCRIPT = "; ".join(
+    f"printf '\\n%s\\n' '{MARK}{name}'; {probe}"
+    for name, probe in (
+        ("amd-smi-static", "command -v amd-smi >/dev/null 2>&1 && amd-smi static --json 2>&1"),
+        ("amd-smi-version", "command -v amd-smi >/dev/null 2>&1 && amd-smi version --json 2>&1"),
+        ("rocm-smi", "command -v amd-smi >/dev/null 2>&1 || { command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showproductname 2>&1; }"),
+        ("kfd", "test -c /dev/kfd && echo present"),
+        ("render-nodes", "ls /dev/dri 2>/dev/null | grep '^renderD'"),
+        ("render-by-path", "ls -l /dev/dri/by-path 2>/dev/null | grep -- '-render '"),
+        ("amdgpu-initstate", "cat /sys/module/amdgpu/initstate 2>/dev/null"),
+        ("amdgpu-version", "cat /sys/module/amdgpu/version 2>/dev/null"),
+        (
+            "partitions",
+            'for d in /sys/module/amdgpu/drivers/pci:amdgpu/*/; do test -r "$d/current_compute_partition" && '
+            'echo "$(cat "$d/current_compute_partition") $(cat "$d/current_memory_partition" 2>/dev/null)"; done 2>/dev/null',
+        ),
+        ("cmdline", "cat /proc/cmdline"),
+        ("numa-balancing", "cat /proc/sys/kernel/numa_balancing 2>/dev/null"),
+        ("docker", "command -v docker >/dev/null 2>&1 && docker version --format '{{.Server.Version}}' 2>/dev/null"),
+        ("os-release", "cat /etc/os-release 2>/dev/null"),
+        ("groups", "getent group render video"),
+        ("grub", "command -v update-grub grub2-mkconfig grub-mkconfig 2>/dev/null"),
+        ("interfaces", "ip -o -4 addr show 2>/dev/null"),
+        ("commands", "for c in cpupower curl; do command -v $c >/dev/null 2>&1 && echo $c; done"),
+        ("units", "grep -l 'Managed by instinct-fleet' /etc/systemd/system/vllm-*.service 2>/dev/null"),
+    )
+)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    model: str | None
+    market_name: str
+    bdf: str | None
+    render_node: str | None
+    driver: str | None
+    firmware: str | None
+
+
+@dataclass(frozen=True)
+class HostReport:
+    """The preflight facts of one host. ``smi`` names the tool that listed the GPUs."""
+
+    smi: str | None
+    smi_error: str | None
+    gpus: tuple[Gpu, ...]
+    rocm_version: str | None
+    amdgpu_version: str | None
+    amdgpu_loaded: bool
+    kfd: bool
+    render_nodes: tuple[str, ...]
+    compute_partition: str | None
+    memory_partition: str | None
+    cmdline: str
+    numa_balancing: str | None
+    docker_version: str | None
+    os_id: str
+    os_like: tuple[str, ...]
+    group_ids: dict[str, int]
+    grub_tool: str | None
+    addresses: dict[str, str] = field(default_factory=dict)
+    commands: tuple[str, ...] = ()
+    managed_units: tuple[str, ...] = ()
+    hf_token: bool = False
+
+    @property
+    def missing_kernel_args(self) -> tuple[str, ...]:
+        words = self.cmdline.split()
+        return tuple(arg for arg in KERNEL_ARGS if arg not in words)
+
+    @property
+    def is_debian_family(self) -> bool:
+        return self.os_id in ("debian", "ubuntu") or "debian" in self.os_like
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def model_of(name: str) -> str | None:
+    """``AMD Instinct MI300X OAM`` -> ``MI300X``; None for anything else."""
+    match = re.search(r"MI3\d\dX", name.upper())
+    return match.group(0) if match and match.group(0) in MODELS else None
+
+
+def sections(text: str) -> dict[str, str]:
+    found: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith(MARK):
+            current = line[len(MARK) :].strip()
+            found[current] = []
+        elif current is not None:
+            found[current].append(line)
+    return {name: "\n".join(lines).strip() for name, lines in found.items()}
+
+
+def _json(text: str) -> Any:
+    """amd-smi may print warnings before its JSON; take the JSON part."""
+    start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
+    if start < 0:
+        return None
+    try:
+        return json.loads(text[start:])
+    except json.JSONDecodeError:
+        return None
+
+
+def _by_path(text: str) -> dict[str, str]:
+    """``pci-0000:1b:00.0-render -> ../renderD128`` lines to {bdf: renderD128}."""
+    mapping = {}
+    for match in re.finditer(r"pci-([0-9a-fA-F:.]+)-render -> \S*?(renderD\d+)", text):
+        mapping[match.group(1).lower()] = match.group(2)
+    return mapping
+
+
+def _na(value: Any) -> str | None:
+    return None if value in (None, "", "N/A") else str(value)
+
+
+def _amd_smi_gpus(static: Any, by_path: dict[str, str], nodes: tuple[str, ...]) -> tuple[tuple[Gpu, ...], str | None]:
+    rows = static.get("gpu_data") if isinstance(static, dict) else static
+    if not isinstance(rows, list):
+        return (), "amd-smi static --json printed no GPU list"
+    gpus = []
+    for position, row in enumerate(rows):
+        asic = row.get("asic", {}) if isinstance(row, dict) else {}
+        market = str(asic.get("market_name", "N/A"))
+        bdf = _na(row.get("bus", {}).get("bdf"))
+        render = by_path.get(bdf.lower()) if bdf else None
+        if render is None and not by_path and position < len(nodes):
+            render = nodes[position]  # no udev by-path links: render nodes follow PCI order
+        gpus.append(
+            Gpu(
+                index=int(row.get("gpu", position)),
+                model=model_of(market),
+                market_name=market,
+                bdf=bdf,
+                render_node=render,
+                driver=_na(row.get("driver", {}).get("version")),
+                firmware=_na(row.get("ifwi", {}).get("version")) or _na(row.get("vbios", {}).get("version")),
+            )
+        )
+    if gpus and all(g.market_name == "N/A" for g in gpus):
+        return tuple(gpus), "amd-smi answered N/A for every GPU: it needs root (run pyinfra with --sudo or as root)"
+    return tuple(gpus), None
+
+
+def _rocm_smi_gpus(text: str, nodes: tuple[str, ...]) -> tuple[Gpu, ...]:
+    gpus = []
+    for match in re.finditer(r"^GPU\[(\d+)\]\s*:\s*Card Series:\s*(.+?)\s*$", text, re.M):
+        index = int(match.group(1))
+        name = match.group(2)
+        render = nodes[index] if index < len(nodes) else None
+        gpus.append(Gpu(index, model_of(name), name, None, render, None, None))
+    return tuple(gpus)
+
+
+def _os_release(text: str) -> dict[str, str]:
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key] = value.strip().strip('"')
+    return values
+
+
+def parse_report(text: str) -> HostReport:
+    """Turn the output of :data:`SCRIPT` into a :class:`HostReport`."""
+    part = sections(text)
+    nodes = tuple(sorted(part.get("render-nodes", "").split(), key=lambda n: int(n[7:]) if n[7:].isdigit() else 0))
+    smi: str | None = None
+    smi_error = None
+    gpus: tuple[Gpu, ...] = ()
+    if part.get("amd-smi-static"):
+        smi = "amd-smi"
+        static = _json(part["amd-smi-static"])
+        if static is None:
+            smi_error = f"amd-smi static --json failed: {part['amd-smi-static'].splitlines()[-1][:200]}"
+        else:
+            gpus, smi_error = _amd_smi_gpus(static, _by_path(part.get("render-by-path", "")), nodes)
+    elif part.get("rocm-smi"):
+        smi = "rocm-smi"
+        gpus = _rocm_smi_gpus(part["rocm-smi"], nodes)
+    version = _json(part.get("amd-smi-version", ""))
+    version_row = version[0] if isinstance(version, list) and version and isinstance(version[0], dict) else {}
+    partitions = [line.split() for line in part.get("partitions", "").splitlines() if line.strip()]
+    compute = sorted({p[0] for p in partitions if p})
+    memory = sorted({p[1] for p in partitions if len(p) > 1})
+    osr = _os_release(part.get("os-release", ""))
+    groups = {}
+    for line in part.get("groups", "").splitlines():
+        bits = line.split(":")
+        if len(bits) >= 3 and bits[2].isdigit():
+            groups[bits[0]] = int(bits[2])
+    addresses: dict[str, str] = {}
+    for match in re.finditer(r"^\d+:\s+(\S+)\s+inet\s+([0-9.]+)/", part.get("interfaces", ""), re.M):
+        addresses.setdefault(match.group(1), match.group(2))
+    grub = part.get("grub", "").split()
+    return HostReport(
+        smi=smi,
+        smi_error=smi_error,
+        gpus=gpus,
+        rocm_version=_na(version_row.get("rocm_version")),
+        amdgpu_version=_na(version_row.get("amdgpu_version")) or _na(part.get("amdgpu-version")),
+        amdgpu_loaded=part.get("amdgpu-initstate") == "live",
+        kfd=part.get("kfd") == "present",
+        render_nodes=nodes,
+        compute_partition="/".join(compute) or None,
+        memory_partition="/".join(memory) or None,
+        cmdline=part.get("cmdline", ""),
+        numa_balancing=part.get("numa-balancing") or None,
+        docker_version=part.get("docker") or None,
+        os_id=osr.get("ID", ""),
+        os_like=tuple(osr.get("ID_LIKE", "").split()),
+        group_ids=groups,
+        grub_tool=grub[0].rsplit("/", 1)[-1] if grub else None,
+        addresses=addresses,
+        commands=tuple(part.get("commands", "").split()),
+        managed_units=tuple(line.rsplit("/", 1)[-1].removesuffix(".service") for line in part.get("units", "").split()),
+        hf_token=part.get("hf-token") == "present",
+    )
+
+
+def script(token_path: str) -> str:
+    """:data:`SCRIPT` plus the probe for this host's Hugging Face token file."""
+    return f"{SCRIPT}; printf '\\n%s\\n' '{MARK}hf-token'; test -r {shlex.quote(token_path)} && echo present; true"
+
+
+def hard_problems(report: HostReport, spec: HostSpec) -> list[str]:
+    """Why this host cannot serve its instances, each with how to fix it. Empty when it can."""
+    problems = []
+    if not report.is_debian_family:
+        problems.append(
+            f"the host runs {report.os_id or 'an unknown OS'}; instinct-fleet installs packages and regenerates GRUB on Debian and Ubuntu only"
+        )
+    if report.smi is None:
+        problems.append(
+            "no AMD GPU found: neither amd-smi nor rocm-smi is installed. Install ROCm (amdgpu-install --usecase=rocm) "
+            "or remove the host from the inventory"
+        )
+    elif report.smi_error:
+        problems.append(report.smi_error)
+    elif not report.gpus:
+        problems.append(f"{report.smi} lists no GPU: check that the amdgpu driver is loaded (dmesg | grep amdgpu)")
+    if not report.kfd:
+        problems.append(
+            "/dev/kfd is missing: the amdgpu kernel driver is not loaded. Install amdgpu-dkms or load the module (modprobe amdgpu)"
+        )
+    if report.smi is not None and not report.amdgpu_loaded:
+        problems.append("the amdgpu module is not live (/sys/module/amdgpu/initstate): modprobe amdgpu, then check dmesg")
+    if problems:
+        return problems
+    models = sorted({g.model or g.market_name for g in report.gpus})
+    if models != [spec.gpu_model]:
+        problems.append(f"gpu_model is {spec.gpu_model} but {report.smi} reports {', '.join(models)}: set gpu_model for this host or group")
+    needed = max([g + 1 for svc in spec.services for g in svc.gpus] or [0])
+    if len(report.gpus) < max(needed, spec.gpu_count):
+        problems.append(
+            f"{len(report.gpus)} GPUs visible, but gpu_count is {spec.gpu_count} and the instances use GPU indices up to {needed - 1}. "
+            f"Check the partition mode (compute {report.compute_partition or 'unknown'}) with amd-smi static --partition, or lower gpu_count"
+        )
+    missing = sorted({g for svc in spec.services for g in svc.gpus if g < len(report.gpus) and report.gpus[g].render_node is None})
+    if missing:
+        problems.append(f"no /dev/dri render node found for GPUs {missing}: check /dev/dri/by-path and the udev rules of the amdgpu driver")
+    return problems
+
+
+def render_nodes(report: HostReport, gpus: tuple[int, ...]) -> list[str]:
+    """``/dev/dri/renderD*`` paths of these GPU indices (hard_problems has checked they exist)."""
+    return [f"/dev/dri/{report.gpus[g].render_node}" for g in gpus]

@@ -1,0 +1,62 @@
+"""The local simulated fleet that `make demo` and `make test` deploy onto. Not for production.
+
+tests/fleet/fleet.py starts the hosts (containers with systemd, sshd and dockerd,
+plus stand-ins for the GPUs, ROCm and vLLM) and writes .fleet/fleet.json, which
+this file reads for ports, the SSH key and the local registry.
+"""
+
+import json
+from pathlib import Path
+
+FLEET_FILE = Path(__file__).resolve().parent.parent / ".fleet" / "fleet.json"
+if not FLEET_FILE.is_file():
+    raise FileNotFoundError(f"{FLEET_FILE} is missing: start the simulated fleet with `make demo` or `python3 tests/fleet/fleet.py up`")
+fleet = json.loads(FLEET_FILE.read_text())
+by_name = {h["name"]: h for h in fleet["hosts"]}
+
+
+def host_data(name: str, **data: object) -> tuple[str, dict[str, object]]:
+    sim = by_name[name]
+    connection = {
+        "ssh_hostname": "127.0.0.1",
+        "ssh_port": sim["ssh_port"],
+        "ssh_user": "root",
+        "ssh_key": fleet["ssh_key"],
+        "ssh_known_hosts_file": "/dev/null",
+        "ssh_strict_host_key_checking": "no",
+    }
+    common = {
+        # The stand-in vLLM image in the fleet's own registry, pinned like a real one.
+        "vllm_image": fleet["image"],
+        "vllm_version": fleet["vllm_version"],
+        "docker_insecure_registries": [fleet["registry"]],
+        # The test machine's kernel caps locked memory at 8 MiB (no CAP_SYS_RESOURCE), so
+        # "unlimited" cannot be granted here; a real host keeps the default (True).
+        "tune_memlock": 8 * 1024 * 1024,
+        "health_timeout": 120,
+    }
+    return name, {**connection, **common, **data}
+
+
+# The default recipe (gpt-oss-120b, TP 1) twice; the first answers on the port the fleet publishes.
+sim_gpu = [
+    host_data(
+        "sim-gpu-1",
+        vllm_instances=[
+            {"name": "main", "port": by_name["sim-gpu-1"]["api_port"]},
+            {"name": "batch", "recipe": "gpt-oss-120b-batch", "port": 8081},
+        ],
+    ),
+    # Two TP 4 Llama 3.1 70B instances on disjoint halves of the node.
+    host_data(
+        "sim-gpu-2",
+        vllm_recipe="llama-3.1-70b",
+        vllm_instances=[
+            {"name": "llama-a", "port": by_name["sim-gpu-2"]["api_port"]},
+            {"name": "llama-b", "port": 8001},
+        ],
+    ),
+]
+
+# A host with no GPU at all: preflight must fail it alone.
+sim_nogpu = [host_data("sim-nogpu")]

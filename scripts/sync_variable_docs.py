@@ -1,0 +1,51 @@
+"""Rewrite the README's Variables table and group_data/all.py from instinct_fleet/defaults.py.
+
+tests/unit/test_docs.py fails when the three drift apart; run this after adding
+or changing a variable: ``python scripts/sync_variable_docs.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+from instinct_fleet.defaults import VARIABLES
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADER = '''"""Fleet-wide defaults: every instinct-fleet variable, at its default.
+
+pyinfra reads this file for every host; group files (group_data/<group>.py) and
+host data in the inventory override it. The README table lists the same
+variables; instinct_fleet/defaults.py is where their defaults are defined.
+"""
+'''
+
+
+def readme_table() -> str:
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{v.name}` | `{json.dumps(v.default)}` | {v.doc} |" for v in VARIABLES]
+    return "\n".join(rows)
+
+
+def group_data_all() -> str:
+    blocks = []
+    for v in VARIABLES:
+        comment = "\n".join(textwrap.wrap(v.doc, width=96, initial_indent="# ", subsequent_indent="# "))
+        blocks.append(f"{comment}\n{v.name} = {v.default!r}")
+    return HEADER + "\n" + "\n\n".join(blocks) + "\n"
+
+
+def main() -> None:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    pattern = re.compile(r"^\| variable \| default \| meaning \|\n(?:^\|.*\|\n)+", re.M)
+    if not pattern.search(text):
+        raise SystemExit("README.md has no Variables table to replace")
+    readme.write_text(pattern.sub(lambda _: readme_table() + "\n", text, count=1))
+    (ROOT / "group_data" / "all.py").write_text(group_data_all())
+
+
+if __name__ == "__main__":
+    main()

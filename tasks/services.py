@@ -1,0 +1,62 @@
+"""Stage 4, vLLM services: one systemd unit per instance; a unit restarts only when its unit, env or image changed."""
+
+from io import StringIO
+
+from pyinfra.context import host
+from pyinfra.operations import files, systemd
+from pyinfra.operations.util import any_changed
+
+from instinct_fleet import operations, render
+from instinct_fleet.hostplan import plan_for
+
+plan = plan_for(host)
+settings = plan.spec.settings
+
+files.directory(name="Config directory", path=render.CONFIG_DIR, mode="755")
+files.directory(name="Hugging Face cache", path=settings.hf_cache_dir, user=settings.service_user, group=settings.service_user, mode="750")
+
+unit_ops = []
+for unit in plan.stale_units:
+    systemd.service(name=f"Stop {unit} (no longer in the inventory)", service=f"{unit}.service", running=False, enabled=False)
+    unit_ops.append(files.file(name=f"Remove {unit}", path=f"/etc/systemd/system/{unit}.service", present=False))
+    files.file(name=f"Remove {unit} env", path=f"{render.CONFIG_DIR}/{unit}.env", present=False)
+
+written = []
+for svc in plan.spec.services:
+    unit = render.unit_name(svc)
+    env = files.put(
+        name=f"{unit} env file", src=StringIO(render.env_file(svc, plan.report.hf_token)), dest=render.env_path(svc), mode="600"
+    )
+    unit_file = files.template(
+        name=f"{unit} unit",
+        src="templates/vllm.service.j2",
+        dest=f"/etc/systemd/system/{unit}.service",
+        mode="644",
+        unit=unit,
+        model=svc.model,
+        recipe=svc.recipe,
+        port=svc.port,
+        gpus=",".join(map(str, svc.gpus)),
+        env_path=render.env_path(svc),
+        docker=render.DOCKER,
+        exec_start=render.exec_line(plan.docker_run(svc)),
+        stop_seconds=render.stop_seconds(svc),
+    )
+    operations.unit_verified(
+        name=f"{unit} passes systemd-analyze verify", path=f"/etc/systemd/system/{unit}.service", _if=unit_file.did_change
+    )
+    written.append((svc, env, unit_file))
+    unit_ops.append(unit_file)
+
+if unit_ops:
+    systemd.daemon_reload(name="Reload systemd (vLLM units)", _if=any_changed(*unit_ops))
+for svc, env, unit_file in written:
+    unit = render.unit_name(svc)
+    systemd.service(
+        name=f"Restart {unit} for its new unit, env or image",
+        service=f"{unit}.service",
+        running=None,
+        restarted=True,
+        _if=any_changed(unit_file, env, plan.changes["image"]),
+    )
+    systemd.service(name=f"{unit} running and enabled", service=f"{unit}.service", running=True, enabled=True)

@@ -1,0 +1,388 @@
+"""The simulated MI300X fleet the end-to-end tests and ``make demo`` deploy onto.
+
+Nothing here is product code. It builds, on one machine with only the Debian
+mirror and PyPI in reach:
+
+* a base image from ``debootstrap`` (the mirror is read from this machine's apt
+  sources), imported with ``docker import``;
+* a simulated host image on top of it: systemd as PID 1, sshd, Debian's docker.io;
+* the stand-in vLLM image (``tests/fleet/standin/vllm``), pushed to a local
+  Debian ``docker-registry`` bound to the docker bridge's gateway;
+* hosts started with the flags a systemd container needs. GPU hosts get the
+  stand-in ``amd-smi`` (real captured MI300X output), stand-in /dev/kfd and
+  /dev/dri nodes (the numbers of /dev/null and /dev/zero, which the container's
+  device cgroup already allows), /dev/dri/by-path links for the captured PCI
+  addresses and a stand-in /sys/module/amdgpu.
+
+``up`` writes ``.fleet/fleet.json``, which ``inventories/local.py`` and
+``inventories/test.py`` read. Usage: ``python3 tests/fleet/fleet.py up|down``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STATE = ROOT / ".fleet"
+HERE = Path(__file__).resolve().parent
+FIXTURES = ROOT / "tests" / "fixtures"
+STATIC_JSON = FIXTURES / "amd-smi-static-json_mi300x-x8_rocm7.2.1_amdsmi26.2.2.json"
+VERSION_JSON = FIXTURES / "amd-smi-version-json_rocm7.2.1_amdsmi26.2.2.json"
+
+BASE_IMAGE = "instinct-fleet-test/base:bookworm-1"
+HOST_IMAGE = "instinct-fleet-test/host:bookworm-3"
+STANDIN_REPO = "instinct-fleet-standin/vllm-openai-rocm"
+STANDIN_VERSION = "0.22.0"
+REGISTRY_PORT = 5000
+LABEL = "instinct-fleet-test=1"
+# A fake token the tests look for everywhere it must not appear.
+HF_TOKEN = "hf_standinTOKENdoNotLeak" + "0123456789abcdef"
+
+HOST_FLAGS = [
+    "--cap-add",
+    "SYS_ADMIN",
+    "--cap-add",
+    "NET_ADMIN",
+    # The vLLM container asks for SYS_PTRACE (seed 004's docker run); a nested
+    # container can only get capabilities its parent has.
+    "--cap-add",
+    "SYS_PTRACE",
+    "--security-opt",
+    "seccomp=unconfined",
+    "--security-opt",
+    "apparmor=unconfined",
+    "--security-opt",
+    "systempaths=unconfined",
+    "--cgroupns=host",
+    "-v",
+    "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--tmpfs",
+    "/run",
+    "--tmpfs",
+    "/run/lock",
+]
+
+
+@dataclass(frozen=True)
+class SimHost:
+    name: str
+    gpus: bool
+    ssh_port: int
+    api_port: int
+    address: str = ""
+
+
+HOSTS = (
+    SimHost("sim-gpu-1", True, 2201, 18001),
+    SimHost("sim-gpu-2", True, 2202, 18002),
+    SimHost("sim-nogpu", False, 2203, 18003),
+)
+
+
+def log(message: str) -> None:
+    print(f"[fleet {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def run(*argv: str, check: bool = True, capture: bool = False, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    done = subprocess.run(list(argv), capture_output=capture, input=stdin)
+    if check and done.returncode != 0:
+        detail = done.stderr.decode(errors="replace").strip() if capture else ""
+        sys.exit(f"fleet: {' '.join(argv[:3])} ... failed ({done.returncode}): {detail}")
+    return done
+
+
+def out(*argv: str) -> str:
+    return run(*argv, capture=True).stdout.decode().strip()
+
+
+def apt_mirror() -> str:
+    """The Debian mirror this machine's apt uses (deb822 or one-line sources)."""
+    sources = [*Path("/etc/apt/sources.list.d").glob("*.sources"), *Path("/etc/apt/sources.list.d").glob("*.list")]
+    sources.append(Path("/etc/apt/sources.list"))
+    for path in sources:
+        if not path.is_file():
+            continue
+        text = path.read_text()
+        for match in re.finditer(r"^URIs:\s*(\S+)", text, re.M):
+            if not match.group(1).rstrip("/").endswith("-security"):
+                return match.group(1)
+        for match in re.finditer(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+\S+", text, re.M):
+            if not match.group(1).rstrip("/").endswith("-security"):
+                return match.group(1)
+    sys.exit("fleet: no Debian mirror found in /etc/apt/sources.list(.d)")
+
+
+def docker_ok() -> bool:
+    return run("docker", "info", check=False, capture=True).returncode == 0
+
+
+def gateway() -> str:
+    return out("docker", "network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}")
+
+
+def ensure_dockerd() -> None:
+    """Start the machine's dockerd, trusting the local registry on the bridge gateway."""
+    if docker_ok():
+        return
+    STATE.mkdir(exist_ok=True)
+    log("starting dockerd")
+    logfile = (STATE / "dockerd.log").open("ab")
+    # 172.17.0.1 is the bridge gateway dockerd creates by default; it is checked below.
+    subprocess.Popen(
+        ["dockerd", "--insecure-registry", f"172.17.0.1:{REGISTRY_PORT}"],
+        stdout=logfile,
+        stderr=logfile,
+        start_new_session=True,
+    )
+    for _ in range(60):
+        if docker_ok():
+            break
+        time.sleep(1)
+    else:
+        sys.exit(f"fleet: dockerd did not start; see {STATE / 'dockerd.log'}")
+    if gateway() != "172.17.0.1":
+        sys.exit(f"fleet: the docker bridge gateway is {gateway()}, not 172.17.0.1; the registry would be untrusted")
+
+
+def image_exists(ref: str) -> bool:
+    return run("docker", "image", "inspect", ref, check=False, capture=True).returncode == 0
+
+
+def build_base() -> None:
+    if image_exists(BASE_IMAGE):
+        return
+    mirror = apt_mirror()
+    log(f"debootstrap bookworm from {mirror}")
+    with tempfile.TemporaryDirectory(dir=STATE) as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        run("debootstrap", "--variant=minbase", "--include=python3,ca-certificates", "bookworm", str(rootfs), mirror)
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        subprocess.run(["docker", "import", "-", BASE_IMAGE], stdin=tar.stdout, check=True)
+        tar.wait()
+
+
+def build_host() -> None:
+    if image_exists(HOST_IMAGE):
+        return
+    log("building the simulated host image")
+    run("docker", "build", "-q", "-t", HOST_IMAGE, "--build-arg", f"BASE={BASE_IMAGE}", "-f", str(HERE / "host.Dockerfile"), str(HERE))
+
+
+def standin_ref(registry: str) -> str:
+    return f"{registry}/{STANDIN_REPO}:v{STANDIN_VERSION}"
+
+
+def build_standin(registry: str) -> None:
+    """Build the stand-in vLLM image with the real flag table of the vLLM it stands in for."""
+    log("building the stand-in vLLM image")
+    with tempfile.TemporaryDirectory(dir=STATE) as tmp:
+        context = Path(tmp)
+        shutil.copytree(HERE / "standin" / "vllm", context, dirs_exist_ok=True)
+        shutil.copy(ROOT / "instinct_fleet" / "knowledge" / f"vllm-{STANDIN_VERSION}.json", context / "vllm-knowledge.json")
+        run("docker", "build", "-q", "-t", standin_ref(registry), "--build-arg", f"BASE={BASE_IMAGE}", str(context))
+    run("docker", "push", "-q", standin_ref(registry))
+
+
+def start_registry(address: str) -> None:
+    if run("curl", "-sf", f"http://{address}/v2/", check=False, capture=True).returncode == 0:
+        return
+    log(f"starting docker-registry on {address}")
+    config = STATE / "registry.yml"
+    config.write_text(
+        f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {STATE / 'registry'}\nhttp:\n  addr: {address}\n"
+    )
+    logfile = (STATE / "registry.log").open("ab")
+    subprocess.Popen(["docker-registry", "serve", str(config)], stdout=logfile, stderr=logfile, start_new_session=True)
+    for _ in range(30):
+        if run("curl", "-sf", f"http://{address}/v2/", check=False, capture=True).returncode == 0:
+            return
+        time.sleep(0.5)
+    sys.exit(f"fleet: docker-registry did not answer on {address}; see {STATE / 'registry.log'}")
+
+
+def ssh_key() -> Path:
+    key = STATE / "id_ed25519"
+    if not key.exists():
+        run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "instinct-fleet-test", "-f", str(key))
+    return key
+
+
+def standin_sysfs() -> Path:
+    """A stand-in /sys/module: amdgpu loaded, one PCI device per captured GPU in SPX/NPS1."""
+    root = STATE / "sys-module"
+    shutil.rmtree(root, ignore_errors=True)
+    amdgpu = root / "amdgpu"
+    (amdgpu / "drivers" / "pci:amdgpu").mkdir(parents=True)
+    (amdgpu / "initstate").write_text("live\n")
+    version = json.loads(VERSION_JSON.read_text())[0]["amdgpu_version"]
+    (amdgpu / "version").write_text(f"{version}\n")
+    for gpu in json.loads(STATIC_JSON.read_text())["gpu_data"]:
+        device = amdgpu / "drivers" / "pci:amdgpu" / gpu["bus"]["bdf"]
+        device.mkdir()
+        # Values from the captured host: 8 logical GPUs of 304 CUs is SPX/NPS1 (see the fixture's source file).
+        (device / "current_compute_partition").write_text("SPX\n")
+        (device / "current_memory_partition").write_text("NPS1\n")
+        (device / "available_compute_partition").write_text("SPX, DPX, QPX, CPX\n")
+        (device / "available_memory_partition").write_text("NPS1, NPS2, NPS4\n")
+    return root
+
+
+def gpu_device_script() -> str:
+    """Shell that creates the stand-in device nodes inside a GPU host after boot."""
+    lines = [
+        "set -e",
+        "mknod -m 666 /dev/kfd c 1 3",
+        "mkdir -p /dev/dri/by-path",
+    ]
+    for index, gpu in enumerate(json.loads(STATIC_JSON.read_text())["gpu_data"]):
+        render = 128 + index
+        lines += [
+            f"mknod -m 666 /dev/dri/renderD{render} c 1 5",
+            f"mknod -m 660 /dev/dri/card{index} c 1 5",
+            f"ln -sf ../renderD{render} /dev/dri/by-path/pci-{gpu['bus']['bdf']}-render",
+            f"ln -sf ../card{index} /dev/dri/by-path/pci-{gpu['bus']['bdf']}-card",
+        ]
+    lines += ["chgrp render /dev/dri/renderD* && chgrp video /dev/dri/card*"]
+    return "\n".join(lines)
+
+
+def start_host(host: SimHost, key: Path, sysfs: Path) -> None:
+    name = host.name
+    run("docker", "rm", "-f", name, check=False, capture=True)
+    argv = [
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--hostname",
+        name,
+        "--label",
+        LABEL,
+        *HOST_FLAGS,
+        "-p",
+        f"127.0.0.1:{host.ssh_port}:22",
+        "-p",
+        f"127.0.0.1:{host.api_port}:{host.api_port}",
+        "-v",
+        f"{key}.pub:/root/.ssh/authorized_keys:ro",
+    ]
+    if host.gpus:
+        argv += [
+            "-v",
+            f"{sysfs}:/sys/module:ro",
+            "-v",
+            f"{HERE / 'standin' / 'amd-smi'}:/usr/bin/amd-smi:ro",
+            "-v",
+            f"{STATIC_JSON}:/usr/share/instinct-fleet-standin/amd-smi-static.json:ro",
+            "-v",
+            f"{VERSION_JSON}:/usr/share/instinct-fleet-standin/amd-smi-version.json:ro",
+        ]
+    run(*argv, HOST_IMAGE, "/lib/systemd/systemd", capture=True)
+    if host.gpus:
+        run("docker", "exec", name, "sh", "-c", gpu_device_script())
+        # The operator's job on a real host: a Hugging Face token in a root-only file.
+        token = f"mkdir -p /etc/instinct-fleet && umask 077 && printf '%s\\n' {HF_TOKEN} > /etc/instinct-fleet/hf-token"
+        run("docker", "exec", name, "sh", "-c", token)
+
+
+def wait_hosts(hosts: list[SimHost], key: Path) -> None:
+    for host in hosts:
+        for _ in range(90):
+            probe = run(
+                "ssh",
+                *ssh_options(key, host.ssh_port),
+                "root@127.0.0.1",
+                "systemctl is-system-running --wait >/dev/null; systemctl is-active ssh docker",
+                check=False,
+                capture=True,
+            )
+            if probe.returncode == 0:
+                break
+            time.sleep(1)
+        else:
+            sys.exit(f"fleet: {host.name} did not come up: {probe.stdout.decode()} {probe.stderr.decode()}")
+
+
+def ssh_options(key: Path, port: int) -> list[str]:
+    return [
+        "-i",
+        str(key),
+        "-p",
+        str(port),
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "BatchMode=yes",
+    ]
+
+
+def up() -> dict[str, object]:
+    STATE.mkdir(exist_ok=True)
+    started = time.monotonic()
+    ensure_dockerd()
+    registry = f"{gateway()}:{REGISTRY_PORT}"
+    start_registry(registry)
+    build_base()
+    build_host()
+    build_standin(registry)
+    key = ssh_key()
+    sysfs = standin_sysfs()
+    log("starting hosts")
+    hosts = []
+    for host in HOSTS:
+        start_host(host, key, sysfs)
+        address = out("docker", "inspect", "-f", "{{.NetworkSettings.IPAddress}}", host.name)
+        hosts.append(SimHost(host.name, host.gpus, host.ssh_port, host.api_port, address))
+    wait_hosts(hosts, key)
+    fleet = {
+        "registry": registry,
+        "image": standin_ref(registry),
+        "vllm_version": STANDIN_VERSION,
+        "ssh_key": str(key),
+        "hf_token": HF_TOKEN,
+        "hosts": [asdict(h) for h in hosts],
+    }
+    (STATE / "fleet.json").write_text(json.dumps(fleet, indent=2) + "\n")
+    log(f"fleet up in {time.monotonic() - started:.0f}s: {', '.join(h.name for h in hosts)}")
+    return fleet
+
+
+def down() -> None:
+    if not docker_ok():
+        return
+    ids = out("docker", "ps", "-aq", "--filter", f"label={LABEL}").split()
+    if ids:
+        run("docker", "rm", "-f", "-v", *ids, capture=True)
+    (STATE / "fleet.json").unlink(missing_ok=True)
+    log("fleet down")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["up", "down"])
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("fleet: run as root (dockerd, debootstrap)")
+    if args.command == "up":
+        up()
+    else:
+        down()
+
+
+if __name__ == "__main__":
+    main()
