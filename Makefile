@@ -3,7 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: test lint unit install clean
+.PHONY: test lint unit e2e fleet-deps demo demo-down install clean
+
+# Debian packages the simulated fleet needs (tests/fleet/fleet.py).
+FLEET_PACKAGES = docker.io debootstrap docker-registry nftables openssh-client curl
 
 install: $(VENV)/.installed
 
@@ -21,7 +24,27 @@ lint: install
 unit: install
 	$(BIN)/pytest tests/unit
 
-test: lint unit
+fleet-deps:
+	@missing=$$(for p in $(FLEET_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "apt-get install $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
-clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+# End to end: a fresh simulated fleet, the real CLI and pyinfra over SSH, testinfra.
+e2e: install fleet-deps
+	$(BIN)/pytest -p no:cacheprovider tests/e2e --durations=0
+
+test: lint unit e2e
+
+# The quick start: a local simulated fleet, the default recipe deployed, a sample completion.
+demo: install fleet-deps
+	$(BIN)/python tests/fleet/fleet.py up
+	-$(BIN)/instinct-fleet deploy inventories/local.py
+	$(BIN)/python tests/fleet/fleet.py sample
+
+demo-down:
+	$(BIN)/python tests/fleet/fleet.py down
+
+clean: demo-down
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .fleet

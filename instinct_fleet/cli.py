@@ -1,4 +1,4 @@
-"""The ``instinct-fleet`` command line: recipes, render and plan.
+"""The ``instinct-fleet`` command line: recipes, render, plan, deploy and verify.
 
 The JSON printed with ``--json`` is a contract for CI pipelines:
 ``{"services": [...], "warnings": [...], "errors": [...]}``. Exit codes: 0 no
@@ -11,8 +11,10 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from instinct_fleet import knowledge
@@ -150,6 +152,50 @@ def cmd_plan(opts: argparse.Namespace) -> int:
     return _report(plan_hosts(chosen), opts.json, opts.explain)
 
 
+def _project_dir(opts: argparse.Namespace) -> Path:
+    return Path(opts.project_dir) if opts.project_dir else Path(opts.inventory).resolve().parent.parent
+
+
+def cmd_deploy(opts: argparse.Namespace) -> int:
+    """Validate every chosen host before connecting to any, then hand over to pyinfra."""
+    try:
+        hosts = load_inventory(opts.inventory, opts.project_dir)
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from exc
+    chosen = select(hosts, opts.limit)
+    if not chosen:
+        raise UsageError(f"--limit {opts.limit!r} matches no host or group of {opts.inventory}")
+    findings = [f for _, fs in plan_hosts(chosen) for f in fs]
+    errors = [f for f in findings if f.severity == "error"]
+    for f in findings:
+        print(str(f), file=sys.stderr)
+    if errors:
+        print(f"{len(errors)} error(s): nothing was deployed and no host was contacted", file=sys.stderr)
+        return EXIT_INVALID
+    project = _project_dir(opts)
+    if not (project / "deploy.py").is_file():
+        raise UsageError(f"no deploy.py in {project}; pass --project-dir")
+    argv = [sys.executable, "-m", "pyinfra", "-y", str(Path(opts.inventory).resolve()), "deploy.py"]
+    if opts.limit:
+        argv += ["--limit", opts.limit]
+    if opts.json:
+        argv.append("--json")
+    sys.stdout.flush()
+    return subprocess.call([*argv, *opts.passthrough], cwd=project)
+
+
+def cmd_verify(opts: argparse.Namespace) -> int:
+    """Run the testinfra verify module against the hosts of an inventory."""
+    project = _project_dir(opts)
+    module = project / "tests" / "verify"
+    if not module.is_dir():
+        raise UsageError(f"no tests/verify in {project}; pass --project-dir")
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(module), "--inventory", str(Path(opts.inventory).resolve())]
+    if opts.limit:
+        argv += ["--limit", opts.limit]
+    return subprocess.call([*argv, *opts.passthrough], cwd=project)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="instinct-fleet", description="Tuned vLLM serving on AMD Instinct fleets.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -174,6 +220,21 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (recipes, render, plan):
         p.add_argument("--json", action="store_true", help="machine-readable output")
         p.add_argument("--explain", action="store_true", help="show the reason behind each env var and flag")
+
+    deploy = sub.add_parser(
+        "deploy",
+        help="validate an inventory, then run pyinfra with deploy.py (no host is contacted on errors); arguments after -- go to pyinfra",
+    )
+    verify = sub.add_parser(
+        "verify", help="check deployed hosts with the testinfra verify module (read-only); arguments after -- go to pytest"
+    )
+    for p in (deploy, verify):
+        p.add_argument("inventory")
+        p.add_argument("--limit", help="host or group name (glob)")
+        p.add_argument("--project-dir", help="directory holding deploy.py (default: the inventory's parent's parent)")
+    deploy.add_argument("--json", action="store_true", help="pyinfra's JSON results (operations, totals, failed hosts)")
+    deploy.set_defaults(func=cmd_deploy)
+    verify.set_defaults(func=cmd_verify)
     return parser
 
 
@@ -181,6 +242,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     # --arg values start with dashes (--arg --no-enable-prefix-caching); keep them as values.
     raw = list(sys.argv[1:] if argv is None else argv)
+    # After --: arguments for pyinfra (deploy) or pytest (verify).
+    passthrough = raw[raw.index("--") + 1 :] if "--" in raw else []
+    raw = raw[: raw.index("--")] if "--" in raw else raw
     joined: list[str] = []
     for i, item in enumerate(raw):
         if i > 0 and raw[i - 1] == "--arg" and joined and joined[-1] == "--arg":
@@ -188,6 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             joined.append(item)
     opts = parser.parse_args(joined)
+    opts.passthrough = passthrough
+    if passthrough and opts.command not in ("deploy", "verify"):
+        parser.error(f"{opts.command} takes no arguments after --")
     try:
         return int(opts.func(opts))
     except UsageError as exc:

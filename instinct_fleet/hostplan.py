@@ -44,6 +44,20 @@ class HostPlan:
     def docker_run(self, svc: ServiceSpec) -> list[str]:
         return render.docker_run(svc, self.spec.settings, self.devices(svc), self.group_ids, self.report.hf_token)
 
+    def unit_vars(self, svc: ServiceSpec) -> dict[str, Any]:
+        """Everything templates/vllm.service.j2 reads; the deploy and the verify module both use it."""
+        return {
+            "unit": render.unit_name(svc),
+            "model": svc.model,
+            "recipe": svc.recipe,
+            "port": svc.port,
+            "gpus": ",".join(map(str, svc.gpus)),
+            "env_path": render.env_path(svc),
+            "docker": render.DOCKER,
+            "exec_start": render.exec_line(self.docker_run(svc)),
+            "stop_seconds": render.stop_seconds(svc),
+        }
+
     @property
     def missing_packages(self) -> list[str]:
         missing = [] if self.report.docker_version else ["docker.io"]

@@ -140,7 +140,16 @@ def _by_path(text: str) -> dict[str, str]:
 
 
 def _na(value: Any) -> str | None:
-    return None if value in (None, "", "N/A") else str(value)
+    return None if value in (None, "", "N/A") or isinstance(value, (dict, list)) else str(value)
+
+
+def _dig(row: Any, *keys: str) -> Any:
+    """row[k1][k2]..., or None where amd-smi put "N/A" (or nothing) instead of an object."""
+    for key in keys:
+        if not isinstance(row, dict):
+            return None
+        row = row.get(key)
+    return row
 
 
 def _amd_smi_gpus(static: Any, by_path: dict[str, str], nodes: tuple[str, ...]) -> tuple[tuple[Gpu, ...], str | None]:
@@ -149,21 +158,20 @@ def _amd_smi_gpus(static: Any, by_path: dict[str, str], nodes: tuple[str, ...]) 
         return (), "amd-smi static --json printed no GPU list"
     gpus = []
     for position, row in enumerate(rows):
-        asic = row.get("asic", {}) if isinstance(row, dict) else {}
-        market = str(asic.get("market_name", "N/A"))
-        bdf = _na(row.get("bus", {}).get("bdf"))
+        market = _na(_dig(row, "asic", "market_name")) or "N/A"
+        bdf = _na(_dig(row, "bus", "bdf"))
         render = by_path.get(bdf.lower()) if bdf else None
         if render is None and not by_path and position < len(nodes):
             render = nodes[position]  # no udev by-path links: render nodes follow PCI order
         gpus.append(
             Gpu(
-                index=int(row.get("gpu", position)),
+                index=int(gpu) if isinstance(gpu := _dig(row, "gpu"), int) else position,
                 model=model_of(market),
                 market_name=market,
                 bdf=bdf,
                 render_node=render,
-                driver=_na(row.get("driver", {}).get("version")),
-                firmware=_na(row.get("ifwi", {}).get("version")) or _na(row.get("vbios", {}).get("version")),
+                driver=_na(_dig(row, "driver", "version")),
+                firmware=_na(_dig(row, "ifwi", "version")) or _na(_dig(row, "vbios", "version")),
             )
         )
     if gpus and all(g.market_name == "N/A" for g in gpus):

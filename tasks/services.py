@@ -32,15 +32,7 @@ for svc in plan.spec.services:
         src="templates/vllm.service.j2",
         dest=f"/etc/systemd/system/{unit}.service",
         mode="644",
-        unit=unit,
-        model=svc.model,
-        recipe=svc.recipe,
-        port=svc.port,
-        gpus=",".join(map(str, svc.gpus)),
-        env_path=render.env_path(svc),
-        docker=render.DOCKER,
-        exec_start=render.exec_line(plan.docker_run(svc)),
-        stop_seconds=render.stop_seconds(svc),
+        **plan.unit_vars(svc),
     )
     operations.unit_verified(
         name=f"{unit} passes systemd-analyze verify", path=f"/etc/systemd/system/{unit}.service", _if=unit_file.did_change

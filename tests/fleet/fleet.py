@@ -14,8 +14,8 @@ mirror and PyPI in reach:
   device cgroup already allows), /dev/dri/by-path links for the captured PCI
   addresses and a stand-in /sys/module/amdgpu.
 
-``up`` writes ``.fleet/fleet.json``, which ``inventories/local.py`` and
-``inventories/test.py`` read. Usage: ``python3 tests/fleet/fleet.py up|down``.
+``up`` writes ``.fleet/fleet.json``, which ``inventories/local.py`` reads.
+Usage: ``python3 tests/fleet/fleet.py up|down|sample``.
 """
 
 from __future__ import annotations
@@ -372,14 +372,33 @@ def down() -> None:
     log("fleet down")
 
 
+def sample() -> None:
+    """Print each published endpoint and one completion from it (the end of ``make demo``)."""
+    fleet = json.loads((STATE / "fleet.json").read_text())
+    for host in fleet["hosts"]:
+        url = f"http://127.0.0.1:{host['api_port']}"
+        models = run("curl", "-s", "-m", "5", f"{url}/v1/models", check=False, capture=True)
+        if models.returncode != 0 or not models.stdout:
+            print(f"{host['name']}: nothing serving on {url} (see the deploy output above)")
+            continue
+        model = json.loads(models.stdout)["data"][0]["id"]
+        body = json.dumps({"model": model, "prompt": "The MI300X has 192 GB of", "max_tokens": 12})
+        reply = out("curl", "-s", "-m", "10", "-H", "Content-Type: application/json", "-d", body, f"{url}/v1/completions")
+        print(f"{host['name']}: {url}  model {model}")
+        print(f"  curl {url}/v1/completions -H 'Content-Type: application/json' -d '{body}'")
+        print(f"  -> {json.loads(reply)['choices'][0]['text'].strip()!r}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("command", choices=["up", "down", "sample"])
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("fleet: run as root (dockerd, debootstrap)")
     if args.command == "up":
         up()
+    elif args.command == "sample":
+        sample()
     else:
         down()
 

@@ -1,0 +1,81 @@
+"""Connect the verify module to a pyinfra inventory: one testinfra host per inventory host.
+
+    pytest tests/verify --inventory inventories/prod.py [--limit GROUP_OR_HOST]
+    instinct-fleet verify inventories/prod.py [--limit GROUP_OR_HOST]
+
+Expected values come from the same code the deploy renders with (instinct_fleet),
+fed with the host's data and its preflight report, so a check can only pass when
+the host holds exactly what a deploy would write.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import testinfra
+
+from instinct_fleet import preflight
+from instinct_fleet.hostplan import HostPlan, build_plan
+from instinct_fleet.inventory import HostData, load_inventory, select
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--inventory", required=True, help="pyinfra inventory file, e.g. inventories/prod.py")
+    parser.addoption("--limit", default=None, help="host or group name (glob)")
+
+
+@dataclass
+class Target:
+    name: str
+    plan: HostPlan
+    host: Any  # testinfra.host.Host
+
+    def sh(self, command: str) -> str:
+        """Run as root (sudo when connecting as another user); fail the test on a non-zero exit."""
+        result = self.host.run(command)
+        assert result.rc == 0, f"{self.name}: `{command}` exited {result.rc}: {result.stderr}"
+        return str(result.stdout)
+
+    def inspect(self, container: str) -> dict[str, Any]:
+        return dict(json.loads(self.sh(f"docker inspect {container}"))[0])
+
+
+def _connect(host: HostData) -> Any:
+    data = host.data
+    user = data.get("ssh_user") or "root"
+    spec = f"ssh://{user}@{data.get('ssh_hostname') or host.name}:{data.get('ssh_port') or 22}"
+    extra = []
+    if data.get("ssh_known_hosts_file"):
+        extra.append(f"-o UserKnownHostsFile={data['ssh_known_hosts_file']}")
+    if str(data.get("ssh_strict_host_key_checking", "")).lower() in ("no", "off", "false"):
+        extra.append("-o StrictHostKeyChecking=no")
+    return testinfra.get_host(spec, ssh_identity_file=data.get("ssh_key"), ssh_extra_args=" ".join(extra) or None, sudo=user != "root")
+
+
+_HOSTS: dict[str, HostData] = {}
+_TARGETS: dict[str, Target] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    hosts = select(load_inventory(config.getoption("--inventory")), config.getoption("--limit"))
+    _HOSTS.update({h.name: h for h in hosts})
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "target" in metafunc.fixturenames:
+        metafunc.parametrize("target", sorted(_HOSTS), indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def target(request: pytest.FixtureRequest) -> Target:
+    name = str(request.param)
+    if name not in _TARGETS:
+        host = _HOSTS[name]
+        conn = _connect(host)
+        token_path = str(host.data.get("hf_token_path", "/etc/instinct-fleet/hf-token"))
+        report = preflight.parse_report(conn.run(preflight.script(token_path)).stdout)
+        _TARGETS[name] = Target(name, build_plan(name, host.groups, host.data, report), conn)
+    return _TARGETS[name]
