@@ -15,5 +15,7 @@ local.include("tasks/preflight.py")
 if plan_for(host).ok:
     local.include("tasks/tuning.py")
     local.include("tasks/runtime.py")
+    local.include("tasks/cluster.py")
+    local.include("tasks/firewall.py")
     local.include("tasks/services.py")
     local.include("tasks/health.py")

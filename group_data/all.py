@@ -88,3 +88,56 @@ docker_registry_ca_certs = {}
 # Path on the control machine to a docker config.json with registry credentials; copied to
 # root's ~/.docker with mode 0600.
 docker_credentials_file = None
+
+# Name of the Ray cluster the host belongs to; the hosts that share it serve one multi-node vLLM
+# instance (`vllm_nodes` of them).
+ray_cluster = None
+
+# `head` or `worker` within `ray_cluster`; exactly one head, which also runs the vLLM unit.
+ray_role = None
+
+# Every port Ray listens on, pinned so that the firewall can close them to non-members
+# (`client_server` is Ray's fixed default); override single keys.
+ray_ports = {
+    "gcs": 6379,
+    "object_manager": 8076,
+    "node_manager": 8077,
+    "client_server": 10001,
+    "min_worker": 10002,
+    "max_worker": 10999,
+    "dashboard_agent_listen": 52365,
+    "dashboard_agent_grpc": 52366,
+    "metrics_export": 52367,
+    "runtime_env_agent": 52368,
+}
+
+# Seconds the vLLM unit on the head waits for every node and GPU of the cluster to join Ray.
+ray_ready_timeout = 600
+
+# Interface RCCL and Gloo use between nodes (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME); its
+# address becomes VLLM_HOST_IP and the Ray node IP. Required in a cluster.
+cluster_nic = None
+
+# RDMA NICs for RCCL, e.g. `"mlx5_0,mlx5_1"` (NCCL_IB_HCA); unset, RCCL falls back to TCP
+# sockets.
+nccl_ib_hca = None
+
+# RoCE GID index (NCCL_IB_GID_INDEX), usually 3 for RoCE v2.
+nccl_ib_gid_index = None
+
+# GPUDirect RDMA level (NCCL_NET_GDR_LEVEL), e.g. 3 or `PHB`.
+nccl_net_gdr_level = None
+
+# NCCL_MIN_NCHANNELS in a cluster: more channels for MI300X collectives (002 RCCL).
+nccl_min_nchannels = 112
+
+# Pass /dev/infiniband into the Ray and vLLM containers with the IPC_LOCK capability (RDMA).
+infiniband = False
+
+# Manage the nftables table `inet instinct_fleet`: Ray ports open only to cluster members, vLLM
+# ports only to `vllm_allow_from`.
+firewall = True
+
+# Addresses or networks allowed to reach the vLLM ports (`["10.0.0.0/8"]`), besides loopback and
+# cluster members; `None` leaves them open.
+vllm_allow_from = None

@@ -7,17 +7,27 @@ Stages branch only on this plan, which does not change during a run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from instinct_fleet import preflight, render
-from instinct_fleet.defaults import DEFAULTS
 from instinct_fleet.inventory import HostData, plan_hosts
 from instinct_fleet.preflight import HostReport
+from instinct_fleet.rules import Finding
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
 BASE_PACKAGES = {"curl": "curl"}  # command -> Debian package; curl runs the health checks
 CPUPOWER_PACKAGES = {"debian": ("linux-cpupower",), "ubuntu": ("linux-tools-common", "linux-tools-generic")}
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What one member needs to know of its cluster, read from every member's preflight facts."""
+
+    node_ip: str
+    head_ip: str
+    member_ips: tuple[str, ...]
 
 
 @dataclass
@@ -26,6 +36,7 @@ class HostPlan:
     report: HostReport
     errors: list[str]
     warnings: list[str]
+    cluster: ClusterView | None = None
     # Operation results later stages key restarts on (for example the image pull).
     changes: dict[str, Any] = field(default_factory=dict)
 
@@ -33,7 +44,24 @@ class HostPlan:
     def ok(self) -> bool:
         return not self.errors
 
+    @property
+    def role(self) -> str | None:
+        """``head``, ``worker`` or None for a single-node host."""
+        cluster = self.spec.settings.cluster
+        return cluster.role if cluster else None
+
+    @property
+    def serves(self) -> tuple[ServiceSpec, ...]:
+        """The vLLM instances this host runs a unit for: none on a cluster worker."""
+        return () if self.role == "worker" else self.spec.services
+
+    @property
+    def image(self) -> str:
+        return self.spec.services[0].image
+
     def devices(self, svc: ServiceSpec) -> list[str]:
+        if self.role is not None:  # a cluster node gives Ray every GPU of the node
+            return preflight.render_nodes(self.report, tuple(range(self.spec.gpu_count)))
         return preflight.render_nodes(self.report, svc.gpus)
 
     @property
@@ -41,11 +69,47 @@ class HostPlan:
         """GIDs that own /dev/kfd and /dev/dri on the host, added to the container numerically."""
         return [self.report.group_ids[g] for g in ("video", "render") if g in self.report.group_ids]
 
-    def docker_run(self, svc: ServiceSpec) -> list[str]:
-        return render.docker_run(svc, self.spec.settings, self.devices(svc), self.group_ids, self.report.hf_token)
+    def env(self, svc: ServiceSpec) -> dict[str, str]:
+        """The container env: the instance's, plus RCCL settings and VLLM_HOST_IP on a cluster node."""
+        cluster = self.spec.settings.cluster
+        if cluster is None or self.cluster is None:
+            return dict(svc.env)
+        return {**svc.env, **cluster.rccl_env(), "VLLM_HOST_IP": self.cluster.node_ip}
+
+    def env_text(self, svc: ServiceSpec) -> str:
+        return render.env_file(self.env(svc), self.report.hf_token)
+
+    def vllm_argv(self, svc: ServiceSpec) -> list[str]:
+        mounts = [f"{render.RAY_TMP}:/tmp/ray"] if self.role == "head" else []
+        container = render.vllm_container(svc, self.devices(svc), mounts)
+        if self.spec.settings.cluster is not None:
+            container = render.Container(**{**container.__dict__, "infiniband": self.spec.settings.cluster.infiniband})
+        return render.docker_run(container, self.spec.settings, self.group_ids, self.report.hf_token)
+
+    def ray_argv(self) -> list[str]:
+        cluster = self.spec.settings.cluster
+        assert cluster is not None and self.cluster is not None
+        svc = self.spec.services[0]
+        command = render.ray_start(cluster, self.cluster.node_ip, self.cluster.head_ip, self.spec.gpu_count)
+        container = render.Container(
+            name=render.ray_unit(cluster.role),
+            image=svc.image,
+            entrypoint="ray",
+            command=command,
+            env_path=render.RAY_ENV,
+            devices=self.devices(svc),
+            mounts=[f"{render.RAY_TMP}:/tmp/ray"],
+            infiniband=cluster.infiniband,
+        )
+        return render.docker_run(container, self.spec.settings, self.group_ids, self.report.hf_token)
 
     def unit_vars(self, svc: ServiceSpec) -> dict[str, Any]:
         """Everything templates/vllm.service.j2 reads; the deploy and the verify module both use it."""
+        cluster = self.spec.settings.cluster
+        ready = None
+        if cluster is not None and self.role == "head":
+            nodes, gpus = svc.nodes, svc.nodes * self.spec.gpu_count
+            ready = render.exec_line(render.ray_ready_command(nodes, gpus, cluster.ready_timeout))
         return {
             "unit": render.unit_name(svc),
             "model": svc.model,
@@ -54,14 +118,39 @@ class HostPlan:
             "gpus": ",".join(map(str, svc.gpus)),
             "env_path": render.env_path(svc),
             "docker": render.DOCKER,
-            "exec_start": render.exec_line(self.docker_run(svc)),
+            "exec_start": render.exec_line(self.vllm_argv(svc)),
             "stop_seconds": render.stop_seconds(svc),
+            "ray_unit": render.ray_unit("head") if ready else None,
+            "ray_ready": ready,
+            "start_timeout": (cluster.ready_timeout + 120) if ready and cluster else 120,
         }
+
+    def ray_unit_vars(self) -> dict[str, Any]:
+        cluster = self.spec.settings.cluster
+        assert cluster is not None
+        return {
+            "unit": render.ray_unit(cluster.role),
+            "role": cluster.role,
+            "cluster": cluster.name,
+            "docker": render.DOCKER,
+            "exec_start": render.exec_line(self.ray_argv()),
+        }
+
+    def firewall(self) -> str | None:
+        """The nftables ruleset for this host, or None when the firewall is not needed or switched off."""
+        settings = self.spec.settings
+        if not settings.firewall or (settings.cluster is None and settings.allow_from is None):
+            return None
+        members = list(self.cluster.member_ips) if self.cluster else []
+        ray = render.ray_ports(settings.cluster) if settings.cluster else []
+        return render.firewall_ruleset(members, ray, [s.port for s in self.serves], settings.allow_from)
 
     @property
     def missing_packages(self) -> list[str]:
         missing = [] if self.report.docker_version else ["docker.io"]
         missing += [pkg for cmd, pkg in BASE_PACKAGES.items() if cmd not in self.report.commands]
+        if self.firewall() is not None and "nft" not in self.report.commands:
+            missing.append("nftables")
         if self.spec.settings.tune_cpu_idle and "cpupower" not in self.report.commands:
             missing += CPUPOWER_PACKAGES.get(self.report.os_id, CPUPOWER_PACKAGES["debian"])
         return missing
@@ -69,23 +158,23 @@ class HostPlan:
     @property
     def stale_units(self) -> list[str]:
         """vllm-* units this tool wrote earlier for instances no longer in the inventory."""
-        wanted = {render.unit_name(s) for s in self.spec.services}
+        wanted = {render.unit_name(s) for s in self.serves}
         return sorted(set(self.report.managed_units) - wanted)
 
     def summary(self) -> str:
         r = self.report
         gpus = r.gpus[0] if r.gpus else None
         model = gpus.model or gpus.market_name if gpus else "no GPU"
+        role = f", Ray {self.role} of {self.spec.settings.cluster.name}" if self.spec.settings.cluster else ""
         return (
             f"{len(r.gpus)} x {model}, partition {r.compute_partition or '?'}/{r.memory_partition or '?'}, "
             f"amdgpu {r.amdgpu_version or '?'}, ROCm {r.rocm_version or '?'}, firmware {gpus.firmware if gpus else '?'}, "
-            f"docker {r.docker_version or 'absent'}"
+            f"docker {r.docker_version or 'absent'}{role}"
         )
 
 
-def build_plan(name: str, groups: tuple[str, ...], data: dict[str, Any], report: HostReport) -> HostPlan:
+def build_plan(spec: HostSpec, findings: list[Finding], report: HostReport) -> HostPlan:
     """Validation findings and preflight problems for one host, as messages."""
-    [(spec, findings)] = plan_hosts([HostData(name, groups, data)])
     errors = [f"{f.key}: {f.message} [{f.rule}]" for f in findings if f.severity == "error"]
     warnings = [f"{f.key}: {f.message} [{f.rule}]" for f in findings if f.severity == "warning"]
     if not errors:
@@ -100,16 +189,75 @@ def build_plan(name: str, groups: tuple[str, ...], data: dict[str, Any], report:
     return HostPlan(spec, report, errors, warnings)
 
 
+def join_cluster(plan: HostPlan, members: dict[str, HostPlan | None]) -> None:
+    """Give a cluster member its node IP, the head's IP and every member's IP, all read from facts."""
+    cluster = plan.spec.settings.cluster
+    if cluster is None or cluster.nic is None:
+        return
+    ips: dict[str, str] = {}
+    head_ip = None
+    for name, member in sorted(members.items()):
+        if member is None:
+            plan.errors.append(f"cluster member {name} could not be reached for its preflight facts")
+            continue
+        ip = member.report.addresses.get(cluster.nic)
+        if ip is None:
+            plan.errors.append(f"cluster member {name} has no IPv4 address on cluster_nic {cluster.nic}")
+            continue
+        ips[name] = ip
+        if member.role == "head":
+            head_ip = ip
+    node_ip = ips.get(str(plan.spec.host))
+    if node_ip is not None and head_ip is not None and not plan.errors:
+        plan.cluster = ClusterView(node_ip, head_ip, tuple(sorted(set(ips.values()))))
+
+
+def plan_inventory(hosts: list[HostData], active: set[str], report_of: Callable[[str, HostSpec], HostReport | None]) -> dict[str, HostPlan]:
+    """Plans for the ``active`` hosts and the members of their clusters.
+
+    Specs and cross-host validation come from every host of the inventory; facts
+    (``report_of``, None when a host cannot be reached) only from the hosts needed.
+    """
+    planned = {str(spec.host): (spec, findings) for spec, findings in plan_hosts(hosts)}
+    clusters: dict[str, list[str]] = {}
+    for name, (spec, _) in planned.items():
+        if spec.settings.cluster is not None:
+            clusters.setdefault(spec.settings.cluster.name, []).append(name)
+    needed = set(active)
+    for names in clusters.values():
+        if needed & set(names):
+            needed |= set(names)
+    plans: dict[str, HostPlan] = {}
+    for name in sorted(needed & set(planned)):
+        spec, findings = planned[name]
+        report = report_of(name, spec)
+        if report is not None:
+            plans[name] = build_plan(spec, findings, report)
+    for plan in plans.values():
+        cluster = plan.spec.settings.cluster
+        if cluster is not None:
+            join_cluster(plan, {n: plans.get(n) for n in clusters[cluster.name]})
+    return plans
+
+
 _PLANS: dict[str, HostPlan] = {}
 
 
 def plan_for(host: Any) -> HostPlan:
-    """The plan of a pyinfra host, built on first use (one preflight fact per host and run)."""
+    """The plan of a pyinfra host. The first call plans the inventory: one preflight fact per host needed."""
     if host.name not in _PLANS:
         from instinct_fleet.facts import HostReport as HostReportFact
 
-        data = host.data.dict()
-        token_path = str(data.get("hf_token_path", DEFAULTS["hf_token_path"]))
-        report = host.get_fact(HostReportFact, token_path=token_path)
-        _PLANS[host.name] = build_plan(host.name, tuple(g for g in host.groups), data, report)
+        state = host.state
+        everyone = {h.name: h for h in state.inventory}
+        data = [HostData(h.name, tuple(h.groups), h.data.dict()) for h in everyone.values()]
+        active = {h.name for h in state.inventory.iter_activated_hosts()}
+
+        def report_of(name: str, spec: HostSpec) -> HostReport | None:
+            try:
+                return everyone[name].get_fact(HostReportFact, token_path=spec.settings.hf_token_path)  # type: ignore[no-any-return]
+            except Exception:  # an unreachable member: its cluster peers fail with a message instead
+                return None
+
+        _PLANS.update(plan_inventory(data, active | {host.name}, report_of))
     return _PLANS[host.name]

@@ -46,7 +46,8 @@ SCRIPT = "; ".join(
         ("groups", "getent group render video"),
         ("grub", "command -v update-grub grub2-mkconfig grub-mkconfig 2>/dev/null"),
         ("interfaces", "ip -o -4 addr show 2>/dev/null"),
-        ("commands", "for c in cpupower curl; do command -v $c >/dev/null 2>&1 && echo $c; done"),
+        ("commands", "for c in cpupower curl nft; do command -v $c >/dev/null 2>&1 && echo $c; done"),
+        ("infiniband", "ls /dev/infiniband 2>/dev/null"),
         ("units", "grep -l 'Managed by instinct-fleet' /etc/systemd/system/vllm-*.service 2>/dev/null"),
     )
 )
@@ -88,6 +89,7 @@ class HostReport:
     commands: tuple[str, ...] = ()
     managed_units: tuple[str, ...] = ()
     hf_token: bool = False
+    infiniband: tuple[str, ...] = ()
 
     @property
     def missing_kernel_args(self) -> tuple[str, ...]:
@@ -252,6 +254,7 @@ def parse_report(text: str) -> HostReport:
         commands=tuple(part.get("commands", "").split()),
         managed_units=tuple(line.rsplit("/", 1)[-1].removesuffix(".service") for line in part.get("units", "").split()),
         hf_token=part.get("hf-token") == "present",
+        infiniband=tuple(part.get("infiniband", "").split()),
     )
 
 
@@ -293,7 +296,16 @@ def hard_problems(report: HostReport, spec: HostSpec) -> list[str]:
             f"{len(report.gpus)} GPUs visible, but gpu_count is {spec.gpu_count} and the instances use GPU indices up to {needed - 1}. "
             f"Check the partition mode (compute {report.compute_partition or 'unknown'}) with amd-smi static --partition, or lower gpu_count"
         )
-    missing = sorted({g for svc in spec.services for g in svc.gpus if g < len(report.gpus) and report.gpus[g].render_node is None})
+    cluster = spec.settings.cluster
+    if cluster is not None and cluster.nic is not None and cluster.nic not in report.addresses:
+        have = ", ".join(sorted(report.addresses)) or "none with IPv4"
+        problems.append(
+            f"cluster_nic {cluster.nic} has no IPv4 address on this host (interfaces: {have}): set cluster_nic for this host or group"
+        )
+    if cluster is not None and cluster.infiniband and not report.infiniband:
+        problems.append("infiniband is True but /dev/infiniband is missing: install the RDMA drivers (rdma-core) or set infiniband = False")
+    used = range(spec.gpu_count) if cluster is not None else sorted({g for svc in spec.services for g in svc.gpus})
+    missing = sorted({g for g in used if g < len(report.gpus) and report.gpus[g].render_node is None})
     if missing:
         problems.append(f"no /dev/dri render node found for GPUs {missing}: check /dev/dri/by-path and the udev rules of the amdgpu driver")
     return problems

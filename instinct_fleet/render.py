@@ -6,14 +6,16 @@ Both the CLI's JSON and the deploy's templates call these functions, so what
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from instinct_fleet import knowledge
 from instinct_fleet.preflight import KERNEL_ARGS
 from instinct_fleet.recipes import ArgValue
-from instinct_fleet.spec import HostSettings, ServiceSpec
+from instinct_fleet.spec import ClusterSpec, HostSettings, ServiceSpec
 
 
 def _format(value: ArgValue) -> str:
@@ -64,6 +66,11 @@ GRUB_DROP_IN = "/etc/default/grub.d/90-instinct-fleet.cfg"
 DOCKER_DROP_IN = "/etc/systemd/system/docker.service.d/90-instinct-fleet.conf"
 CPU_IDLE_UNIT = "instinct-fleet-cpu-idle.service"
 REBOOT_MARKER = "/run/instinct-fleet/reboot-required"
+RAY_ENV = f"{CONFIG_DIR}/ray.env"
+RAY_READY_SCRIPT = f"{CONFIG_DIR}/ray-ready.py"
+RAY_TMP = "/var/lib/instinct-fleet/ray"  # shared /tmp/ray: the vLLM driver joins the head's Ray node through it
+FIREWALL_FILE = f"{CONFIG_DIR}/firewall.nft"
+FIREWALL_UNIT = "instinct-fleet-firewall.service"
 
 
 def unit_name(svc: ServiceSpec) -> str:
@@ -80,12 +87,12 @@ def served_model(svc: ServiceSpec) -> str:
     return str(name).split()[0] if isinstance(name, str) and name.strip() else svc.model
 
 
-def env_file(svc: ServiceSpec, with_token: bool) -> str:
+def env_file(env: dict[str, str], with_token: bool) -> str:
     """docker --env-file lines. The token is never here: only the path of its read-only mount."""
-    env = dict(svc.env)
+    lines = dict(env)
     if with_token:
-        env["HF_TOKEN_PATH"] = TOKEN_IN_CONTAINER
-    return "".join(f"{key}={value}\n" for key, value in env.items())
+        lines["HF_TOKEN_PATH"] = TOKEN_IN_CONTAINER
+    return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
 def stop_seconds(svc: ServiceSpec) -> int:
@@ -108,24 +115,133 @@ def memlock_ulimit(setting: bool | int) -> str | None:
     return f"memlock={limit}:{limit}"
 
 
-def docker_run(svc: ServiceSpec, settings: HostSettings, devices: list[str], group_ids: list[int], with_token: bool) -> list[str]:
-    """The full ``docker run`` argv of one instance, in a fixed order so that units only change when inputs do."""
-    argv = [DOCKER, "run", "--rm", "--name", unit_name(svc), "--label", f"instinct-fleet.instance={svc.name}"]
+@dataclass(frozen=True)
+class Container:
+    """One container a unit runs: the parts that differ between vLLM and Ray containers."""
+
+    name: str
+    image: str
+    entrypoint: str
+    command: list[str]
+    env_path: str
+    devices: list[str]
+    mounts: list[str] = field(default_factory=list)
+    infiniband: bool = False
+
+
+def vllm_container(svc: ServiceSpec, devices: list[str], mounts: list[str] | None = None) -> Container:
+    return Container(unit_name(svc), svc.image, "vllm", ["serve", svc.model, *render_args(svc)], env_path(svc), devices, mounts or [])
+
+
+def docker_run(container: Container, settings: HostSettings, group_ids: list[int], with_token: bool) -> list[str]:
+    """The full ``docker run`` argv of a container, in a fixed order so that units only change when inputs do."""
+    argv = [DOCKER, "run", "--rm", "--name", container.name, "--label", f"instinct-fleet.unit={container.name}"]
     argv += ["--network", "host", "--ipc", "host", "--shm-size", settings.shm_size]
     argv += ["--device", "/dev/kfd"]
-    for device in devices:
+    for device in container.devices:
         argv += ["--device", device]
+    if container.infiniband:
+        argv += ["--device", "/dev/infiniband", "--cap-add", "IPC_LOCK"]
     for gid in group_ids:
         argv += ["--group-add", str(gid)]
     argv += ["--cap-add", "SYS_PTRACE", "--security-opt", "seccomp=unconfined"]
     ulimit = memlock_ulimit(settings.tune_memlock)
     if ulimit:
         argv += ["--ulimit", ulimit]
-    argv += ["--env-file", env_path(svc), "-v", f"{settings.hf_cache_dir}:{HF_CACHE_IN_CONTAINER}"]
+    argv += ["--env-file", container.env_path, "-v", f"{settings.hf_cache_dir}:{HF_CACHE_IN_CONTAINER}"]
     if with_token:
         argv += ["-v", f"{settings.hf_token_path}:{TOKEN_IN_CONTAINER}:ro"]
-    argv += ["--entrypoint", "vllm", svc.image, "serve", svc.model, *render_args(svc)]
+    for mount in container.mounts:
+        argv += ["-v", mount]
+    argv += ["--entrypoint", container.entrypoint, container.image, *container.command]
     return argv
+
+
+def ray_unit(role: str) -> str:
+    """``ray-head`` or ``ray-worker``: the unit and its container share the name."""
+    return f"ray-{role}"
+
+
+def ray_ready_command(nodes: int, gpus: int, timeout: int) -> list[str]:
+    """ExecStartPre of the head's vLLM unit: wait until Ray shows every node and GPU of the cluster."""
+    head = ray_unit("head")
+    wait = (
+        f"end=$(( $(date +%s) + {timeout} )); until {DOCKER} exec {head} true 2>/dev/null; do "
+        f"if [ $(date +%s) -ge $end ]; then echo '{head} container not running after {timeout}s' >&2; exit 1; fi; sleep 2; done"
+    )
+    return ["/bin/sh", "-c", f"{wait}; exec {DOCKER} exec -i {head} python3 - {nodes} {gpus} {timeout} < {RAY_READY_SCRIPT}"]
+
+
+def ray_start(cluster: ClusterSpec, node_ip: str, head_ip: str, num_gpus: int) -> list[str]:
+    """``ray start`` for one node: every port pinned so that the firewall can name them."""
+    ports = cluster.ports
+    argv = ["start", "--block"]
+    if cluster.role == "head":
+        # client_server stays at Ray's default; passing it makes Ray demand the ray[client] extra.
+        argv += ["--head", f"--port={ports['gcs']}", "--include-dashboard=false"]
+    else:
+        argv += [f"--address={head_ip}:{ports['gcs']}"]
+    return [
+        *argv,
+        f"--node-ip-address={node_ip}",
+        f"--num-gpus={num_gpus}",
+        f"--object-manager-port={ports['object_manager']}",
+        f"--node-manager-port={ports['node_manager']}",
+        f"--min-worker-port={ports['min_worker']}",
+        f"--max-worker-port={ports['max_worker']}",
+        f"--dashboard-agent-listen-port={ports['dashboard_agent_listen']}",
+        f"--dashboard-agent-grpc-port={ports['dashboard_agent_grpc']}",
+        f"--metrics-export-port={ports['metrics_export']}",
+        f"--runtime-env-agent-port={ports['runtime_env_agent']}",
+        "--disable-usage-stats",
+    ]
+
+
+def ray_ports(cluster: ClusterSpec) -> list[str]:
+    """Ray's ports as nftables set elements: single ports and the worker range."""
+    single = sorted({p for k, p in cluster.ports.items() if k not in ("min_worker", "max_worker")})
+    return [*map(str, single), f"{cluster.ports['min_worker']}-{cluster.ports['max_worker']}"]
+
+
+def firewall_ruleset(members: list[str], ray: list[str], vllm_ports: list[int], allow_from: tuple[str, ...] | None) -> str:
+    """The table ``inet instinct_fleet``, replaced atomically by ``nft -f`` and kept beside Docker's tables.
+
+    Ray has no authentication and its ports run code, so they accept only cluster
+    members; vLLM ports accept only loopback, members and ``vllm_allow_from``.
+    """
+    lines = [
+        "# Managed by instinct-fleet: loaded by instinct-fleet-firewall.service.",
+        "table inet instinct_fleet",
+        "flush table inet instinct_fleet",
+        "table inet instinct_fleet {",
+    ]
+    v4 = [m for m in members if ipaddress.ip_address(m).version == 4]
+    lines += [
+        "    set cluster_members {",
+        "        type ipv4_addr",
+        *([f"        elements = {{ {', '.join(v4)} }}"] if v4 else []),
+        "    }",
+    ]
+    if allow_from is not None:
+        nets = [ipaddress.ip_network(a, strict=False) for a in allow_from]
+        for family, version in (("ipv4_addr", 4), ("ipv6_addr", 6)):
+            chosen = sorted(str(n) for n in nets if n.version == version)
+            lines += [f"    set vllm_allowed_v{version} {{", f"        type {family}", "        flags interval"]
+            lines += [f"        elements = {{ {', '.join(chosen)} }}"] if chosen else []
+            lines += ["    }"]
+    lines += ["    chain input {", "        type filter hook input priority filter - 10; policy accept;", '        iif "lo" accept']
+    lines += ["        ip saddr @cluster_members accept"]
+    if ray:
+        lines += [f'        tcp dport {{ {", ".join(ray)} }} counter drop comment "Ray: cluster members only"']
+    if allow_from is not None and vllm_ports:
+        ports = ", ".join(map(str, sorted(vllm_ports)))
+        lines += [
+            f"        tcp dport {{ {ports} }} ip saddr @vllm_allowed_v4 accept",
+            f"        tcp dport {{ {ports} }} ip6 saddr @vllm_allowed_v6 accept",
+            f'        tcp dport {{ {ports} }} counter drop comment "vLLM: vllm_allow_from only"',
+        ]
+    lines += ["    }", "}"]
+    return "\n".join(lines) + "\n"
 
 
 SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")

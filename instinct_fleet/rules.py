@@ -90,6 +90,28 @@ _RULES = (
         "Data parallel on ROCm needs the allgather_reducescatter all-to-all and --disable-nccl-for-dp-synchronization (002 Data parallelism tip).",
     ),
     Rule("nccl-single-gpu", "warning", "NCCL_MIN_NCHANNELS only helps multi-GPU collectives; one GPU has none (002 RCCL)."),
+    Rule(
+        "cluster-topology",
+        "error",
+        "A multi-node instance needs a `ray_cluster` of exactly `vllm_nodes` hosts with one head, which runs the single vLLM instance.",
+    ),
+    Rule(
+        "cluster-mismatch",
+        "error",
+        "Every node of a cluster needs the same GPU model, GPU count, image and vLLM version: Ray places ranks on any of them.",
+    ),
+    Rule(
+        "cluster-nic",
+        "error",
+        "A cluster needs `cluster_nic`: otherwise RCCL and Gloo pick an interface themselves, often docker0 or a management NIC (002).",
+    ),
+    Rule(
+        "rccl-unset",
+        "warning",
+        "Without NCCL_IB_HCA RCCL sends cross-node traffic over TCP sockets on `cluster_nic`: a fraction of the RDMA bandwidth (002 RCCL).",
+    ),
+    Rule("ray-ports", "error", "Ray's pinned ports must not collide with a vLLM port on the same host."),
+    Rule("allow-from", "error", "`vllm_allow_from` takes IP addresses or networks (10.0.0.0/8), which become nftables set elements."),
 )
 
 RULES: dict[str, Rule] = {r.id: r for r in _RULES}

@@ -69,6 +69,38 @@ class ServiceSpec:
 
 
 @dataclass(frozen=True)
+class ClusterSpec:
+    """This host's place in a multi-node Ray cluster, and the RCCL settings of the cluster."""
+
+    name: str
+    role: str
+    ports: dict[str, int]
+    ready_timeout: int
+    nic: str | None
+    ib_hca: str | None
+    ib_gid_index: int | None
+    gdr_level: str | None
+    min_nchannels: int | None
+    infiniband: bool
+
+    def rccl_env(self) -> dict[str, str]:
+        """The RCCL/Gloo variables every node's containers get at creation (VLLM_HOST_IP is per node)."""
+        env = {}
+        if self.nic:
+            env["NCCL_SOCKET_IFNAME"] = self.nic
+            env["GLOO_SOCKET_IFNAME"] = self.nic
+        for name, value in (
+            ("NCCL_IB_HCA", self.ib_hca),
+            ("NCCL_IB_GID_INDEX", self.ib_gid_index),
+            ("NCCL_NET_GDR_LEVEL", self.gdr_level),
+            ("NCCL_MIN_NCHANNELS", self.min_nchannels),
+        ):
+            if value is not None:
+                env[name] = str(value)
+        return env
+
+
+@dataclass(frozen=True)
 class HostSettings:
     """The host-wide variables the deploy stages read (README, Variables)."""
 
@@ -86,6 +118,9 @@ class HostSettings:
     insecure_registries: tuple[str, ...]
     registry_ca_certs: dict[str, str]
     credentials_file: str | None
+    firewall: bool
+    allow_from: tuple[str, ...] | None
+    cluster: ClusterSpec | None
 
 
 @dataclass(frozen=True)
@@ -157,6 +192,8 @@ def resolve_settings(schema: _Schema, merged: Mapping[str, Any]) -> HostSettings
         schema.error("docker_registry_ca_certs", "values must be paths on the control machine")
         certs = {}
     credentials = schema.typed("docker_credentials_file", merged["docker_credentials_file"], str, None, "a path or None")
+    allow = merged["vllm_allow_from"]
+    allow_from = None if allow is None else _strings(schema, "vllm_allow_from", allow)
     return HostSettings(
         shm_size=text("vllm_shm_size"),
         hf_token_path=text("hf_token_path"),
@@ -172,6 +209,46 @@ def resolve_settings(schema: _Schema, merged: Mapping[str, Any]) -> HostSettings
         insecure_registries=_strings(schema, "docker_insecure_registries", merged["docker_insecure_registries"]),
         registry_ca_certs=certs,
         credentials_file=credentials,
+        firewall=flag("firewall"),
+        allow_from=allow_from,
+        cluster=resolve_cluster(schema, merged),
+    )
+
+
+def resolve_cluster(schema: _Schema, merged: Mapping[str, Any]) -> ClusterSpec | None:
+    """The host's cluster membership; None for a single-node host."""
+    name = schema.typed("ray_cluster", merged["ray_cluster"], str, None, "a cluster name or None")
+    if name is None:
+        return None
+    role = merged["ray_role"]
+    if role not in ("head", "worker"):
+        schema.error("ray_role", f"a member of ray_cluster {name!r} must have ray_role 'head' or 'worker', got {role!r}")
+        role = "worker"
+    ports = {**DEFAULTS["ray_ports"], **schema.mapping("ray_ports", merged["ray_ports"])}
+    for key, port in ports.items():
+        if key not in DEFAULTS["ray_ports"]:
+            schema.error(f"ray_ports.{key}", f"unknown Ray port; known: {', '.join(DEFAULTS['ray_ports'])}")
+        elif isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            schema.error(f"ray_ports.{key}", f"must be a port number, got {port!r}")
+            ports[key] = DEFAULTS["ray_ports"][key]
+    if ports["min_worker"] >= ports["max_worker"]:
+        schema.error("ray_ports", f"min_worker ({ports['min_worker']}) must be below max_worker ({ports['max_worker']})")
+
+    def optional(key: str, kinds: type | tuple[type, ...], what: str) -> Any:
+        return schema.typed(key, merged[key], kinds, None, what)
+
+    gdr = optional("nccl_net_gdr_level", (str, int), "a level such as 3 or PHB")
+    return ClusterSpec(
+        name=name,
+        role=str(role),
+        ports={k: v for k, v in ports.items() if k in DEFAULTS["ray_ports"]},
+        ready_timeout=schema.typed("ray_ready_timeout", merged["ray_ready_timeout"], int, 600, "seconds as an integer"),
+        nic=optional("cluster_nic", str, "an interface name"),
+        ib_hca=optional("nccl_ib_hca", str, "a list of RDMA devices such as mlx5_0,mlx5_1"),
+        ib_gid_index=optional("nccl_ib_gid_index", int, "an integer"),
+        gdr_level=None if gdr is None else str(gdr),
+        min_nchannels=optional("nccl_min_nchannels", int, "an integer"),
+        infiniband=bool(schema.typed("infiniband", merged["infiniband"], bool, False, "True or False")),
     )
 
 

@@ -8,6 +8,7 @@ traceback.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 from collections import defaultdict
 from itertools import combinations
@@ -268,9 +269,104 @@ def _utilization(svc: ServiceSpec) -> float | None:
         return None
 
 
+def validate_network(spec: HostSpec) -> list[Finding]:
+    """Cluster membership, RCCL settings, Ray ports and the vLLM allow-list of one host."""
+    found: list[Finding] = []
+    settings = spec.settings
+    for entry in settings.allow_from or ():
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            found.append(finding("allow-from", spec.host, "vllm_allow_from", f"{entry!r} is not an IP address or network"))
+    cluster = settings.cluster
+    if cluster is None:
+        return found
+    if cluster.nic is None:
+        found.append(
+            finding("cluster-nic", spec.host, "cluster_nic", f"ray_cluster {cluster.name!r} needs cluster_nic, the interface between nodes")
+        )
+    if cluster.ib_hca is None:
+        found.append(
+            finding(
+                "rccl-unset",
+                spec.host,
+                "nccl_ib_hca",
+                f"ray_cluster {cluster.name!r} sets no nccl_ib_hca: RCCL will use TCP sockets on {cluster.nic or 'some interface'}",
+            )
+        )
+    ray_ports = set(cluster.ports.values()) | set(range(cluster.ports["min_worker"], cluster.ports["max_worker"] + 1))
+    for svc in spec.services:
+        if svc.port in ray_ports:
+            found.append(finding("ray-ports", spec.host, f"{svc.name}.port", f"port {svc.port} is one of Ray's ports (ray_ports)"))
+    return found
+
+
+def validate_clusters(specs: list[HostSpec]) -> list[Finding]:
+    """The rules across the hosts of each Ray cluster, before any host is contacted."""
+    found: list[Finding] = []
+    members: dict[str, list[HostSpec]] = defaultdict(list)
+    for spec in specs:
+        cluster = spec.settings.cluster
+        if cluster is not None:
+            members[cluster.name].append(spec)
+        else:
+            for svc in spec.services:
+                if svc.nodes > 1:
+                    found.append(
+                        finding(
+                            "cluster-topology",
+                            spec.host,
+                            "vllm_nodes",
+                            f"{svc.name} spans {svc.nodes} nodes but the host is in no ray_cluster; put {svc.nodes} hosts in one",
+                        )
+                    )
+    for name, hosts in sorted(members.items()):
+        heads = [h for h in hosts if h.settings.cluster is not None and h.settings.cluster.role == "head"]
+        listed = ", ".join(str(h.host) for h in hosts)
+        if len(heads) != 1:
+            for h in hosts:
+                found.append(
+                    finding("cluster-topology", h.host, "ray_role", f"ray_cluster {name!r} has {len(heads)} heads ({listed}); it needs one")
+                )
+            continue
+        head = heads[0]
+        if len(head.services) != 1:
+            found.append(
+                finding(
+                    "cluster-topology",
+                    head.host,
+                    "vllm_instances",
+                    f"the head of {name!r} runs one vLLM instance, not {len(head.services)}",
+                )
+            )
+            continue
+        svc = head.services[0]
+        if svc.nodes != len(hosts):
+            found.append(
+                finding(
+                    "cluster-topology",
+                    head.host,
+                    "vllm_nodes",
+                    f"vllm_nodes is {svc.nodes} but ray_cluster {name!r} has {len(hosts)} hosts: {listed}",
+                )
+            )
+        for other in hosts:
+            for key, mine, theirs in (
+                ("gpu_model", other.gpu_model, head.gpu_model),
+                ("gpu_count", other.gpu_count, head.gpu_count),
+                ("vllm_image", other.services[0].image if other.services else None, svc.image),
+                ("vllm_version", other.services[0].version if other.services else None, svc.version),
+            ):
+                if mine != theirs:
+                    found.append(
+                        finding("cluster-mismatch", other.host, key, f"{mine!r} here, {theirs!r} on the head {head.host} of {name!r}")
+                    )
+    return found
+
+
 def validate_host(spec: HostSpec) -> list[Finding]:
     """All per-service rules plus the rules across the instances of one host."""
-    found: list[Finding] = []
+    found: list[Finding] = validate_network(spec)
     if spec.services:
         found += check_image(spec.host, spec.services[0].image, spec.services[0].version)
     for svc in spec.services:

@@ -60,3 +60,19 @@ sim_gpu = [
 
 # A host with no GPU at all: preflight must fail it alone.
 sim_nogpu = [host_data("sim-nogpu")]
+
+# A two-node Ray cluster: Llama 3.1 405B, TP 8 inside each node and PP 2 across them.
+gateway = fleet["registry"].split(":")[0]  # the machine itself, as the hosts see it
+cluster = {
+    "ray_cluster": "sim-405b",
+    "vllm_recipe": "llama-3.1-405b-pp2",
+    "vllm_nodes": 2,
+    "vllm_instances": [{"name": "llama-405b", "port": by_name["sim-c1"]["api_port"]}],
+    "cluster_nic": "eth0",
+    # The API answers the machine (make demo) and sim-gpu-1, nobody else.
+    "vllm_allow_from": [gateway, by_name["sim-gpu-1"]["address"]],
+}
+sim_cluster = [
+    host_data("sim-c1", ray_role="head", **cluster),
+    host_data("sim-c2", ray_role="worker", **cluster),
+]

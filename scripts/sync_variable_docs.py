@@ -1,4 +1,4 @@
-"""Rewrite the README's Variables table and group_data/all.py from instinct_fleet/defaults.py.
+"""Rewrite the README's Variables and rules tables and group_data/all.py from the code.
 
 tests/unit/test_docs.py fails when the three drift apart; run this after adding
 or changing a variable: ``python scripts/sync_variable_docs.py``.
@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 from instinct_fleet.defaults import VARIABLES
+from instinct_fleet.rules import RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = '''"""Fleet-wide defaults: every instinct-fleet variable, at its default.
@@ -29,6 +30,12 @@ def readme_table() -> str:
     return "\n".join(rows)
 
 
+def rules_table() -> str:
+    rows = ["| rule | severity | why |", "| --- | --- | --- |"]
+    rows += [f"| `{r.id}` | {r.severity} | {r.reason} |" for r in RULES.values()]
+    return "\n".join(rows)
+
+
 def group_data_all() -> str:
     blocks = []
     for v in VARIABLES:
@@ -43,7 +50,11 @@ def main() -> None:
     pattern = re.compile(r"^\| variable \| default \| meaning \|\n(?:^\|.*\|\n)+", re.M)
     if not pattern.search(text):
         raise SystemExit("README.md has no Variables table to replace")
-    readme.write_text(pattern.sub(lambda _: readme_table() + "\n", text, count=1))
+    text = pattern.sub(lambda _: readme_table() + "\n", text, count=1)
+    rules = re.compile(r"^\| rule \| severity \| why \|\n(?:^\|.*\|\n)+", re.M)
+    if not rules.search(text):
+        raise SystemExit("README.md has no rules table to replace")
+    readme.write_text(rules.sub(lambda _: rules_table() + "\n", text, count=1))
     (ROOT / "group_data" / "all.py").write_text(group_data_all())
 
 

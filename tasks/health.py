@@ -1,4 +1,4 @@
-"""Stage 5, health: each instance answers /health and lists its model, within health_timeout."""
+"""Stage 7, health: each instance answers /health and lists its model, within health_timeout."""
 
 from pyinfra.context import host
 
@@ -6,7 +6,7 @@ from instinct_fleet import operations, render
 from instinct_fleet.hostplan import plan_for
 
 plan = plan_for(host)
-for svc in plan.spec.services:
+for svc in plan.serves:
     operations.healthy(
         name=f"{render.unit_name(svc)} healthy",
         unit=f"{render.unit_name(svc)}.service",

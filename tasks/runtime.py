@@ -32,4 +32,4 @@ systemd.service(name="Restart docker for its new settings", service="docker.serv
 if settings.credentials_file:
     files.put(name="Registry credentials", src=settings.credentials_file, dest="/root/.docker/config.json", mode="600")
 
-plan.changes["image"] = operations.image_present(name="vLLM image present", image=plan.spec.services[0].image)
+plan.changes["image"] = operations.image_present(name="vLLM image present", image=plan.image)

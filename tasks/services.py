@@ -1,4 +1,4 @@
-"""Stage 4, vLLM services: one systemd unit per instance; a unit restarts only when its unit, env or image changed."""
+"""Stage 6, vLLM services: one systemd unit per instance; a unit restarts only when its unit, env or image changed."""
 
 from io import StringIO
 
@@ -22,11 +22,9 @@ for unit in plan.stale_units:
     files.file(name=f"Remove {unit} env", path=f"{render.CONFIG_DIR}/{unit}.env", present=False)
 
 written = []
-for svc in plan.spec.services:
+for svc in plan.serves:
     unit = render.unit_name(svc)
-    env = files.put(
-        name=f"{unit} env file", src=StringIO(render.env_file(svc, plan.report.hf_token)), dest=render.env_path(svc), mode="600"
-    )
+    env = files.put(name=f"{unit} env file", src=StringIO(plan.env_text(svc)), dest=render.env_path(svc), mode="600")
     unit_file = files.template(
         name=f"{unit} unit",
         src="templates/vllm.service.j2",

@@ -43,6 +43,7 @@ BASE_IMAGE = "instinct-fleet-test/base:bookworm-1"
 HOST_IMAGE = "instinct-fleet-test/host:bookworm-3"
 STANDIN_REPO = "instinct-fleet-standin/vllm-openai-rocm"
 STANDIN_VERSION = "0.22.0"
+RAY_VERSION = "2.52.1"  # the stand-in's Ray; a real vLLM image brings its own
 REGISTRY_PORT = 5000
 LABEL = "instinct-fleet-test=1"
 # A fake token the tests look for everywhere it must not appear.
@@ -70,6 +71,9 @@ HOST_FLAGS = [
     "/run",
     "--tmpfs",
     "/run/lock",
+    # Room for Ray's object store in /dev/shm (the vLLM and Ray containers use --ipc host).
+    "--shm-size",
+    "1g",
 ]
 
 
@@ -86,6 +90,8 @@ HOSTS = (
     SimHost("sim-gpu-1", True, 2201, 18001),
     SimHost("sim-gpu-2", True, 2202, 18002),
     SimHost("sim-nogpu", False, 2203, 18003),
+    SimHost("sim-c1", True, 2204, 18004),
+    SimHost("sim-c2", True, 2205, 18005),
 )
 
 
@@ -178,6 +184,18 @@ def build_host() -> None:
     run("docker", "build", "-q", "-t", HOST_IMAGE, "--build-arg", f"BASE={BASE_IMAGE}", "-f", str(HERE / "host.Dockerfile"), str(HERE))
 
 
+def ray_packages() -> Path:
+    """Ray and its dependencies for the image's Python (3.11, manylinux), installed on this machine."""
+    target = STATE / f"ray-{RAY_VERSION}"
+    if not (target / "ray").is_dir():
+        log(f"downloading Ray {RAY_VERSION} wheels")
+        shutil.rmtree(target, ignore_errors=True)
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), "--only-binary=:all:"]
+        run(*pip, "--python-version", "3.11", "--platform", "manylinux2014_x86_64", f"ray=={RAY_VERSION}")
+        shutil.rmtree(target / "bin", ignore_errors=True)  # console scripts name this machine's Python
+    return target
+
+
 def standin_ref(registry: str) -> str:
     return f"{registry}/{STANDIN_REPO}:v{STANDIN_VERSION}"
 
@@ -189,6 +207,7 @@ def build_standin(registry: str) -> None:
         context = Path(tmp)
         shutil.copytree(HERE / "standin" / "vllm", context, dirs_exist_ok=True)
         shutil.copy(ROOT / "instinct_fleet" / "knowledge" / f"vllm-{STANDIN_VERSION}.json", context / "vllm-knowledge.json")
+        shutil.copytree(ray_packages(), context / "ray-packages")
         run("docker", "build", "-q", "-t", standin_ref(registry), "--build-arg", f"BASE={BASE_IMAGE}", str(context))
     run("docker", "push", "-q", standin_ref(registry))
 

@@ -14,5 +14,15 @@ def check(data: dict[str, Any], host: str = "h1") -> tuple[HostSpec, list[Findin
     return spec, findings
 
 
+CLUSTER = {"ray_cluster": "c", "cluster_nic": "eth0", "nccl_ib_hca": "mlx5_0"}
+
+
+def check_cluster(data: dict[str, Any], nodes: int, **head: Any) -> list[tuple[HostSpec, list[Finding]]]:
+    """Plan a cluster of ``nodes`` hosts (h1 the head) sharing ``data``, as one inventory."""
+    hosts = [HostData("h1", ("all",), {**CLUSTER, **data, "ray_role": "head", **head})]
+    hosts += [HostData(f"h{i}", ("all",), {**CLUSTER, **data, "ray_role": "worker"}) for i in range(2, nodes + 1)]
+    return plan_hosts(hosts)
+
+
 def rules_of(findings: list[Finding]) -> set[str]:
     return {f.rule for f in findings}

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from instinct_fleet import preflight
-from instinct_fleet.hostplan import build_plan
+from instinct_fleet.hostplan import HostPlan, plan_inventory
+from instinct_fleet.inventory import HostData
 from instinct_fleet.spec import resolve_host
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -129,21 +130,67 @@ def test_other_distributions_are_refused_plainly() -> None:
     assert problems == ["the host runs ol; instinct-fleet installs packages and regenerates GRUB on Debian and Ubuntu only"]
 
 
+def plan(data: dict[str, object], report: preflight.HostReport) -> HostPlan:
+    return plan_inventory([HostData("h1", ("gpu",), data)], {"h1"}, lambda name, spec: report)["h1"]
+
+
 def test_plan_reports_warnings_packages_and_stale_units() -> None:
     report = preflight.parse_report(mi300x_host(docker="", hf_token=""))
-    plan = build_plan("h1", ("gpu",), {"vllm_instances": [{"name": "main"}]}, report)
-    assert plan.ok
-    assert plan.missing_packages == ["docker.io", "linux-tools-common", "linux-tools-generic"]
-    assert plan.stale_units == ["vllm-old"]
-    assert any("reboot required" in w for w in plan.warnings)
-    assert any("no Hugging Face token" in w for w in plan.warnings)
-    assert plan.group_ids == [44, 993]
+    plan_ = plan({"vllm_instances": [{"name": "main"}]}, report)
+    assert plan_.ok
+    assert plan_.missing_packages == ["docker.io", "linux-tools-common", "linux-tools-generic"]
+    assert plan_.stale_units == ["vllm-old"]
+    assert any("reboot required" in w for w in plan_.warnings)
+    assert any("no Hugging Face token" in w for w in plan_.warnings)
+    assert plan_.group_ids == [44, 993]
 
 
 def test_invalid_input_stops_the_plan_before_the_host_is_judged() -> None:
     report = preflight.parse_report(output())
-    plan = build_plan("h1", (), {"vllm_args": {"tensor-paralel-size": 2}}, report)
-    assert len(plan.errors) == 1 and "flag-unknown" in plan.errors[0]
+    plan_ = plan({"vllm_args": {"tensor-paralel-size": 2}}, report)
+    assert len(plan_.errors) == 1 and "flag-unknown" in plan_.errors[0]
+
+
+CLUSTER = {"ray_cluster": "c", "cluster_nic": "eth0", "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2, "nccl_ib_hca": "mlx5_0"}
+
+
+def interfaces(ip: str) -> str:
+    return f"1: lo    inet 127.0.0.1/8 scope host lo\n2: eth0    inet {ip}/16 brd 172.17.255.255 scope global eth0"
+
+
+def cluster_plans(worker_interfaces: str) -> dict[str, HostPlan]:
+    hosts = [HostData("head", (), {**CLUSTER, "ray_role": "head"}), HostData("w1", (), {**CLUSTER, "ray_role": "worker"})]
+    reports = {
+        "head": preflight.parse_report(mi300x_host(interfaces=interfaces("172.17.0.5"))),
+        "w1": preflight.parse_report(mi300x_host(interfaces=worker_interfaces)),
+    }
+    return plan_inventory(hosts, {"w1"}, lambda name, spec: reports[name])
+
+
+def test_cluster_members_learn_addresses_from_facts() -> None:
+    plans = cluster_plans(interfaces("172.17.0.6"))
+    assert set(plans) == {"head", "w1"}  # the worker's head is planned with it
+    worker, head = plans["w1"], plans["head"]
+    assert worker.ok and worker.cluster is not None
+    assert (worker.cluster.node_ip, worker.cluster.head_ip, worker.cluster.member_ips) == (
+        "172.17.0.6",
+        "172.17.0.5",
+        ("172.17.0.5", "172.17.0.6"),
+    )
+    assert worker.serves == () and head.serves == head.spec.services
+    assert worker.env(worker.spec.services[0])["VLLM_HOST_IP"] == "172.17.0.6"
+    assert "--address=172.17.0.5:6379" in worker.ray_argv()
+    assert len(head.devices(head.spec.services[0])) == 8  # Ray gets the whole node
+    unit = head.unit_vars(head.spec.services[0])
+    assert unit["ray_unit"] == "ray-head" and "python3 - 2 16 600" in unit["ray_ready"]
+    firewall = worker.firewall()
+    assert firewall is not None and "172.17.0.5, 172.17.0.6" in firewall
+
+
+def test_cluster_member_without_the_nic_fails_with_its_interfaces() -> None:
+    plans = cluster_plans("2: ib0    inet 10.9.0.6/16 scope global ib0")
+    assert not plans["w1"].ok
+    assert any("cluster_nic eth0 has no IPv4 address on this host (interfaces: ib0)" in e for e in plans["w1"].errors)
 
 
 def test_script_probes_the_configured_token_path() -> None:

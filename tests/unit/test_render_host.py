@@ -33,7 +33,8 @@ def test_exec_line_breaks_before_each_flag() -> None:
 def test_docker_run_gives_each_instance_only_its_own_gpus() -> None:
     spec = host(vllm_recipe="llama-3.1-70b", vllm_instances=[{"name": "a"}, {"name": "b"}])
     b = spec.services[1]
-    argv = render.docker_run(b, spec.settings, ["/dev/dri/renderD132", "/dev/dri/renderD133"], [44, 993], with_token=True)
+    container = render.vllm_container(b, ["/dev/dri/renderD132", "/dev/dri/renderD133"])
+    argv = render.docker_run(container, spec.settings, [44, 993], with_token=True)
     devices = [argv[i + 1] for i, a in enumerate(argv) if a == "--device"]
     assert devices == ["/dev/kfd", "/dev/dri/renderD132", "/dev/dri/renderD133"]
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--group-add"] == ["44", "993"]
@@ -45,9 +46,9 @@ def test_docker_run_gives_each_instance_only_its_own_gpus() -> None:
 
 
 def test_env_file_carries_the_token_path_never_the_token() -> None:
-    svc = host().services[0]
-    assert render.env_file(svc, with_token=True).splitlines()[-1] == "HF_TOKEN_PATH=/run/secrets/hf-token"
-    assert "HF_TOKEN" not in render.env_file(svc, with_token=False)
+    env = host().services[0].env
+    assert render.env_file(env, with_token=True).splitlines()[-1] == "HF_TOKEN_PATH=/run/secrets/hf-token"
+    assert "HF_TOKEN" not in render.env_file(env, with_token=False)
 
 
 def test_stop_grace_follows_the_shutdown_timeout() -> None:
@@ -75,3 +76,30 @@ def test_settings_types_are_checked() -> None:
         ("schema", "health_timeout"),
         ("schema", "docker_registry_mirrors"),
     }
+
+
+def test_ray_start_pins_every_port() -> None:
+    from instinct_fleet.defaults import RAY_PORTS
+    from instinct_fleet.spec import ClusterSpec
+
+    head = ClusterSpec("c", "head", dict(RAY_PORTS), 600, "eth0", None, None, None, 112, False)
+    argv = render.ray_start(head, "10.0.0.1", "10.0.0.1", 8)
+    assert argv[:4] == ["start", "--block", "--head", "--port=6379"]
+    assert "--node-ip-address=10.0.0.1" in argv and "--num-gpus=8" in argv and "--include-dashboard=false" in argv
+    pinned = {a.split("=")[0] for a in argv if a.startswith("--") and "port" in a}
+    assert len(pinned) == len(RAY_PORTS) - 1  # each Ray port has its flag, but Ray Client's default 10001
+    worker = ClusterSpec("c", "worker", dict(RAY_PORTS), 600, "eth0", None, None, None, 112, False)
+    assert render.ray_start(worker, "10.0.0.2", "10.0.0.1", 8)[2] == "--address=10.0.0.1:6379"
+    assert render.ray_ports(head) == ["6379", "8076", "8077", "10001", "52365", "52366", "52367", "52368", "10002-10999"]
+
+
+def test_firewall_ruleset_names_members_ray_ports_and_allow_list() -> None:
+    text = render.firewall_ruleset(["10.0.0.2", "10.0.0.1"], ["6379", "10002-10999"], [8000], ("192.168.0.0/16", "fd00::/8"))
+    assert "elements = { 10.0.0.2, 10.0.0.1 }" in text
+    assert 'tcp dport { 6379, 10002-10999 } counter drop comment "Ray: cluster members only"' in text
+    assert "tcp dport { 8000 } ip saddr @vllm_allowed_v4 accept" in text
+    assert "elements = { 192.168.0.0/16 }" in text and "elements = { fd00::/8 }" in text
+    assert text.index("ip saddr @cluster_members accept") < text.index("counter drop")
+    assert text.splitlines()[1:3] == ["table inet instinct_fleet", "flush table inet instinct_fleet"]
+    open_ports = render.firewall_ruleset([], [], [8000], None)
+    assert "dport" not in open_ports  # no allow-list: the vLLM port stays open

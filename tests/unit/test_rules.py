@@ -8,7 +8,7 @@ import pytest
 
 from instinct_fleet.rules import RULES
 
-from .conftest import check, rules_of
+from .conftest import check, check_cluster, rules_of
 
 G = {"vllm_recipe": "gpt-oss-120b"}
 
@@ -71,11 +71,61 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"vllm_recipe": "deepseek-r1-dp-ep"},
     ),
     "nccl-single-gpu": ({"vllm_env": {"NCCL_MIN_NCHANNELS": "112"}}, {"vllm_recipe": "llama-3.1-70b"}),
+    "allow-from": ({"vllm_allow_from": ["10.0.0.0/33"]}, {"vllm_allow_from": ["10.0.0.0/8", "192.168.1.5", "fd00::/8"]}),
+}
+
+L405 = {"vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2}
+# Rules across the hosts of a cluster: rule -> ((data, nodes, head data) that trips it, (...) that passes it)
+CLUSTER_CASES: dict[str, tuple[tuple[dict[str, Any], int, dict[str, Any]], tuple[dict[str, Any], int, dict[str, Any]]]] = {
+    "cluster-topology": ((L405, 3, {}), (L405, 2, {})),
+    "cluster-mismatch": ((L405, 2, {"gpu_model": "MI325X"}), (L405, 2, {"gpu_model": "MI300X"})),
+    "cluster-nic": (({**L405, "cluster_nic": None}, 2, {}), (L405, 2, {})),
+    "rccl-unset": (({**L405, "nccl_ib_hca": None}, 2, {}), (L405, 2, {})),
+    "ray-ports": (
+        (L405, 2, {"vllm_instances": [{"name": "a", "port": 6379}]}),
+        (L405, 2, {"vllm_instances": [{"name": "a", "port": 8000}]}),
+    ),
 }
 
 
 def test_every_rule_has_a_case() -> None:
-    assert set(CASES) == set(RULES)
+    assert set(CASES) | set(CLUSTER_CASES) == set(RULES)
+    assert not set(CASES) & set(CLUSTER_CASES)
+
+
+@pytest.mark.parametrize("rule", sorted(CLUSTER_CASES))
+def test_cluster_rule_trips_and_passes(rule: str) -> None:
+    (bad, nodes, head), (good, good_nodes, good_head) = CLUSTER_CASES[rule]
+    hits = [f for _, fs in check_cluster(bad, nodes, **head) for f in fs if f.rule == rule]
+    assert hits, f"{rule} did not trip"
+    assert all(f.host and f.host.startswith("h") and f.key and f.severity == RULES[rule].severity for f in hits)
+    assert rule not in {f.rule for _, fs in check_cluster(good, good_nodes, **good_head) for f in fs}
+
+
+def test_cluster_needs_one_head() -> None:
+    planned = check_cluster(L405, 2, ray_role="worker")
+    messages = [f.message for _, fs in planned for f in fs if f.rule == "cluster-topology"]
+    assert messages and all("has 0 heads" in m for m in messages)
+
+
+def test_multi_node_instance_outside_a_cluster_is_refused() -> None:
+    _, findings = check({**G, **L405})
+    (hit,) = [f for f in findings if f.rule == "cluster-topology"]
+    assert hit.key == "vllm_nodes" and "in no ray_cluster" in hit.message
+
+
+def test_cluster_env_carries_rccl_settings() -> None:
+    planned = check_cluster({**L405, "nccl_ib_gid_index": 3, "nccl_net_gdr_level": "PHB"}, 2)
+    cluster = planned[0][0].settings.cluster
+    assert cluster is not None and cluster.role == "head"
+    assert cluster.rccl_env() == {
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "NCCL_IB_HCA": "mlx5_0",
+        "NCCL_IB_GID_INDEX": "3",
+        "NCCL_NET_GDR_LEVEL": "PHB",
+        "NCCL_MIN_NCHANNELS": "112",
+    }
 
 
 @pytest.mark.parametrize("rule", sorted(CASES))

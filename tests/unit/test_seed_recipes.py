@@ -15,7 +15,7 @@ from instinct_fleet.recipes import all_recipes
 from instinct_fleet.render import render_args, service_json
 from instinct_fleet.spec import canonical_arg
 
-from .conftest import check
+from .conftest import check, check_cluster
 
 VERSION = DEFAULTS["vllm_version"]
 
@@ -60,7 +60,12 @@ SEED_002_DPEP = (
 
 def rendered(recipe: str) -> dict[str, object]:
     nodes = all_recipes()[recipe].nodes
-    spec, findings = check({"vllm_recipe": recipe, "vllm_nodes": nodes})
+    if nodes > 1:
+        planned = check_cluster({"vllm_recipe": recipe, "vllm_nodes": nodes}, nodes)
+        spec = planned[0][0]
+        findings = [f for _, fs in planned for f in fs]
+    else:
+        spec, findings = check({"vllm_recipe": recipe})
     assert [str(f) for f in findings] == [], "a built-in recipe must validate cleanly"
     return service_json(spec.services[0])
 

@@ -18,8 +18,9 @@ import pytest
 import testinfra
 
 from instinct_fleet import preflight
-from instinct_fleet.hostplan import HostPlan, build_plan
+from instinct_fleet.hostplan import HostPlan, plan_inventory
 from instinct_fleet.inventory import HostData, load_inventory, select
+from instinct_fleet.spec import HostSpec
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,13 +56,28 @@ def _connect(host: HostData) -> Any:
     return testinfra.get_host(spec, ssh_identity_file=data.get("ssh_key"), ssh_extra_args=" ".join(extra) or None, sudo=user != "root")
 
 
+_ALL: list[HostData] = []
 _HOSTS: dict[str, HostData] = {}
 _TARGETS: dict[str, Target] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    hosts = select(load_inventory(config.getoption("--inventory")), config.getoption("--limit"))
-    _HOSTS.update({h.name: h for h in hosts})
+    everyone = load_inventory(config.getoption("--inventory"))
+    _ALL.extend(everyone)
+    _HOSTS.update({h.name: h for h in select(everyone, config.getoption("--limit"))})
+
+
+def _plan_all() -> None:
+    """Plan the chosen hosts (and their cluster peers) from the inventory and each host's preflight output."""
+    connections = {h.name: _connect(h) for h in _ALL}
+
+    def report_of(name: str, spec: HostSpec) -> preflight.HostReport | None:
+        result = connections[name].run(preflight.script(spec.settings.hf_token_path))
+        return preflight.parse_report(result.stdout) if result.rc == 0 else None
+
+    for name, plan in plan_inventory(_ALL, set(_HOSTS), report_of).items():
+        if name in _HOSTS:
+            _TARGETS[name] = Target(name, plan, connections[name])
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -72,10 +88,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="module")
 def target(request: pytest.FixtureRequest) -> Target:
     name = str(request.param)
+    if not _TARGETS:
+        _plan_all()
     if name not in _TARGETS:
-        host = _HOSTS[name]
-        conn = _connect(host)
-        token_path = str(host.data.get("hf_token_path", "/etc/instinct-fleet/hf-token"))
-        report = preflight.parse_report(conn.run(preflight.script(token_path)).stdout)
-        _TARGETS[name] = Target(name, build_plan(name, host.groups, host.data, report), conn)
+        pytest.fail(f"{name}: no preflight report (cannot connect)")
     return _TARGETS[name]

@@ -25,11 +25,20 @@ def managed_files(target: Target) -> dict[str, str]:
     memlock = render.memlock_systemd(settings.tune_memlock)
     if memlock:
         files[render.DOCKER_DROP_IN] = get_template(str(TEMPLATES / "docker-limits.conf.j2")).render(memlock=memlock)
-    for svc in plan.spec.services:
-        files[render.env_path(svc)] = render.env_file(svc, plan.report.hf_token)
+    for svc in plan.serves:
+        files[render.env_path(svc)] = plan.env_text(svc)
         files[f"/etc/systemd/system/{render.unit_name(svc)}.service"] = get_template(str(TEMPLATES / "vllm.service.j2")).render(
             **plan.unit_vars(svc)
         )
+    if plan.role is not None:
+        files[render.RAY_ENV] = plan.env_text(plan.spec.services[0])
+        files[render.RAY_READY_SCRIPT] = (TEMPLATES / "ray-ready.py").read_text()
+        files[f"/etc/systemd/system/{render.ray_unit(plan.role)}.service"] = get_template(str(TEMPLATES / "ray.service.j2")).render(
+            **plan.ray_unit_vars()
+        )
+    ruleset = plan.firewall()
+    if ruleset is not None:
+        files[render.FIREWALL_FILE] = ruleset
     return files
 
 
@@ -43,8 +52,9 @@ def test_managed_files_hold_exactly_what_the_deploy_renders(target: Target) -> N
 
 
 def test_env_files_are_root_only(target: Target) -> None:
-    for svc in target.plan.spec.services:
-        assert target.sh(f"stat -c '%a %U' {render.env_path(svc)}").strip() == "600 root"
+    paths = [render.env_path(svc) for svc in target.plan.serves] + ([render.RAY_ENV] if target.plan.role else [])
+    for path in paths:
+        assert target.sh(f"stat -c '%a %U' {path}").strip() == "600 root"
 
 
 def test_host_tuning_is_live(target: Target) -> None:
@@ -69,31 +79,46 @@ def test_docker_runs_with_the_pinned_image(target: Target) -> None:
 
 
 def test_units_pass_systemd_analyze_and_run(target: Target) -> None:
-    for svc in target.plan.spec.services:
-        unit = render.unit_name(svc)
+    units = [render.unit_name(svc) for svc in target.plan.serves]
+    if target.plan.role is not None:
+        units.append(render.ray_unit(target.plan.role))
+    if target.plan.firewall() is not None:
+        units.append(render.FIREWALL_UNIT.removesuffix(".service"))
+    for unit in units:
         target.sh(f"systemd-analyze verify /etc/systemd/system/{unit}.service")
         service = target.host.service(unit)
         assert service.is_enabled and service.is_running, f"{target.name}: {unit} is not enabled and running"
 
 
+def _containers(target: Target) -> list[tuple[str, list[str], str]]:
+    """(container, the docker run argv the unit holds, its env file text) for every container of the host."""
+    plan = target.plan
+    found = [(render.unit_name(svc), plan.vllm_argv(svc), plan.env_text(svc)) for svc in plan.serves]
+    if plan.role is not None:
+        found.append((render.ray_unit(plan.role), plan.ray_argv(), plan.env_text(plan.spec.services[0])))
+    return found
+
+
 def test_containers_run_exactly_the_rendered_env_and_args(target: Target) -> None:
-    for svc in target.plan.spec.services:
-        info = target.inspect(render.unit_name(svc))
+    for name, argv, env_text in _containers(target):
+        info = target.inspect(name)
         config, host_config = info["Config"], info["HostConfig"]
-        image_env = set(json.loads(target.sh(f"docker image inspect --format '{{{{json .Config.Env}}}}' {svc.image}")) or [])
-        rendered = set(render.env_file(svc, target.plan.report.hf_token).splitlines())
+        entrypoint = argv.index("--entrypoint")
+        image = argv[entrypoint + 2]
+        image_env = set(json.loads(target.sh(f"docker image inspect --format '{{{{json .Config.Env}}}}' {image}")) or [])
         assert info["State"]["Running"]
-        assert config["Image"] == svc.image
-        assert config["Entrypoint"] == ["vllm"]
-        assert config["Cmd"] == ["serve", svc.model, *render.render_args(svc)]
-        assert set(config["Env"]) - image_env == rendered
+        assert config["Image"] == image
+        assert config["Entrypoint"] == [argv[entrypoint + 1]]
+        assert config["Cmd"] == argv[entrypoint + 3 :]
+        assert set(config["Env"]) - image_env == set(env_text.splitlines())
         assert host_config["NetworkMode"] == "host" and host_config["IpcMode"] == "host"
         devices = {d["PathOnHost"] for d in host_config["Devices"]}
-        assert devices == {"/dev/kfd", *target.plan.devices(svc)}, f"{svc.name} sees GPUs other than {list(svc.gpus)}"
+        wanted = {argv[i + 1] for i, a in enumerate(argv) if a == "--device"}
+        assert devices == wanted, f"{name} sees devices {sorted(devices)}, not {sorted(wanted)}"
 
 
 def test_endpoints_answer_with_the_model(target: Target) -> None:
-    for svc in target.plan.spec.services:
+    for svc in target.plan.serves:
         assert target.sh(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{svc.port}/health") == "200"
         models = json.loads(target.sh(f"curl -s http://127.0.0.1:{svc.port}/v1/models"))
         assert render.served_model(svc) in [card["id"] for card in models["data"]]
@@ -104,18 +129,45 @@ def test_token_never_leaves_its_file(target: Target) -> None:
     assert target.plan.report.hf_token, f"{target.name} has no token at {settings.hf_token_path} to check"
     token = target.sh(f"cat {settings.hf_token_path}").strip()
     assert token, "the token file is empty"
-    units = " ".join(f"/etc/systemd/system/{render.unit_name(s)}.service" for s in target.plan.spec.services)
-    envs = " ".join(render.env_path(s) for s in target.plan.spec.services)
-    names = " ".join(render.unit_name(s) for s in target.plan.spec.services)
+    names = [name for name, _, _ in _containers(target)]
+    units = " ".join(f"/etc/systemd/system/{n}.service" for n in names)
+    envs = " ".join([render.env_path(s) for s in target.plan.serves] + ([render.RAY_ENV] if target.plan.role else []))
     places = {
         "unit files": f"cat {units}",
         "env files": f"cat {envs}",
         "process list": "ps -eo args",
-        "docker inspect": f"docker inspect {names}",
-        "journal": " ".join(["journalctl --no-pager -o cat", *[f"-u {render.unit_name(s)}" for s in target.plan.spec.services]]),
+        "docker inspect": f"docker inspect {' '.join(names)}",
+        "journal": " ".join(["journalctl --no-pager -o cat", *[f"-u {n}" for n in names]]),
     }
     for where, command in places.items():
         assert token not in target.sh(command), f"{target.name}: the Hugging Face token appears in the {where}"
-    for svc in target.plan.spec.services:
-        mounted = target.sh(f"docker exec {render.unit_name(svc)} cat {render.TOKEN_IN_CONTAINER}").strip()
-        assert mounted == token, f"{svc.name} does not see the token at {render.TOKEN_IN_CONTAINER}"
+    for name in names:
+        mounted = target.sh(f"docker exec {name} cat {render.TOKEN_IN_CONTAINER}").strip()
+        assert mounted == token, f"{name} does not see the token at {render.TOKEN_IN_CONTAINER}"
+
+
+ALIVE = (
+    "import json, ray; ray.init(address='auto', logging_level='ERROR'); "
+    "print(json.dumps([n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']] + [ray.cluster_resources().get('GPU', 0)]))"
+)
+
+
+def test_ray_cluster_shows_every_node_and_gpu(target: Target) -> None:
+    """On a cluster head: Ray's live nodes are exactly the members, with all their GPUs (nothing to check elsewhere)."""
+    if target.plan.role != "head" or target.plan.cluster is None:
+        return
+    svc = target.plan.spec.services[0]
+    *nodes, gpus = json.loads(target.sh(f'docker exec {render.ray_unit("head")} python3 -c "{ALIVE}" 2>/dev/null').splitlines()[-1])
+    assert sorted(nodes) == sorted(target.plan.cluster.member_ips), f"Ray's live nodes {nodes}"
+    assert gpus == svc.nodes * target.plan.spec.gpu_count
+
+
+def test_firewall_table_is_live(target: Target) -> None:
+    """The table the deploy wrote is the one the kernel enforces."""
+    if target.plan.firewall() is None:
+        return
+    live = target.sh("nft list table inet instinct_fleet")
+    for ip in target.plan.cluster.member_ips if target.plan.cluster else ():
+        assert ip in live, f"cluster member {ip} is not in the live cluster_members set"
+    for entry in target.plan.spec.settings.allow_from or ():
+        assert entry.split("/")[0] in live, f"{entry} is not in the live vllm_allowed set"

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from glob import glob
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -103,6 +104,7 @@ def check_devices(args: dict[str, Any]) -> None:
 
 
 class State:
+    ready = True  # False while a Ray-backed instance waits for its GPUs
     model = ""
     served = ""
     args: ClassVar[dict[str, Any]] = {}
@@ -132,7 +134,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/health":
-            self.reply(200, "", "text/plain")
+            self.reply(200 if State.ready else 503, "", "text/plain")
         elif self.path == "/v1/models":
             max_len = int(State.args.get("--max-model-len", 8192))
             card = {"id": State.served, "object": "model", "owned_by": "vllm", "root": State.model, "max_model_len": max_len}
@@ -203,6 +205,44 @@ class Handler(BaseHTTPRequestHandler):
         )
 
 
+def join_ray(tp: int, pp: int) -> None:
+    """Do what vLLM's Ray executor does: join the cluster, reserve the GPUs, start workers on them.
+
+    One actor per pipeline stage holds that stage's TP GPUs (vLLM has one per GPU;
+    one per stage keeps the stand-in light). Healthy only once every actor runs;
+    exit 1 when one dies, as vLLM does when a Ray worker is lost, so that systemd
+    restarts the instance and its unit waits for the cluster again.
+    """
+    import ray
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    @ray.remote(num_cpus=0)
+    class Stage:
+        def ping(self) -> str:
+            return str(ray.get_runtime_context().get_node_id())
+
+    ray.init(address="auto", logging_level="ERROR")
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    print(f"INFO stand-in joined Ray: {len(nodes)} nodes, {ray.cluster_resources().get('GPU', 0):g} GPUs; needs {tp * pp}", flush=True)
+    group = placement_group([{"GPU": tp}] * pp, strategy="SPREAD")
+    ray.get(group.ready())
+    stages = [
+        Stage.options(num_gpus=tp, scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)).remote()
+        for i in range(pp)
+    ]
+    hosts = set(ray.get([s.ping.remote() for s in stages]))
+    print(f"INFO stand-in placement group of {tp * pp} GPUs ready on {len(hosts)} nodes", flush=True)
+    State.ready = True
+    while True:
+        time.sleep(2)
+        try:
+            ray.get([s.ping.remote() for s in stages], timeout=15)
+        except Exception as exc:  # RayActorError, GetTimeoutError: a worker is gone
+            print(f"ERROR stand-in: lost a Ray worker ({type(exc).__name__}); exiting like vLLM", flush=True)
+            os._exit(1)
+
+
 def main() -> None:
     model, args = parse(sys.argv[1:])
     for name in sorted(os.environ):
@@ -217,6 +257,10 @@ def main() -> None:
     State.served = str(args.get("--served-model-name") or model)
     State.args = args
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if args.get("--distributed-executor-backend") == "ray":
+        tp, pp = int(args.get("--tensor-parallel-size", 1)), int(args.get("--pipeline-parallel-size", 1))
+        State.ready = False
+        threading.Thread(target=join_ray, args=(tp, pp), daemon=True).start()
     # A real server loads weights before it listens; keep a short, visible delay.
     time.sleep(float(os.environ.get("STANDIN_STARTUP_SECONDS", "2")))
     host = str(args.get("--host") or "0.0.0.0")
