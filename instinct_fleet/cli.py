@@ -1,7 +1,7 @@
 """The ``instinct-fleet`` command line: recipes, render, plan, deploy and verify.
 
 The JSON printed with ``--json`` is a contract for CI pipelines:
-``{"services": [...], "warnings": [...], "errors": [...]}``. Exit codes: 0 no
+``{"services": [...], "clusters": [...], "warnings": [...], "errors": [...]}``. Exit codes: 0 no
 errors, 1 validation errors, 2 usage errors. No input ever produces a traceback.
 """
 
@@ -23,7 +23,7 @@ from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts,
 from instinct_fleet.recipes import all_recipes
 from instinct_fleet.render import render_args, service_json
 from instinct_fleet.rules import Finding
-from instinct_fleet.spec import HostSpec, resolve_host, unknown_recipe_message
+from instinct_fleet.spec import HostSpec, ServiceSpec, resolve_host, unknown_recipe_message
 from instinct_fleet.validate import validate_host
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -62,29 +62,60 @@ def _parse_args(items: Sequence[str], version: str) -> dict[str, Any]:
     return args
 
 
+def _served(planned: list[tuple[HostSpec, list[Finding]]]) -> list[tuple[HostSpec, ServiceSpec, dict[str, str]]]:
+    """(host, instance, its env) for every instance a host runs; Ray workers run their head's ranks instead."""
+    served = []
+    for spec, _ in planned:
+        cluster = spec.settings.cluster
+        if cluster is not None and cluster.role == "worker":
+            continue
+        for svc in spec.services:
+            served.append((spec, svc, {**svc.env, **(cluster.rccl_env() if cluster else {})}))
+    return served
+
+
+def _clusters(planned: list[tuple[HostSpec, list[Finding]]]) -> list[dict[str, Any]]:
+    members: dict[str, dict[str, Any]] = {}
+    for spec, _ in planned:
+        cluster = spec.settings.cluster
+        if cluster is not None:
+            entry = members.setdefault(cluster.name, {"name": cluster.name, "head": None, "workers": []})
+            if cluster.role == "head":
+                entry["head"] = spec.host
+            else:
+                entry["workers"].append(spec.host)
+    return list(members.values())
+
+
 def _report(planned: list[tuple[HostSpec, list[Finding]]], as_json: bool, explain: bool) -> int:
     findings = [f for _, fs in planned for f in fs]
     errors = [f for f in findings if f.severity == "error"]
     warnings = [f for f in findings if f.severity == "warning"]
+    served = _served(planned)
     if as_json:
         out = {
-            "services": [service_json(s) for spec, _ in planned for s in spec.services],
+            "services": [{**service_json(svc), "env": env} for _, svc, env in served],
+            "clusters": _clusters(planned),
             "warnings": [{"rule": f.rule, "host": f.host, "key": f.key, "message": str(f)} for f in warnings],
             "errors": [{"rule": f.rule, "host": f.host, "key": f.key, "message": str(f)} for f in errors],
         }
         print(json.dumps(out, indent=2))
     else:
-        for spec, _ in planned:
-            for svc in spec.services:
-                where = f"{svc.host} " if svc.host else ""
-                print(f"{where}vllm-{svc.name}: {svc.model} on GPUs {list(svc.gpus)}, port {svc.port}, image {svc.image}")
-                print("  env:")
-                for name, value in svc.env.items():
-                    print(f"    {name}={value}" + (f"    # {svc.reasons.get(name, '')}" if explain else ""))
-                print(f"  vllm serve {svc.model} {' '.join(render_args(svc))}")
-                if explain:
-                    for flag in svc.args:
-                        print(f"    --{flag}: {svc.reasons.get(f'--{flag}', '')}")
+        for _, svc, env in served:
+            where = f"{svc.host} " if svc.host else ""
+            print(f"{where}vllm-{svc.name}: {svc.model} on GPUs {list(svc.gpus)}, port {svc.port}, image {svc.image}")
+            print("  env:")
+            for name, value in env.items():
+                print(f"    {name}={value}" + (f"    # {svc.reasons.get(name, '')}" if explain else ""))
+            if svc.nodes > 1:
+                print("    VLLM_HOST_IP=<each node's address on cluster_nic, read at deploy>")
+            print(f"  vllm serve {svc.model} {' '.join(render_args(svc))}")
+            if explain:
+                for flag in svc.args:
+                    print(f"    --{flag}: {svc.reasons.get(f'--{flag}', '')}")
+        for cluster in _clusters(planned):
+            workers = ", ".join(map(str, cluster["workers"])) or "none"
+            print(f"Ray cluster {cluster['name']}: head {cluster['head']}, workers {workers}")
         for f in [*warnings, *errors]:
             print(str(f), file=sys.stderr)
         print(f"{len(errors)} error(s), {len(warnings)} warning(s)", file=sys.stderr)
@@ -146,10 +177,11 @@ def cmd_plan(opts: argparse.Namespace) -> int:
         hosts = load_inventory(opts.inventory, opts.project_dir)
     except InventoryError as exc:
         raise UsageError(str(exc)) from exc
-    chosen = select(hosts, opts.limit)
+    chosen = {h.name for h in select(hosts, opts.limit)}
     if not chosen:
         raise UsageError(f"--limit {opts.limit!r} matches no host or group of {opts.inventory}")
-    return _report(plan_hosts(chosen), opts.json, opts.explain)
+    # Cluster rules need every member, so the whole inventory is planned and then limited.
+    return _report([p for p in plan_hosts(hosts) if p[0].host in chosen], opts.json, opts.explain)
 
 
 def _project_dir(opts: argparse.Namespace) -> Path:
@@ -162,10 +194,10 @@ def cmd_deploy(opts: argparse.Namespace) -> int:
         hosts = load_inventory(opts.inventory, opts.project_dir)
     except InventoryError as exc:
         raise UsageError(str(exc)) from exc
-    chosen = select(hosts, opts.limit)
+    chosen = {h.name for h in select(hosts, opts.limit)}
     if not chosen:
         raise UsageError(f"--limit {opts.limit!r} matches no host or group of {opts.inventory}")
-    findings = [f for _, fs in plan_hosts(chosen) for f in fs]
+    findings = [f for spec, fs in plan_hosts(hosts) if spec.host in chosen for f in fs]
     errors = [f for f in findings if f.severity == "error"]
     for f in findings:
         print(str(f), file=sys.stderr)

@@ -29,3 +29,10 @@ llama_hosts = [
         },
     ),
 ]
+
+# One Llama 3.1 405B (BF16) instance over a two-node Ray cluster: TP 8 inside each node,
+# PP 2 across them. The cluster's settings (NIC, RCCL, allow-list) are in group_data/llama405.py.
+llama405 = [
+    ("mi300x-c01.example.net", {"ray_role": "head"}),
+    ("mi300x-c02.example.net", {"ray_role": "worker"}),
+]

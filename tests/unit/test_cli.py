@@ -103,8 +103,12 @@ def test_plan_example_prod_inventory(capsys: pytest.CaptureFixture[str], monkeyp
     doc = json.loads(out)
     assert code == 0 and doc["errors"] == []
     hosts = {s["host"] for s in doc["services"]}
-    assert hosts == {"mi300x-a01.example.net", "mi300x-a02.example.net", "mi300x-b01.example.net"}
+    assert hosts == {"mi300x-a01.example.net", "mi300x-a02.example.net", "mi300x-b01.example.net", "mi300x-c01.example.net"}
     assert len([s for s in doc["services"] if s["host"] == "mi300x-a01.example.net"]) == 8
+    assert doc["clusters"] == [{"name": "llama405", "head": "mi300x-c01.example.net", "workers": ["mi300x-c02.example.net"]}]
+    (head,) = [s for s in doc["services"] if s["host"] == "mi300x-c01.example.net"]
+    assert head["env"]["NCCL_SOCKET_IFNAME"] == "ens50f0np0" and head["env"]["NCCL_IB_GID_INDEX"] == "3"
+    assert head["vllm_args"][:4] == ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"]
 
 
 def test_plan_resolves_host_over_group_over_all(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
