@@ -172,7 +172,8 @@ def cmd_render(opts: argparse.Namespace) -> int:
     return _report([(spec, [*findings, *validate_host(spec)])], opts.json, opts.explain)
 
 
-def cmd_plan(opts: argparse.Namespace) -> int:
+def _plan_limited(opts: argparse.Namespace) -> list[tuple[HostSpec, list[Finding]]]:
+    """The chosen hosts' plans. Cluster rules need every member, so the whole inventory is planned, then limited."""
     try:
         hosts = load_inventory(opts.inventory, opts.project_dir)
     except InventoryError as exc:
@@ -180,8 +181,11 @@ def cmd_plan(opts: argparse.Namespace) -> int:
     chosen = {h.name for h in select(hosts, opts.limit)}
     if not chosen:
         raise UsageError(f"--limit {opts.limit!r} matches no host or group of {opts.inventory}")
-    # Cluster rules need every member, so the whole inventory is planned and then limited.
-    return _report([p for p in plan_hosts(hosts) if p[0].host in chosen], opts.json, opts.explain)
+    return [p for p in plan_hosts(hosts) if p[0].host in chosen]
+
+
+def cmd_plan(opts: argparse.Namespace) -> int:
+    return _report(_plan_limited(opts), opts.json, opts.explain)
 
 
 def _project_dir(opts: argparse.Namespace) -> Path:
@@ -190,14 +194,7 @@ def _project_dir(opts: argparse.Namespace) -> Path:
 
 def cmd_deploy(opts: argparse.Namespace) -> int:
     """Validate every chosen host before connecting to any, then hand over to pyinfra."""
-    try:
-        hosts = load_inventory(opts.inventory, opts.project_dir)
-    except InventoryError as exc:
-        raise UsageError(str(exc)) from exc
-    chosen = {h.name for h in select(hosts, opts.limit)}
-    if not chosen:
-        raise UsageError(f"--limit {opts.limit!r} matches no host or group of {opts.inventory}")
-    findings = [f for spec, fs in plan_hosts(hosts) if spec.host in chosen for f in fs]
+    findings = [f for _, fs in _plan_limited(opts) for f in fs]
     errors = [f for f in findings if f.severity == "error"]
     for f in findings:
         print(str(f), file=sys.stderr)

@@ -80,10 +80,9 @@ class HostPlan:
         return render.env_file(self.env(svc), self.report.hf_token)
 
     def vllm_argv(self, svc: ServiceSpec) -> list[str]:
+        cluster = self.spec.settings.cluster
         mounts = [f"{render.RAY_TMP}:/tmp/ray"] if self.role == "head" else []
-        container = render.vllm_container(svc, self.devices(svc), mounts)
-        if self.spec.settings.cluster is not None:
-            container = render.Container(**{**container.__dict__, "infiniband": self.spec.settings.cluster.infiniband})
+        container = render.vllm_container(svc, self.devices(svc), mounts, infiniband=cluster is not None and cluster.infiniband)
         return render.docker_run(container, self.spec.settings, self.group_ids, self.report.hf_token)
 
     def ray_argv(self) -> list[str]:

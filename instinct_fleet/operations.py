@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Generator
+from typing import Any
 
 from pyinfra.api.operation import operation
 from pyinfra.context import host
+from pyinfra.operations import systemd
+from pyinfra.operations.util import any_changed
 
 from instinct_fleet import health
 from instinct_fleet.facts import DockerImageId, InstanceHealth, UnitProblems
@@ -59,3 +62,16 @@ def unit_verified(path: str) -> Generator[str, None, None]:
         yield _failure(f"{path} fails systemd-analyze verify: " + " | ".join(problems[:10]))
     else:
         host.noop(f"{path} passes systemd-analyze verify")
+
+
+def service_converged(unit: str, changed: list[Any]) -> None:
+    """Restart ``unit`` only when one of the ``changed`` operations did change, then keep it running and enabled.
+
+    A restart needs the unit running already (a stopped unit is simply started by
+    the second operation), so a first deploy starts each unit once.
+    """
+    service = f"{unit}.service"
+    systemd.service(
+        name=f"Restart {unit} for its new unit, env or image", service=service, running=None, restarted=True, _if=any_changed(*changed)
+    )
+    systemd.service(name=f"{unit} running and enabled", service=service, running=True, enabled=True)

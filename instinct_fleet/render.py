@@ -129,8 +129,9 @@ class Container:
     infiniband: bool = False
 
 
-def vllm_container(svc: ServiceSpec, devices: list[str], mounts: list[str] | None = None) -> Container:
-    return Container(unit_name(svc), svc.image, "vllm", ["serve", svc.model, *render_args(svc)], env_path(svc), devices, mounts or [])
+def vllm_container(svc: ServiceSpec, devices: list[str], mounts: list[str] | None = None, infiniband: bool = False) -> Container:
+    command = ["serve", svc.model, *render_args(svc)]
+    return Container(unit_name(svc), svc.image, "vllm", command, env_path(svc), devices, mounts or [], infiniband)
 
 
 def docker_run(container: Container, settings: HostSettings, group_ids: list[int], with_token: bool) -> list[str]:

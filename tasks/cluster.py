@@ -4,9 +4,8 @@ from io import StringIO
 
 from pyinfra.context import host
 from pyinfra.operations import files, systemd
-from pyinfra.operations.util import any_changed
 
-from instinct_fleet import render
+from instinct_fleet import operations, render
 from instinct_fleet.hostplan import plan_for
 
 plan = plan_for(host)
@@ -18,12 +17,8 @@ if plan.role is not None:
     unit_file = files.template(
         name=f"{unit} unit", src="templates/ray.service.j2", dest=f"/etc/systemd/system/{unit}.service", mode="644", **plan.ray_unit_vars()
     )
-    systemd.daemon_reload(name="Reload systemd (Ray unit)", _if=unit_file.did_change)
-    systemd.service(
-        name=f"Restart {unit} for its new unit, env or image",
-        service=f"{unit}.service",
-        running=None,
-        restarted=True,
-        _if=any_changed(unit_file, env, plan.changes["image"]),
+    operations.unit_verified(
+        name=f"{unit} passes systemd-analyze verify", path=f"/etc/systemd/system/{unit}.service", _if=unit_file.did_change
     )
-    systemd.service(name=f"{unit} running and enabled", service=f"{unit}.service", running=True, enabled=True)
+    systemd.daemon_reload(name="Reload systemd (Ray unit)", _if=unit_file.did_change)
+    operations.service_converged(unit, [unit_file, env, plan.changes["image"]])

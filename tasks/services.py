@@ -41,12 +41,4 @@ for svc in plan.serves:
 if unit_ops:
     systemd.daemon_reload(name="Reload systemd (vLLM units)", _if=any_changed(*unit_ops))
 for svc, env, unit_file in written:
-    unit = render.unit_name(svc)
-    systemd.service(
-        name=f"Restart {unit} for its new unit, env or image",
-        service=f"{unit}.service",
-        running=None,
-        restarted=True,
-        _if=any_changed(unit_file, env, plan.changes["image"]),
-    )
-    systemd.service(name=f"{unit} running and enabled", service=f"{unit}.service", running=True, enabled=True)
+    operations.service_converged(render.unit_name(svc), [unit_file, env, plan.changes["image"]])
