@@ -111,6 +111,11 @@ _RULES = (
         "Without NCCL_IB_HCA RCCL sends cross-node traffic over TCP sockets on `cluster_nic`: a fraction of the RDMA bandwidth (002 RCCL).",
     ),
     Rule("ray-ports", "error", "Ray's pinned ports must not collide with a vLLM port on the same host."),
+    Rule(
+        "local-file",
+        "error",
+        "Registry credentials and CA certificates are copied from the control machine, so they must exist there (paths relative to the project directory).",
+    ),
     Rule("allow-from", "error", "`vllm_allow_from` takes IP addresses or networks (10.0.0.0/8), which become nftables set elements."),
 )
 

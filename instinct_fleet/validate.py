@@ -12,6 +12,7 @@ import ipaddress
 import re
 from collections import defaultdict
 from itertools import combinations
+from pathlib import Path
 
 from instinct_fleet import knowledge
 from instinct_fleet.defaults import default_image
@@ -269,6 +270,18 @@ def _utilization(svc: ServiceSpec) -> float | None:
         return None
 
 
+def validate_local_files(spec: HostSpec) -> list[Finding]:
+    """Files the deploy uploads must exist on the control machine before any host is touched."""
+    settings = spec.settings
+    wanted = [("docker_credentials_file", settings.credentials_file)]
+    wanted += [(f"docker_registry_ca_certs.{registry}", path) for registry, path in sorted(settings.registry_ca_certs.items())]
+    return [
+        finding("local-file", spec.host, key, f"{path!r} does not exist on this machine (from {Path.cwd()})")
+        for key, path in wanted
+        if path is not None and not Path(path).is_file()
+    ]
+
+
 def validate_network(spec: HostSpec) -> list[Finding]:
     """Cluster membership, RCCL settings, Ray ports and the vLLM allow-list of one host."""
     found: list[Finding] = []
@@ -366,7 +379,7 @@ def validate_clusters(specs: list[HostSpec]) -> list[Finding]:
 
 def validate_host(spec: HostSpec) -> list[Finding]:
     """All per-service rules plus the rules across the instances of one host."""
-    found: list[Finding] = validate_network(spec)
+    found: list[Finding] = [*validate_network(spec), *validate_local_files(spec)]
     if spec.services:
         found += check_image(spec.host, spec.services[0].image, spec.services[0].version)
     for svc in spec.services:

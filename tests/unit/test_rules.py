@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from instinct_fleet.rules import RULES
 from .conftest import check, check_cluster, rules_of
 
 G = {"vllm_recipe": "gpt-oss-120b"}
+ROOT = Path(__file__).resolve().parents[2]
 
 # rule id -> (data that trips it, data that passes it)
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -71,6 +73,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"vllm_recipe": "deepseek-r1-dp-ep"},
     ),
     "nccl-single-gpu": ({"vllm_env": {"NCCL_MIN_NCHANNELS": "112"}}, {"vllm_recipe": "llama-3.1-70b"}),
+    "local-file": (
+        {"docker_credentials_file": "no/such/config.json", "docker_registry_ca_certs": {"r:5000": "no/such/ca.crt"}},
+        {"docker_credentials_file": str(ROOT / "pyproject.toml"), "docker_registry_ca_certs": {"r:5000": str(ROOT / "README.md")}},
+    ),
     "allow-from": ({"vllm_allow_from": ["10.0.0.0/33"]}, {"vllm_allow_from": ["10.0.0.0/8", "192.168.1.5", "fd00::/8"]}),
 }
 
