@@ -89,7 +89,8 @@ class HostPlan:
         cluster = self.spec.settings.cluster
         assert cluster is not None and self.cluster is not None
         svc = self.spec.services[0]
-        command = render.ray_start(cluster, self.cluster.node_ip, self.cluster.head_ip, self.spec.gpu_count)
+        # --num-gpus from amd-smi; preflight has checked it equals gpu_count on every member.
+        command = render.ray_start(cluster, self.cluster.node_ip, self.cluster.head_ip, len(self.report.gpus))
         container = render.Container(
             name=render.ray_unit(cluster.role),
             image=svc.image,

@@ -297,6 +297,11 @@ def hard_problems(report: HostReport, spec: HostSpec) -> list[str]:
             f"Check the partition mode (compute {report.compute_partition or 'unknown'}) with amd-smi static --partition, or lower gpu_count"
         )
     cluster = spec.settings.cluster
+    if cluster is not None and len(report.gpus) > spec.gpu_count:
+        problems.append(
+            f"{len(report.gpus)} GPUs visible but gpu_count is {spec.gpu_count}: Ray would offer them all to the cluster; "
+            "set gpu_count to the GPUs of each node"
+        )
     if cluster is not None and cluster.nic is not None and cluster.nic not in report.addresses:
         have = ", ".join(sorted(report.addresses)) or "none with IPv4"
         problems.append(

@@ -179,12 +179,18 @@ def test_cluster_members_learn_addresses_from_facts() -> None:
     )
     assert worker.serves == () and head.serves == head.spec.services
     assert worker.env(worker.spec.services[0])["VLLM_HOST_IP"] == "172.17.0.6"
-    assert "--address=172.17.0.5:6379" in worker.ray_argv()
+    assert "--address=172.17.0.5:6379" in worker.ray_argv() and "--num-gpus=8" in worker.ray_argv()
     assert len(head.devices(head.spec.services[0])) == 8  # Ray gets the whole node
     unit = head.unit_vars(head.spec.services[0])
     assert unit["ray_unit"] == "ray-head" and "python3 - 2 16 600" in unit["ray_ready"]
     firewall = worker.firewall()
     assert firewall is not None and "172.17.0.5, 172.17.0.6" in firewall
+
+
+def test_cluster_member_with_more_gpus_than_gpu_count_is_refused() -> None:
+    report = preflight.parse_report(mi300x_host(interfaces=interfaces("172.17.0.6")))
+    host, _ = resolve_host("w1", {**CLUSTER, "ray_role": "worker", "gpu_count": 4, "vllm_args": {"tensor-parallel-size": 4}})
+    assert any("8 GPUs visible but gpu_count is 4" in p for p in preflight.hard_problems(report, host))
 
 
 def test_cluster_member_without_the_nic_fails_with_its_interfaces() -> None:
