@@ -19,9 +19,26 @@ ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "tests" / "fleet" / "fleet.py"
 
 
+FLEET_LOG: list[str] = []
+
+
+def _fleet(command: str) -> None:
+    done = subprocess.run([sys.executable, str(FLEET), command], cwd=ROOT, capture_output=True, text=True)
+    FLEET_LOG.extend(line for line in done.stdout.splitlines() if line.startswith("[fleet"))
+    assert done.returncode == 0, f"fleet {command} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+
+
 @pytest.fixture(scope="session")
 def fleet() -> Iterator[dict[str, Any]]:
-    subprocess.run([sys.executable, str(FLEET), "up"], check=True, cwd=ROOT)
+    _fleet("up")
     yield json.loads((ROOT / ".fleet" / "fleet.json").read_text())
     if not os.environ.get("INSTINCT_FLEET_KEEP"):
-        subprocess.run([sys.executable, str(FLEET), "down"], check=True, cwd=ROOT)
+        _fleet("down")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The fleet's own timeline (image builds, host start), for the CI log."""
+    if FLEET_LOG:
+        terminalreporter.section("simulated fleet")
+        for line in FLEET_LOG:
+            terminalreporter.write_line(line)

@@ -364,7 +364,7 @@ def up() -> dict[str, object]:
     build_standin(registry)
     key = ssh_key()
     sysfs = standin_sysfs()
-    log("starting hosts")
+    log("images ready; starting hosts")
     hosts = []
     for host in HOSTS:
         start_host(host, key, sysfs)
@@ -389,6 +389,7 @@ def down() -> None:
         return
     ids = out("docker", "ps", "-aq", "--filter", f"label={LABEL}").split()
     if ids:
+        log(f"removing {len(ids)} hosts")
         run("docker", "rm", "-f", "-v", *ids, capture=True)
     (STATE / "fleet.json").unlink(missing_ok=True)
     log("fleet down")
