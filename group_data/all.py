@@ -7,14 +7,14 @@ variables; instinct_fleet/defaults.py is where their defaults are defined.
 
 # Built-in recipe each instance starts from (`instinct-fleet recipes` lists them); `None` starts
 # from nothing but `vllm_model`, `vllm_env` and `vllm_args`.
-vllm_recipe = 'gpt-oss-120b'
+vllm_recipe = "gpt-oss-120b"
 
 # vLLM ROCm container image, pinned by tag or digest; `latest` and untagged names are refused.
-vllm_image = 'vllm/vllm-openai-rocm:v0.22.0'
+vllm_image = "vllm/vllm-openai-rocm:v0.22.0"
 
 # vLLM version inside `vllm_image`; selects the table of env vars and flags that validation
 # checks against.
-vllm_version = '0.22.0'
+vllm_version = "0.22.0"
 
 # Model to serve; `None` keeps the recipe's model.
 vllm_model = None
@@ -29,7 +29,7 @@ vllm_args = {}
 
 # Instances per host: `name`, and optionally `recipe`, `model`, `gpus` (list of GPU indices),
 # `port`, `env`, `args`. GPUs and ports default to consecutive blocks.
-vllm_instances = [{'name': 'main'}]
+vllm_instances = [{"name": "main"}]
 
 # Nodes one instance spans (2 or more for a Ray cluster); TP x PP x DP must equal nodes x GPUs
 # per node.
@@ -40,17 +40,17 @@ vllm_nodes = 1
 gpu_count = 8
 
 # GPU model the host must have: MI300X, MI325X, MI350X or MI355X.
-gpu_model = 'MI300X'
+gpu_model = "MI300X"
 
 # Size of /dev/shm in the vLLM container (`docker run --shm-size`); RCCL uses it for rendezvous.
-vllm_shm_size = '16g'
+vllm_shm_size = "16g"
 
 # File on the host holding the Hugging Face token; it is mounted read-only and never put in a
 # unit, env file or argv.
-hf_token_path = '/etc/instinct-fleet/hf-token'
+hf_token_path = "/etc/instinct-fleet/hf-token"
 
 # Host directory mounted as the Hugging Face cache.
-hf_cache_dir = '/var/lib/instinct-fleet/huggingface'
+hf_cache_dir = "/var/lib/instinct-fleet/huggingface"
 
 # Seconds to wait for each instance's /health and /v1/models after a (re)start.
 health_timeout = 1800
@@ -73,7 +73,7 @@ tune_cpu_idle = True
 tune_memlock = True
 
 # System user that owns the service files; added to the render and video groups.
-service_user = 'vllm'
+service_user = "vllm"
 
 # Registry mirrors written to /etc/docker/daemon.json.
 docker_registry_mirrors = []
@@ -98,7 +98,18 @@ ray_role = None
 
 # Every port Ray listens on, pinned so that the firewall can close them to non-members
 # (`client_server` is Ray's fixed default); override single keys.
-ray_ports = {'gcs': 6379, 'object_manager': 8076, 'node_manager': 8077, 'client_server': 10001, 'min_worker': 10002, 'max_worker': 10999, 'dashboard_agent_listen': 52365, 'dashboard_agent_grpc': 52366, 'metrics_export': 52367, 'runtime_env_agent': 52368}
+ray_ports = {
+    "gcs": 6379,
+    "object_manager": 8076,
+    "node_manager": 8077,
+    "client_server": 10001,
+    "min_worker": 10002,
+    "max_worker": 10999,
+    "dashboard_agent_listen": 52365,
+    "dashboard_agent_grpc": 52366,
+    "metrics_export": 52367,
+    "runtime_env_agent": 52368,
+}
 
 # Seconds the vLLM unit on the head waits for every node and GPU of the cluster to join Ray.
 ray_ready_timeout = 600

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -55,7 +57,10 @@ def main() -> None:
     if not rules.search(text):
         raise SystemExit("README.md has no rules table to replace")
     readme.write_text(rules.sub(lambda _: rules_table() + "\n", text, count=1))
-    (ROOT / "group_data" / "all.py").write_text(group_data_all())
+    all_py = ROOT / "group_data" / "all.py"
+    all_py.write_text(group_data_all())
+    # The project's one formatter owns the layout of Python files, generated or not.
+    subprocess.run([sys.executable, "-m", "ruff", "format", "--quiet", str(all_py)], check=True)
 
 
 if __name__ == "__main__":
