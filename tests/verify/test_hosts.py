@@ -152,10 +152,17 @@ ALIVE = (
 )
 
 
-def test_ray_cluster_shows_every_node_and_gpu(target: Target) -> None:
-    """On a cluster head: Ray's live nodes are exactly the members, with all their GPUs (nothing to check elsewhere)."""
-    if target.plan.role != "head" or target.plan.cluster is None:
+def test_ray_runs_exactly_where_the_inventory_says(target: Target) -> None:
+    """A head's Ray shows every member and GPU; a worker runs only ray-worker; other hosts run no Ray at all."""
+    units = target.sh("ls /etc/systemd/system/ | grep '^ray-' || true").split()
+    if target.plan.role is None:
+        assert units == [], f"{target.name} is in no ray_cluster but has {units}"
         return
+    assert units == [f"{render.ray_unit(target.plan.role)}.service"]
+    if target.plan.role == "worker":
+        assert not any(u.startswith("vllm-") for u in target.sh("ls /etc/systemd/system/").split()), "a worker runs no vLLM unit"
+        return
+    assert target.plan.cluster is not None
     svc = target.plan.spec.services[0]
     *nodes, gpus = json.loads(target.sh(f'docker exec {render.ray_unit("head")} python3 -c "{ALIVE}" 2>/dev/null').splitlines()[-1])
     assert sorted(nodes) == sorted(target.plan.cluster.member_ips), f"Ray's live nodes {nodes}"
@@ -163,8 +170,9 @@ def test_ray_cluster_shows_every_node_and_gpu(target: Target) -> None:
 
 
 def test_firewall_table_is_live(target: Target) -> None:
-    """The table the deploy wrote is the one the kernel enforces."""
+    """The table the deploy wrote is the one the kernel enforces; hosts that need none have none."""
     if target.plan.firewall() is None:
+        assert target.host.run("nft list table inet instinct_fleet").rc != 0, f"{target.name} has a firewall table it should not"
         return
     live = target.sh("nft list table inet instinct_fleet")
     for ip in target.plan.cluster.member_ips if target.plan.cluster else ():
