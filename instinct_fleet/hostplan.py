@@ -157,8 +157,8 @@ class HostPlan:
 
     @property
     def stale_units(self) -> list[str]:
-        """vllm-* units this tool wrote earlier for instances no longer in the inventory."""
-        wanted = {render.unit_name(s) for s in self.serves}
+        """vllm-* and ray-* units this tool wrote earlier for instances or a cluster role no longer in the inventory."""
+        wanted = {render.unit_name(s) for s in self.serves} | ({render.ray_unit(self.role)} if self.role else set())
         return sorted(set(self.report.managed_units) - wanted)
 
     def summary(self) -> str:

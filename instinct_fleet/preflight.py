@@ -48,7 +48,7 @@ SCRIPT = "; ".join(
         ("interfaces", "ip -o -4 addr show 2>/dev/null"),
         ("commands", "for c in cpupower curl nft; do command -v $c >/dev/null 2>&1 && echo $c; done"),
         ("infiniband", "ls /dev/infiniband 2>/dev/null"),
-        ("units", "grep -l 'Managed by instinct-fleet' /etc/systemd/system/vllm-*.service 2>/dev/null"),
+        ("units", "grep -l 'Managed by instinct-fleet' /etc/systemd/system/vllm-*.service /etc/systemd/system/ray-*.service 2>/dev/null"),
     )
 )
 

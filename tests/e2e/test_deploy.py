@@ -127,6 +127,13 @@ def test_drift_is_repaired_exactly_and_nothing_else(second: Run, fleet: dict[str
     ssh(fleet, "sim-gpu-1", "sed -i 's/= 0/= 1/' /etc/sysctl.d/90-instinct-fleet.conf")
     ssh(fleet, "sim-gpu-1", "echo '# hand edit' >> /etc/systemd/system/vllm-batch.service")
     ssh(fleet, "sim-gpu-2", "docker stop vllm-llama-b")
+    # An instance renamed away in the inventory: its old unit, written by an earlier deploy, is still running.
+    ghost = "# Managed by instinct-fleet\n[Service]\nExecStart=/bin/sleep infinity\n"
+    ssh(
+        fleet,
+        "sim-gpu-2",
+        f"printf '{ghost}' > /etc/systemd/system/vllm-ghost.service && systemctl daemon-reload && systemctl start vllm-ghost",
+    )
     assert verify("sim_gpu").returncode == 1, "verify did not notice the drift"
 
     repair = deploy()
@@ -137,6 +144,9 @@ def test_drift_is_repaired_exactly_and_nothing_else(second: Run, fleet: dict[str
         ("sim-gpu-1", "Reload systemd (vLLM units)"),
         ("sim-gpu-1", "Restart vllm-batch"),
         ("sim-gpu-2", "vllm-llama-b running and enabled"),
+        ("sim-gpu-2", "Stop vllm-ghost"),
+        ("sim-gpu-2", "Remove vllm-ghost"),
+        ("sim-gpu-2", "Reload systemd (vLLM units)"),
     }
     changed = repair.changed()
     unexpected = {(h, names) for h, names in changed if not any(h == eh and what in names for eh, what in expected)}
@@ -146,6 +156,8 @@ def test_drift_is_repaired_exactly_and_nothing_else(second: Run, fleet: dict[str
     for (host, container), before in untouched.items():
         assert started_at(fleet, host, container) == before, f"{container} on {host} restarted without a change of its own"
     assert started_at(fleet, "sim-gpu-1", "vllm-batch") != batch_before
+    assert ssh(fleet, "sim-gpu-2", "systemctl is-active vllm-ghost || true").strip() == "inactive"
+    assert ssh(fleet, "sim-gpu-2", "ls /etc/systemd/system/vllm-ghost.service 2>/dev/null || echo gone").strip() == "gone"
     assert deploy().results["totals"]["success"] == 0
     assert verify(SERVING).returncode == 0
 

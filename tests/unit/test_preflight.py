@@ -47,7 +47,7 @@ def mi300x_host(**changes: str) -> str:
         "os_release": 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"',
         "groups": "render:x:993:\nvideo:x:44:",
         "commands": "curl",
-        "units": "/etc/systemd/system/vllm-old.service",
+        "units": "/etc/systemd/system/vllm-old.service\n/etc/systemd/system/ray-worker.service",
         "hf_token": "present",
     }
     sections.update(changes)
@@ -71,7 +71,7 @@ def test_captured_mi300x_host_parses_completely() -> None:
     assert report.missing_kernel_args == ("pci=realloc=off",)
     assert report.group_ids == {"render": 993, "video": 44}
     assert report.is_debian_family and report.hf_token and report.kfd and report.amdgpu_loaded
-    assert report.managed_units == ("vllm-old",)
+    assert report.managed_units == ("vllm-old", "ray-worker")
     assert preflight.hard_problems(report, spec()) == []  # type: ignore[arg-type]
 
 
@@ -139,7 +139,7 @@ def test_plan_reports_warnings_packages_and_stale_units() -> None:
     plan_ = plan({"vllm_instances": [{"name": "main"}]}, report)
     assert plan_.ok
     assert plan_.missing_packages == ["docker.io", "linux-tools-common", "linux-tools-generic"]
-    assert plan_.stale_units == ["vllm-old"]
+    assert plan_.stale_units == ["ray-worker", "vllm-old"]  # this host left its cluster too
     assert any("reboot required" in w for w in plan_.warnings)
     assert any("no Hugging Face token" in w for w in plan_.warnings)
     assert plan_.group_ids == [44, 993]
@@ -178,6 +178,7 @@ def test_cluster_members_learn_addresses_from_facts() -> None:
         ("172.17.0.5", "172.17.0.6"),
     )
     assert worker.serves == () and head.serves == head.spec.services
+    assert worker.stale_units == ["vllm-old"]  # its own ray-worker unit stays
     assert worker.env(worker.spec.services[0])["VLLM_HOST_IP"] == "172.17.0.6"
     assert "--address=172.17.0.5:6379" in worker.ray_argv() and "--num-gpus=8" in worker.ray_argv()
     assert len(head.devices(head.spec.services[0])) == 8  # Ray gets the whole node
