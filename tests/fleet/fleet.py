@@ -390,7 +390,15 @@ def down() -> None:
     ids = out("docker", "ps", "-aq", "--filter", f"label={LABEL}").split()
     if ids:
         log(f"removing {len(ids)} hosts")
-        run("docker", "rm", "-f", "-v", *ids, capture=True)
+    for _ in range(120):  # a removal already in progress makes docker rm fail: wait until all are gone
+        if not ids:
+            break
+        run("docker", "rm", "-f", "-v", *ids, check=False, capture=True)
+        ids = out("docker", "ps", "-aq", "--filter", f"label={LABEL}").split()
+        if ids:
+            time.sleep(1)
+    else:
+        sys.exit(f"fleet: hosts {ids} could not be removed")
     (STATE / "fleet.json").unlink(missing_ok=True)
     log("fleet down")
 
