@@ -73,6 +73,11 @@ FIREWALL_FILE = f"{CONFIG_DIR}/firewall.nft"
 FIREWALL_UNIT = "instinct-fleet-firewall.service"
 
 
+def unit_path(unit: str) -> str:
+    """Where a unit file instinct-fleet writes lives; ``unit`` with or without ``.service``."""
+    return f"/etc/systemd/system/{unit.removesuffix('.service')}.service"
+
+
 def unit_name(svc: ServiceSpec) -> str:
     return f"vllm-{svc.name}"
 
@@ -107,12 +112,17 @@ def _seconds(value: ArgValue | None) -> int:
         return 0
 
 
-def memlock_ulimit(setting: bool | int) -> str | None:
-    """``docker --ulimit`` value for ``tune_memlock``: -1 is unlimited."""
+def memlock_limit(setting: bool | int) -> int | None:
+    """``tune_memlock`` in bytes, -1 for unlimited, None when left alone; docker, daemon.json and systemd all derive from it."""
     if setting is False:
         return None
-    limit = -1 if setting is True else int(setting)
-    return f"memlock={limit}:{limit}"
+    return -1 if setting is True else int(setting)
+
+
+def memlock_ulimit(setting: bool | int) -> str | None:
+    """``docker --ulimit`` value for ``tune_memlock``."""
+    limit = memlock_limit(setting)
+    return None if limit is None else f"memlock={limit}:{limit}"
 
 
 @dataclass(frozen=True)
@@ -275,18 +285,16 @@ def daemon_json(settings: HostSettings) -> str:
         config["registry-mirrors"] = list(settings.registry_mirrors)
     if settings.insecure_registries:
         config["insecure-registries"] = list(settings.insecure_registries)
-    ulimit = memlock_ulimit(settings.tune_memlock)
-    if ulimit:
-        limit = int(ulimit.split("=")[1].split(":")[0])
+    limit = memlock_limit(settings.tune_memlock)
+    if limit is not None:
         config["default-ulimits"] = {"memlock": {"Name": "memlock", "Hard": limit, "Soft": limit}}
     return json.dumps(config, indent=2, sort_keys=True) + "\n"
 
 
 def memlock_systemd(setting: bool | int) -> str | None:
     """LimitMEMLOCK= for dockerd's unit."""
-    if setting is False:
-        return None
-    return "infinity" if setting is True else str(int(setting))
+    limit = memlock_limit(setting)
+    return None if limit is None else "infinity" if limit == -1 else str(limit)
 
 
 def grub_drop_in() -> str:

@@ -15,10 +15,8 @@ if plan.role is not None:
     env = files.put(name="Ray env file", src=StringIO(plan.env_text(plan.spec.services[0])), dest=render.RAY_ENV, mode="600")
     ready = files.put(name="Ray readiness script", src="templates/ray-ready.py", dest=render.RAY_READY_SCRIPT, mode="644")
     unit_file = files.template(
-        name=f"{unit} unit", src="templates/ray.service.j2", dest=f"/etc/systemd/system/{unit}.service", mode="644", **plan.ray_unit_vars()
+        name=f"{unit} unit", src="templates/ray.service.j2", dest=render.unit_path(unit), mode="644", **plan.ray_unit_vars()
     )
-    operations.unit_verified(
-        name=f"{unit} passes systemd-analyze verify", path=f"/etc/systemd/system/{unit}.service", _if=unit_file.did_change
-    )
+    operations.unit_verified(name=f"{unit} passes systemd-analyze verify", path=render.unit_path(unit), _if=unit_file.did_change)
     systemd.daemon_reload(name="Reload systemd (Ray unit)", _if=unit_file.did_change)
     operations.service_converged(unit, [unit_file, env, plan.changes["image"]])

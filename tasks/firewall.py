@@ -13,7 +13,7 @@ ruleset = plan.firewall()
 if ruleset is not None:
     rules = files.put(name="nftables table inet instinct_fleet", src=StringIO(ruleset), dest=render.FIREWALL_FILE, mode="600")
     unit = files.template(
-        name="Firewall unit", src="templates/firewall.service.j2", dest=f"/etc/systemd/system/{render.FIREWALL_UNIT}", mode="644"
+        name="Firewall unit", src="templates/firewall.service.j2", dest=render.unit_path(render.FIREWALL_UNIT), mode="644"
     )
     systemd.daemon_reload(name="Reload systemd (firewall unit)", _if=unit.did_change)
     systemd.service(name="Load the new firewall rules", service=render.FIREWALL_UNIT, running=None, reloaded=True, _if=rules.did_change)

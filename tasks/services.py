@@ -18,7 +18,7 @@ files.directory(name="Hugging Face cache", path=settings.hf_cache_dir, user=sett
 unit_ops = []
 for unit in plan.stale_units:
     systemd.service(name=f"Stop {unit} (no longer in the inventory)", service=f"{unit}.service", running=False, enabled=False)
-    unit_ops.append(files.file(name=f"Remove {unit}", path=f"/etc/systemd/system/{unit}.service", present=False))
+    unit_ops.append(files.file(name=f"Remove {unit}", path=render.unit_path(unit), present=False))
     files.file(name=f"Remove {unit} env", path=f"{render.CONFIG_DIR}/{unit}.env", present=False)
 
 written = []
@@ -28,13 +28,11 @@ for svc in plan.serves:
     unit_file = files.template(
         name=f"{unit} unit",
         src="templates/vllm.service.j2",
-        dest=f"/etc/systemd/system/{unit}.service",
+        dest=render.unit_path(unit),
         mode="644",
         **plan.unit_vars(svc),
     )
-    operations.unit_verified(
-        name=f"{unit} passes systemd-analyze verify", path=f"/etc/systemd/system/{unit}.service", _if=unit_file.did_change
-    )
+    operations.unit_verified(name=f"{unit} passes systemd-analyze verify", path=render.unit_path(unit), _if=unit_file.did_change)
     written.append((svc, env, unit_file))
     unit_ops.append(unit_file)
 

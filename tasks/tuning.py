@@ -29,7 +29,7 @@ if settings.tune_cpu_idle:
     idle = files.template(
         name="CPU idle unit",
         src="templates/cpu-idle.service.j2",
-        dest=f"/etc/systemd/system/{render.CPU_IDLE_UNIT}",
+        dest=render.unit_path(render.CPU_IDLE_UNIT),
         mode="644",
         cpupower="/usr/bin/cpupower",
     )

@@ -27,15 +27,11 @@ def managed_files(target: Target) -> dict[str, str]:
         files[render.DOCKER_DROP_IN] = get_template(str(TEMPLATES / "docker-limits.conf.j2")).render(memlock=memlock)
     for svc in plan.serves:
         files[render.env_path(svc)] = plan.env_text(svc)
-        files[f"/etc/systemd/system/{render.unit_name(svc)}.service"] = get_template(str(TEMPLATES / "vllm.service.j2")).render(
-            **plan.unit_vars(svc)
-        )
+        files[render.unit_path(render.unit_name(svc))] = get_template(str(TEMPLATES / "vllm.service.j2")).render(**plan.unit_vars(svc))
     if plan.role is not None:
         files[render.RAY_ENV] = plan.env_text(plan.spec.services[0])
         files[render.RAY_READY_SCRIPT] = (TEMPLATES / "ray-ready.py").read_text()
-        files[f"/etc/systemd/system/{render.ray_unit(plan.role)}.service"] = get_template(str(TEMPLATES / "ray.service.j2")).render(
-            **plan.ray_unit_vars()
-        )
+        files[render.unit_path(render.ray_unit(plan.role))] = get_template(str(TEMPLATES / "ray.service.j2")).render(**plan.ray_unit_vars())
     ruleset = plan.firewall()
     if ruleset is not None:
         files[render.FIREWALL_FILE] = ruleset
@@ -85,7 +81,7 @@ def test_units_pass_systemd_analyze_and_run(target: Target) -> None:
     if target.plan.firewall() is not None:
         units.append(render.FIREWALL_UNIT.removesuffix(".service"))
     for unit in units:
-        target.sh(f"systemd-analyze verify /etc/systemd/system/{unit}.service")
+        target.sh(f"systemd-analyze verify {render.unit_path(unit)}")
         service = target.host.service(unit)
         assert service.is_enabled and service.is_running, f"{target.name}: {unit} is not enabled and running"
 
@@ -130,7 +126,7 @@ def test_token_never_leaves_its_file(target: Target) -> None:
     token = target.sh(f"cat {settings.hf_token_path}").strip()
     assert token, "the token file is empty"
     names = [name for name, _, _ in _containers(target)]
-    units = " ".join(f"/etc/systemd/system/{n}.service" for n in names)
+    units = " ".join(render.unit_path(n) for n in names)
     envs = " ".join([render.env_path(s) for s in target.plan.serves] + ([render.RAY_ENV] if target.plan.role else []))
     places = {
         "unit files": f"cat {units}",
