@@ -8,11 +8,13 @@ errors, 1 validation errors, 2 usage errors. No input ever produces a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from instinct_fleet.defaults import DEFAULTS, default_image
 from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts, select
 from instinct_fleet.recipes import all_recipes
 from instinct_fleet.render import render_args, service_json
+from instinct_fleet.roll import SUMMARY_ENV
 from instinct_fleet.rules import Finding
 from instinct_fleet.spec import HostSpec, ServiceSpec, resolve_host, unknown_recipe_message
 from instinct_fleet.validate import validate_host
@@ -207,14 +210,32 @@ def cmd_deploy(opts: argparse.Namespace) -> int:
     argv = [sys.executable, "-m", "pyinfra", "-y", str(Path(opts.inventory).resolve()), "deploy.py"]
     if opts.limit:
         argv += ["--limit", opts.limit]
-    if opts.json:
-        argv.append("--json")
     sys.stdout.flush()
-    return subprocess.call([*argv, *opts.passthrough], cwd=project)
+    if not opts.json:
+        return subprocess.call([*argv, *opts.passthrough], cwd=project)
+    # --json: pyinfra's results, plus the roll summary the deploy writes at its end.
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = Path(tmp) / "roll.json"
+        env = {**os.environ, SUMMARY_ENV: str(summary)}
+        done = subprocess.run([*argv, "--json", *opts.passthrough], cwd=project, env=env, stdout=subprocess.PIPE, text=True, check=False)
+        try:
+            payload = json.loads(done.stdout)
+        except json.JSONDecodeError:
+            sys.stdout.write(done.stdout)
+            return done.returncode
+        payload["roll"] = json.loads(summary.read_text())["roll"] if summary.is_file() else []
+    print(json.dumps(payload, indent=2))
+    return done.returncode
+
+
+VERIFY_NEEDS = {"pytest": "pytest", "testinfra": "pytest-testinfra"}
 
 
 def cmd_verify(opts: argparse.Namespace) -> int:
     """Run the testinfra verify module against the hosts of an inventory."""
+    missing = [package for module, package in VERIFY_NEEDS.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise UsageError(f"verify runs testinfra, but {' and '.join(missing)} is not installed: pip install 'instinct-fleet[verify]'")
     project = _project_dir(opts)
     module = project / "tests" / "verify"
     if not module.is_dir():

@@ -137,4 +137,32 @@ VARIABLES += (
     ),
 )
 
+VARIABLES += (
+    Variable(
+        "rolling_batch",
+        1,
+        'Serving units (a single-node host, or a whole Ray cluster) that may restart at once during a re-tune: a number, or a percentage of the fleet\'s serving units such as `"25%"`. One value for the whole fleet.',
+    ),
+    Variable(
+        "rolling_max_failures",
+        0,
+        "Batches that may fail their health gate before the roll stops; the units not yet rolled keep their old configuration. One value for the whole fleet.",
+    ),
+    Variable(
+        "rolling_drain_timeout",
+        60,
+        "Seconds a stopping instance gets to finish in-flight requests: vLLM's `--shutdown-timeout` where the pinned version has it, and the `docker stop` grace (plus 30 s) in any case.",
+    ),
+    Variable(
+        "rolling_pre_stop",
+        None,
+        'Hook before a serving unit\'s instances stop, to take them out of a load balancer: `{"host": "cmd"}` runs on the serving host, `{"control": "cmd"}` on the machine running the deploy. The command sees INSTINCT_FLEET_HOST, INSTINCT_FLEET_UNITS and INSTINCT_FLEET_PORTS; a failure stops that unit\'s roll.',
+    ),
+    Variable(
+        "rolling_post_start",
+        None,
+        "Hook after a serving unit's instances passed health, to put them back in a load balancer; same form and variables as `rolling_pre_stop`.",
+    ),
+)
+
 DEFAULTS: dict[str, Any] = {v.name: v.default for v in VARIABLES}

@@ -3,17 +3,27 @@
 ``deploy.py`` and every file in ``tasks/`` call :func:`plan_for`, so validation
 and the preflight fact run once per host and every stage reads the same answer.
 Stages branch only on this plan, which does not change during a run.
+
+A plan also holds the host's desired state for everything whose change restarts
+a serving unit (unit files, env files, docker's settings), rendered once: the
+deploy writes it, the verify module compares it, and :mod:`instinct_fleet.roll`
+compares its hashes with the preflight fact to decide what rolls.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from instinct_fleet import preflight, render
 from instinct_fleet.inventory import HostData, plan_hosts
+from instinct_fleet.paths import DAEMON_JSON, DOCKER_DROP_IN
 from instinct_fleet.preflight import HostReport
+from instinct_fleet.roll import Kind, Roll, ServingUnit, batch_size, batches, combine
 from instinct_fleet.rules import Finding
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
@@ -37,8 +47,6 @@ class HostPlan:
     errors: list[str]
     warnings: list[str]
     cluster: ClusterView | None = None
-    # Operation results later stages key restarts on (for example the image pull).
-    changes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -82,7 +90,8 @@ class HostPlan:
     def vllm_argv(self, svc: ServiceSpec) -> list[str]:
         cluster = self.spec.settings.cluster
         mounts = [f"{render.RAY_TMP}:/tmp/ray"] if self.role == "head" else []
-        container = render.vllm_container(svc, self.devices(svc), mounts, infiniband=cluster is not None and cluster.infiniband)
+        drain = self.spec.settings.rolling.drain_timeout
+        container = render.vllm_container(svc, self.devices(svc), drain, mounts, infiniband=cluster is not None and cluster.infiniband)
         return render.docker_run(container, self.spec.settings, self.group_ids, self.report.hf_token)
 
     def ray_argv(self) -> list[str]:
@@ -119,7 +128,7 @@ class HostPlan:
             "env_path": render.env_path(svc),
             "docker": render.DOCKER,
             "exec_start": render.exec_line(self.vllm_argv(svc)),
-            "stop_seconds": render.stop_seconds(svc),
+            "stop_seconds": render.stop_seconds(svc, self.spec.settings.rolling.drain_timeout),
             "ray_unit": render.ray_unit("head") if ready else None,
             "ray_ready": ready,
             "start_timeout": (cluster.ready_timeout + 120) if ready and cluster else 120,
@@ -135,6 +144,60 @@ class HostPlan:
             "docker": render.DOCKER,
             "exec_start": render.exec_line(self.ray_argv()),
         }
+
+    def docker_files(self) -> dict[str, str | None]:
+        """daemon.json and dockerd's drop-in (None: must be absent). A change restarts dockerd and its containers."""
+        memlock = render.memlock_systemd(self.spec.settings.tune_memlock)
+        return {
+            DAEMON_JSON: render.daemon_json(self.spec.settings),
+            DOCKER_DROP_IN: render.template("docker-limits.conf.j2", memlock=memlock) if memlock else None,
+        }
+
+    @cached_property
+    def unit_files(self) -> dict[str, dict[str, str]]:
+        """Per systemd unit this host runs (ray-* first): its unit file and env file, as the deploy writes them."""
+        units: dict[str, dict[str, str]] = {}
+        if self.role is not None:
+            units[render.ray_unit(self.role)] = {
+                render.unit_path(render.ray_unit(self.role)): render.template("ray.service.j2", **self.ray_unit_vars()),
+                render.RAY_ENV: self.env_text(self.spec.services[0]),
+            }
+        for svc in self.serves:
+            units[render.unit_name(svc)] = {
+                render.unit_path(render.unit_name(svc)): render.template("vllm.service.j2", **self.unit_vars(svc)),
+                render.env_path(svc): self.env_text(svc),
+            }
+        return units
+
+    def differs(self, path: str, content: str | None) -> bool:
+        """Whether the host's file (hashed by the preflight fact) is not ``content``; None means absent."""
+        have = self.report.file_hashes.get(path)
+        if content is None:
+            return have is not None
+        return have != hashlib.sha256(content.encode()).hexdigest()
+
+    @cached_property
+    def docker_changed(self) -> bool:
+        return any(self.differs(path, content) for path, content in self.docker_files().items())
+
+    @cached_property
+    def changed_units(self) -> set[str]:
+        return {unit for unit, files in self.unit_files.items() if any(self.differs(p, c) for p, c in files.items())}
+
+    @cached_property
+    def kind(self) -> Kind:
+        """``restart`` when a change would take down something serving now; ``start`` when nothing of it serves."""
+        disrupted = self.changed_units | set(self.stale_units)
+        if self.docker_changed:
+            disrupted |= set(self.unit_files) | set(self.report.managed_units)
+        if not disrupted:
+            return "unchanged"
+        return "restart" if disrupted & set(self.report.active_units) else "start"
+
+    @property
+    def defers_docker(self) -> bool:
+        """New docker settings on a serving host wait for its batch: restarting dockerd stops every container."""
+        return self.docker_changed and self.kind == "restart"
 
     def firewall(self) -> str | None:
         """The nftables ruleset for this host, or None when the firewall is not needed or switched off."""
@@ -212,27 +275,31 @@ def join_cluster(plan: HostPlan, members: dict[str, HostPlan | None]) -> None:
         plan.cluster = ClusterView(node_ip, head_ip, tuple(sorted(set(ips.values()))))
 
 
-def plan_inventory(hosts: list[HostData], active: set[str], report_of: Callable[[str, HostSpec], HostReport | None]) -> dict[str, HostPlan]:
-    """Plans for the ``active`` hosts and the members of their clusters.
+Reader = Callable[[dict[str, HostSpec]], dict[str, HostReport | None]]
+
+
+def plan_inventory(hosts: list[HostData], active: set[str], read_reports: Reader) -> dict[str, HostPlan]:
+    """Plans for the ``active`` hosts and the members of their clusters (a member needs its peers' addresses).
 
     Specs and cross-host validation come from every host of the inventory; facts
-    (``report_of``, None when a host cannot be reached) only from the hosts needed.
+    come from ``read_reports``, called once with the specs of the hosts needed
+    (None for a host that cannot be reached).
     """
     planned = {str(spec.host): (spec, findings) for spec, findings in plan_hosts(hosts)}
     clusters: dict[str, list[str]] = {}
     for name, (spec, _) in planned.items():
         if spec.settings.cluster is not None:
             clusters.setdefault(spec.settings.cluster.name, []).append(name)
-    needed = set(active)
+    needed = set(active) & set(planned)
     for names in clusters.values():
         if needed & set(names):
             needed |= set(names)
+    reports = read_reports({name: planned[name][0] for name in sorted(needed)})
     plans: dict[str, HostPlan] = {}
-    for name in sorted(needed & set(planned)):
-        spec, findings = planned[name]
-        report = report_of(name, spec)
+    for name in sorted(needed):
+        report = reports.get(name)
         if report is not None:
-            plans[name] = build_plan(spec, findings, report)
+            plans[name] = build_plan(*planned[name], report)
     for plan in plans.values():
         cluster = plan.spec.settings.cluster
         if cluster is not None:
@@ -240,24 +307,89 @@ def plan_inventory(hosts: list[HostData], active: set[str], report_of: Callable[
     return plans
 
 
-_PLANS: dict[str, HostPlan] = {}
+def plan_roll(plans: dict[str, HostPlan]) -> Roll:
+    """The run's serving units, their kind and their batches, from every planned host that passed preflight."""
+    ready = {name: plan for name, plan in plans.items() if plan.ok and plan.unit_files}
+    clusters: dict[str, list[HostPlan]] = {}
+    units = []
+    for name, plan in sorted(ready.items()):
+        cluster = plan.spec.settings.cluster
+        if cluster is None:
+            units.append(ServingUnit(name, (name,), plan.kind))
+        else:
+            clusters.setdefault(cluster.name, []).append(plan)
+    for cluster_name, members in sorted(clusters.items()):
+        members.sort(key=lambda p: (p.role != "head", str(p.spec.host)))
+        hosts = tuple(str(p.spec.host) for p in members)
+        units.append(ServingUnit(f"cluster {cluster_name}", hosts, combine(p.kind for p in members)))
+    if not ready:
+        return Roll([], [[]], 0)
+    # validate_rolling has checked that every host carries the same rolling settings.
+    rolling = next(iter(ready.values())).spec.settings.rolling
+    return Roll(units, batches(units, batch_size(rolling.batch, len(units))), rolling.max_failures)
+
+
+@dataclass
+class FleetPlan:
+    """What one pyinfra run decided before executing anything: every host's plan and the roll."""
+
+    plans: dict[str, HostPlan]
+    roll: Roll
+
+
+# One plan per pyinfra run (its State), made by the first host that asks; pyinfra loads the
+# deploy file for every host at once in greenlets, so the others wait for that one.
+_RUNS: WeakKeyDictionary[Any, Any] = WeakKeyDictionary()
+
+
+def _plan_run(state: Any) -> FleetPlan:
+    """Plan the inventory: one preflight fact per host needed, all read at once."""
+    import gevent
+    from pyinfra.api.exceptions import ConnectError
+    from pyinfra.context import ctx_host
+
+    from instinct_fleet.facts import HostReport as HostReportFact
+
+    everyone = {h.name: h for h in state.inventory}
+    data = [HostData(h.name, tuple(h.groups), h.data.dict()) for h in everyone.values()]
+    active = {h.name for h in state.inventory.iter_activated_hosts()}
+
+    def read(name: str, spec: HostSpec) -> HostReport | None:
+        with ctx_host.use(everyone[name]):
+            try:
+                return everyone[name].get_fact(HostReportFact, token_path=spec.settings.hf_token_path)  # type: ignore[no-any-return]
+            except ConnectError:  # an unreachable member: its cluster peers fail with a message instead
+                return None
+
+    def read_all(specs: dict[str, HostSpec]) -> dict[str, HostReport | None]:
+        jobs = {name: gevent.spawn(read, name, spec) for name, spec in specs.items()}
+        gevent.joinall(list(jobs.values()), raise_error=True)
+        return {name: job.get() for name, job in jobs.items()}
+
+    plans = plan_inventory(data, active, read_all)
+    return FleetPlan(plans, plan_roll(plans))
+
+
+def fleet_plan(state: Any) -> FleetPlan:
+    """The plan of this pyinfra run (its State), made once."""
+    from gevent.event import AsyncResult
+
+    pending = _RUNS.get(state)
+    if pending is None:
+        from instinct_fleet.runreport import RollReporter
+
+        pending = _RUNS[state] = AsyncResult()
+        try:
+            fleet = _plan_run(state)
+        except BaseException as exc:
+            pending.set_exception(exc)
+            raise
+        state.add_callback_handler(RollReporter(fleet))
+        pending.set(fleet)
+    result: FleetPlan = pending.get()
+    return result
 
 
 def plan_for(host: Any) -> HostPlan:
-    """The plan of a pyinfra host. The first call plans the inventory: one preflight fact per host needed."""
-    if host.name not in _PLANS:
-        from instinct_fleet.facts import HostReport as HostReportFact
-
-        state = host.state
-        everyone = {h.name: h for h in state.inventory}
-        data = [HostData(h.name, tuple(h.groups), h.data.dict()) for h in everyone.values()]
-        active = {h.name for h in state.inventory.iter_activated_hosts()}
-
-        def report_of(name: str, spec: HostSpec) -> HostReport | None:
-            try:
-                return everyone[name].get_fact(HostReportFact, token_path=spec.settings.hf_token_path)  # type: ignore[no-any-return]
-            except Exception:  # an unreachable member: its cluster peers fail with a message instead
-                return None
-
-        _PLANS.update(plan_inventory(data, active | {host.name}, report_of))
-    return _PLANS[host.name]
+    """The plan of a pyinfra host in this run."""
+    return fleet_plan(host.state).plans[host.name]

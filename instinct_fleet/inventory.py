@@ -17,9 +17,9 @@ from typing import Any
 from instinct_fleet.defaults import DEFAULTS
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec, resolve_host
-from instinct_fleet.validate import validate_clusters, validate_host
+from instinct_fleet.validate import validate_clusters, validate_host, validate_rolling
 
-OWN_PREFIXES = ("vllm_", "tune_", "docker_", "hf_", "gpu_", "health_", "service_", "ray_", "cluster_", "nccl_")
+OWN_PREFIXES = ("vllm_", "tune_", "docker_", "hf_", "gpu_", "health_", "service_", "ray_", "cluster_", "nccl_", "rolling_")
 
 
 class InventoryError(Exception):
@@ -76,5 +76,5 @@ def plan_hosts(hosts: list[HostData]) -> list[tuple[HostSpec, list[Finding]]]:
         spec, findings = resolve_host(host.name, host.data)
         findings = [*unknown_variables(host.name, host.data), *findings, *validate_host(spec)]
         planned.append((spec, findings))
-    across = validate_clusters([spec for spec, _ in planned])
+    across = [*validate_clusters([spec for spec, _ in planned]), *validate_rolling([spec for spec, _ in planned])]
     return [(spec, [*findings, *[f for f in across if f.host == spec.host]]) for spec, findings in planned]

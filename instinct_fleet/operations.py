@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shlex
-from collections.abc import Generator
+import subprocess
+from collections.abc import Callable, Generator
 from typing import Any
 
+from pyinfra import logger
+from pyinfra.api.command import FunctionCommand
 from pyinfra.api.operation import operation
 from pyinfra.context import host
 from pyinfra.operations import systemd
@@ -36,7 +40,42 @@ def image_present(image: str) -> Generator[str, None, None]:
 
 
 @operation()
-def healthy(unit: str, port: int, served_model: str, timeout: int) -> Generator[str, None, None]:
+def batch_barrier(batch: int) -> Generator[str, None, None]:
+    """Changes nothing. Every host has one per batch, so pyinfra finishes batch N on its hosts before batch N+1 starts."""
+    host.noop(f"roll batch {batch}")
+    yield from ()
+
+
+def _control_hook(state: Any, target: Any, command: str, env: dict[str, str], record: Callable[[str, str], None]) -> bool:
+    """Run a rolling hook on the control machine; a failure fails this host only, with the hook's own words."""
+    done = subprocess.run(command, shell=True, env={**os.environ, **env}, capture_output=True, text=True, check=False)
+    if done.returncode == 0:
+        return True
+    detail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+    message = f"rolling hook on the control machine exited {done.returncode}: {command!r}: {' | '.join(detail) or '(no output)'}"
+    logger.error(f"{target.print_prefix}{message}")
+    record(target.name, message)
+    return False
+
+
+@operation(is_idempotent=False)
+def hook(command: str, where: str, env: dict[str, str], record: Callable[[str, str], None]) -> Generator[Any, None, None]:
+    """A rolling_pre_stop / rolling_post_start command, run on the host or on the control machine.
+
+    It only runs inside a batch that restarts this host's serving unit, so a
+    no-op re-tune never runs it.
+    """
+    if where == "control":
+        yield FunctionCommand(_control_hook, (command, env, record), {})
+        return
+    exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in sorted(env.items()))
+    yield f"export {exports}; {command}"
+
+
+@operation()
+def healthy(
+    unit: str, port: int, served_model: str, timeout: int, record: Callable[[str, str], None] | None = None
+) -> Generator[str, None, None]:
     """Wait for an instance to answer /health and list its model; fail the host if it does not.
 
     Changes nothing, so it never counts as a change. It only waits while the
@@ -49,6 +88,8 @@ def healthy(unit: str, port: int, served_model: str, timeout: int) -> Generator[
     if problem is None:
         host.noop(f"{unit} healthy on :{port}, serving {served_model}")
     else:
+        if record is not None:
+            record(host.name, problem)
         yield _failure(problem)
 
 
@@ -59,19 +100,21 @@ def unit_verified(path: str) -> Generator[str, None, None]:
         return
     problems = host.get_fact(UnitProblems, path=path)
     if problems:
-        yield _failure(f"{path} fails systemd-analyze verify: " + " | ".join(problems[:10]))
+        # Moved aside, so that the next run sees the unit as changed and checks it again.
+        yield f"mv -f {shlex.quote(path)} {shlex.quote(path + '.rejected')}"
+        yield _failure(f"{path} fails systemd-analyze verify (kept as {path}.rejected): " + " | ".join(problems[:10]))
     else:
         host.noop(f"{path} passes systemd-analyze verify")
 
 
-def service_converged(unit: str, changed: list[Any]) -> None:
-    """Restart ``unit`` only when one of the ``changed`` operations did change, then keep it running and enabled.
+def service_converged(unit: str, changed: list[Any], gate: Callable[[], bool], force: bool = False) -> None:
+    """Restart ``unit`` when one of the ``changed`` operations did change (or ``force``), then keep it running and enabled.
 
     A restart needs the unit running already (a stopped unit is simply started by
-    the second operation), so a first deploy starts each unit once.
+    the second operation), so a first deploy starts each unit once. Both run only
+    while ``gate`` (the roll) lets this batch go on.
     """
     service = f"{unit}.service"
-    systemd.service(
-        name=f"Restart {unit} for its new unit, env or image", service=service, running=None, restarted=True, _if=any_changed(*changed)
-    )
-    systemd.service(name=f"{unit} running and enabled", service=service, running=True, enabled=True)
+    why = [gate] if force else [gate, any_changed(*changed)]
+    systemd.service(name=f"Restart {unit} for its new unit, env or image", service=service, running=None, restarted=True, _if=why)
+    systemd.service(name=f"{unit} running and enabled", service=service, running=True, enabled=True, _if=gate)

@@ -15,6 +15,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from instinct_fleet.paths import RESTART_FILES
 from instinct_fleet.spec import HostSpec
 
 MARK = "@@instinct-fleet:"
@@ -49,6 +50,9 @@ SCRIPT = "; ".join(
         ("commands", "for c in cpupower curl nft; do command -v $c >/dev/null 2>&1 && echo $c; done"),
         ("infiniband", "ls /dev/infiniband 2>/dev/null"),
         ("units", "grep -l 'Managed by instinct-fleet' /etc/systemd/system/vllm-*.service /etc/systemd/system/ray-*.service 2>/dev/null"),
+        # What decides a restart: the files a unit runs from, and whether it is running now (roll.py).
+        ("files", f"sha256sum {' '.join(RESTART_FILES)} 2>/dev/null"),
+        ("active", "systemctl list-units --state=active --plain --no-legend 'vllm-*.service' 'ray-*.service' 2>/dev/null"),
     )
 )
 
@@ -90,6 +94,8 @@ class HostReport:
     managed_units: tuple[str, ...] = ()
     hf_token: bool = False
     infiniband: tuple[str, ...] = ()
+    file_hashes: dict[str, str] = field(default_factory=dict)
+    active_units: tuple[str, ...] = ()
 
     @property
     def missing_kernel_args(self) -> tuple[str, ...]:
@@ -255,6 +261,8 @@ def parse_report(text: str) -> HostReport:
         managed_units=tuple(line.rsplit("/", 1)[-1].removesuffix(".service") for line in part.get("units", "").split()),
         hf_token=part.get("hf-token") == "present",
         infiniband=tuple(part.get("infiniband", "").split()),
+        file_hashes={path: digest for digest, path in (line.split(None, 1) for line in part.get("files", "").splitlines() if " " in line)},
+        active_units=tuple(line.split()[0].removesuffix(".service") for line in part.get("active", "").splitlines() if line.strip()),
     )
 
 

@@ -10,9 +10,14 @@ import ipaddress
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from typing import Any
 
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
 from instinct_fleet import knowledge
+from instinct_fleet.paths import CONFIG_DIR, SYSTEMD_DIR
 from instinct_fleet.preflight import KERNEL_ARGS
 from instinct_fleet.recipes import ArgValue
 from instinct_fleet.spec import ClusterSpec, HostSettings, ServiceSpec
@@ -56,14 +61,12 @@ def service_json(svc: ServiceSpec) -> dict[str, Any]:
 
 
 # What the deploy writes on a host. Every path and flag of the vLLM unit comes from here.
-CONFIG_DIR = "/etc/instinct-fleet"
 DOCKER = "/usr/bin/docker"
 TOKEN_IN_CONTAINER = "/run/secrets/hf-token"
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 STOP_MARGIN_SECONDS = 30
 SYSCTL_FILE = "/etc/sysctl.d/90-instinct-fleet.conf"
 GRUB_DROP_IN = "/etc/default/grub.d/90-instinct-fleet.cfg"
-DOCKER_DROP_IN = "/etc/systemd/system/docker.service.d/90-instinct-fleet.conf"
 CPU_IDLE_UNIT = "instinct-fleet-cpu-idle.service"
 REBOOT_MARKER = "/run/instinct-fleet/reboot-required"
 RAY_ENV = f"{CONFIG_DIR}/ray.env"
@@ -75,7 +78,7 @@ FIREWALL_UNIT = "instinct-fleet-firewall.service"
 
 def unit_path(unit: str) -> str:
     """Where a unit file instinct-fleet writes lives; ``unit`` with or without ``.service``."""
-    return f"/etc/systemd/system/{unit.removesuffix('.service')}.service"
+    return f"{SYSTEMD_DIR}/{unit.removesuffix('.service')}.service"
 
 
 def unit_name(svc: ServiceSpec) -> str:
@@ -100,9 +103,23 @@ def env_file(env: dict[str, str], with_token: bool) -> str:
     return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
-def stop_seconds(svc: ServiceSpec) -> int:
-    """Grace for ``docker stop``: vLLM's --shutdown-timeout (drain in-flight requests) plus a margin."""
-    return _seconds(svc.args.get("shutdown-timeout")) + STOP_MARGIN_SECONDS
+def has_flag(svc: ServiceSpec, flag: str) -> bool:
+    """Whether the pinned vLLM version knows ``--flag`` (its knowledge table)."""
+    try:
+        return f"--{flag}" in knowledge.load(svc.version).flags
+    except KeyError:
+        return False
+
+
+def drain_seconds(svc: ServiceSpec, drain_timeout: int) -> int:
+    """How long a stopping instance may finish in-flight requests: its own --shutdown-timeout, else rolling_drain_timeout."""
+    own = svc.args.get("shutdown-timeout")
+    return _seconds(own) if own is not None else drain_timeout
+
+
+def stop_seconds(svc: ServiceSpec, drain_timeout: int) -> int:
+    """Grace for ``docker stop``: the drain plus a margin, so that vLLM ends on its own before docker kills it."""
+    return drain_seconds(svc, drain_timeout) + STOP_MARGIN_SECONDS
 
 
 def _seconds(value: ArgValue | None) -> int:
@@ -139,8 +156,17 @@ class Container:
     infiniband: bool = False
 
 
-def vllm_container(svc: ServiceSpec, devices: list[str], mounts: list[str] | None = None, infiniband: bool = False) -> Container:
-    command = ["serve", svc.model, *render_args(svc)]
+def drain_args(svc: ServiceSpec, drain_timeout: int) -> list[str]:
+    """``--shutdown-timeout`` where the pinned vLLM has it and the instance does not set it: SIGTERM then drains."""
+    if "shutdown-timeout" in svc.args or not has_flag(svc, "shutdown-timeout"):
+        return []
+    return ["--shutdown-timeout", str(drain_timeout)]
+
+
+def vllm_container(
+    svc: ServiceSpec, devices: list[str], drain_timeout: int, mounts: list[str] | None = None, infiniband: bool = False
+) -> Container:
+    command = ["serve", svc.model, *render_args(svc), *drain_args(svc, drain_timeout)]
     return Container(unit_name(svc), svc.image, "vllm", command, env_path(svc), devices, mounts or [], infiniband)
 
 
@@ -166,6 +192,20 @@ def docker_run(container: Container, settings: HostSettings, group_ids: list[int
         argv += ["-v", mount]
     argv += ["--entrypoint", container.entrypoint, container.image, *container.command]
     return argv
+
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+
+
+@cache
+def _templates() -> Environment:
+    # The settings pyinfra's files.template uses, so a rendered file is byte for byte what pyinfra would write.
+    return Environment(undefined=StrictUndefined, keep_trailing_newline=True, loader=FileSystemLoader(TEMPLATES))
+
+
+def template(name: str, **values: Any) -> str:
+    """A file from ``templates/``, rendered: the deploy writes it, the verify module and the roll compare it."""
+    return _templates().get_template(name).render(**values)
 
 
 def ray_unit(role: str) -> str:

@@ -116,6 +116,11 @@ _RULES = (
         "error",
         "Registry credentials and CA certificates are copied from the control machine, so they must exist there (paths relative to the project directory).",
     ),
+    Rule(
+        "rolling-fleet",
+        "error",
+        "`rolling_batch` and `rolling_max_failures` pace one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",
+    ),
     Rule("allow-from", "error", "`vllm_allow_from` takes IP addresses or networks (10.0.0.0/8), which become nftables set elements."),
 )
 

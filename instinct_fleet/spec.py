@@ -100,6 +100,28 @@ class ClusterSpec:
         return env
 
 
+HOOK_PLACES = ("host", "control")
+
+
+@dataclass(frozen=True)
+class Hook:
+    """A rolling hook: a shell command on the serving host, on the control machine, or both."""
+
+    host: str | None
+    control: str | None
+
+
+@dataclass(frozen=True)
+class RollSettings:
+    """How a re-tune restarts the fleet (README, Re-tuning a live fleet)."""
+
+    batch: int | str  # a count, or a percentage such as "25%"
+    max_failures: int
+    drain_timeout: int
+    pre_stop: Hook | None
+    post_start: Hook | None
+
+
 @dataclass(frozen=True)
 class HostSettings:
     """The host-wide variables the deploy stages read (README, Variables)."""
@@ -121,6 +143,7 @@ class HostSettings:
     firewall: bool
     allow_from: tuple[str, ...] | None
     cluster: ClusterSpec | None
+    rolling: RollSettings
 
 
 @dataclass(frozen=True)
@@ -212,6 +235,59 @@ def resolve_settings(schema: _Schema, merged: Mapping[str, Any]) -> HostSettings
         firewall=flag("firewall"),
         allow_from=allow_from,
         cluster=resolve_cluster(schema, merged),
+        rolling=resolve_rolling(schema, merged),
+    )
+
+
+ROLLING_PERCENT = re.compile(r"^([1-9][0-9]?|100)%$")
+
+
+def _hook(schema: _Schema, key: str, value: Any) -> Hook | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        schema.error(key, f'say where the command runs: {{"host": {value!r}}} or {{"control": {value!r}}}')
+        return None
+    hook = schema.mapping(key, value)
+    unknown = sorted(set(hook) - set(HOOK_PLACES))
+    if unknown:
+        schema.error(key, f"unknown keys {unknown}; a hook takes {' and/or '.join(HOOK_PLACES)}")
+    commands = {place: hook.get(place) for place in HOOK_PLACES}
+    for place, command in commands.items():
+        if command is not None and (not isinstance(command, str) or not command.strip()):
+            schema.error(f"{key}.{place}", f"must be a shell command, got {command!r}")
+            commands[place] = None
+    if not any(commands.values()):
+        return None
+    return Hook(host=commands["host"], control=commands["control"])
+
+
+def resolve_rolling(schema: _Schema, merged: Mapping[str, Any]) -> RollSettings:
+    """The rolling variables; rolling_batch is a positive count or a percentage from 1% to 100%."""
+    batch = merged["rolling_batch"]
+    if isinstance(batch, bool) or not isinstance(batch, (int, str)):
+        schema.error("rolling_batch", f'expected a number of serving units or a percentage such as "25%", got {batch!r}')
+        batch = DEFAULTS["rolling_batch"]
+    elif isinstance(batch, int) and batch < 1:
+        schema.error("rolling_batch", f"must be at least 1 serving unit, got {batch}")
+        batch = DEFAULTS["rolling_batch"]
+    elif isinstance(batch, str) and not ROLLING_PERCENT.match(batch.strip()):
+        schema.error("rolling_batch", f'a percentage is written "1%" to "100%", got {batch!r}')
+        batch = DEFAULTS["rolling_batch"]
+    failures = schema.typed("rolling_max_failures", merged["rolling_max_failures"], int, 0, "a number of batches")
+    if failures < 0:
+        schema.error("rolling_max_failures", f"must be 0 or more, got {failures}")
+        failures = 0
+    drain = schema.typed("rolling_drain_timeout", merged["rolling_drain_timeout"], int, DEFAULTS["rolling_drain_timeout"], "seconds")
+    if drain < 0:
+        schema.error("rolling_drain_timeout", f"must be 0 or more seconds, got {drain}")
+        drain = DEFAULTS["rolling_drain_timeout"]
+    return RollSettings(
+        batch=batch.strip() if isinstance(batch, str) else batch,
+        max_failures=failures,
+        drain_timeout=drain,
+        pre_stop=_hook(schema, "rolling_pre_stop", merged["rolling_pre_stop"]),
+        post_start=_hook(schema, "rolling_post_start", merged["rolling_post_start"]),
     )
 
 

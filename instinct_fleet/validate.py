@@ -377,6 +377,19 @@ def validate_clusters(specs: list[HostSpec]) -> list[Finding]:
     return found
 
 
+def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
+    """One roll paces the whole fleet: hosts that disagree on its pace are named with the value most hosts have."""
+    found: list[Finding] = []
+    batches: list[object] = [spec.settings.rolling.batch for spec in specs]
+    failures: list[object] = [spec.settings.rolling.max_failures for spec in specs]
+    for key, values in (("rolling_batch", batches), ("rolling_max_failures", failures)):
+        common = max(set(values), key=values.count, default=None)
+        for spec, value in zip(specs, values, strict=True):
+            if value != common:
+                found.append(finding("rolling-fleet", spec.host, key, f"{value!r} here, {common!r} on most hosts; one value for the fleet"))
+    return found
+
+
 def validate_host(spec: HostSpec) -> list[Finding]:
     """All per-service rules plus the rules across the instances of one host."""
     found: list[Finding] = [*validate_network(spec), *validate_local_files(spec)]

@@ -1,4 +1,8 @@
-"""Stage 7, health: each instance answers /health and lists its model, within health_timeout."""
+"""Stage 7, health: each instance answers /health and lists its model, within health_timeout.
+
+Instances that rolled passed this gate in their batch already; this is the
+final word for every host, those the roll left alone included.
+"""
 
 from pyinfra.context import host
 

@@ -1,42 +1,31 @@
-"""Stage 6, vLLM services: one systemd unit per instance; a unit restarts only when its unit, env or image changed."""
+"""Stage 6, the roll: Ray and vLLM units, restarted batch by batch behind a health gate.
 
-from io import StringIO
+Every host walks the same batches; each batch starts with a barrier that every
+host shares, so pyinfra finishes one batch (health gate included) before the
+next begins. A host acts only in its own batch (instinct_fleet/roll.py says
+which); instinct_fleet/serving.py holds what it does there.
+"""
 
 from pyinfra.context import host
-from pyinfra.operations import files, systemd
-from pyinfra.operations.util import any_changed
+from pyinfra.operations import files
 
-from instinct_fleet import operations, render
-from instinct_fleet.hostplan import plan_for
+from instinct_fleet import operations, render, serving
+from instinct_fleet.hostplan import fleet_plan
 
-plan = plan_for(host)
+fleet = fleet_plan(host.state)
+plan = fleet.plans[host.name]
 settings = plan.spec.settings
 
 files.directory(name="Config directory", path=render.CONFIG_DIR, mode="755")
 files.directory(name="Hugging Face cache", path=settings.hf_cache_dir, user=settings.service_user, group=settings.service_user, mode="750")
 
-unit_ops = []
-for unit in plan.stale_units:
-    systemd.service(name=f"Stop {unit} (no longer in the inventory)", service=f"{unit}.service", running=False, enabled=False)
-    unit_ops.append(files.file(name=f"Remove {unit}", path=render.unit_path(unit), present=False))
-    files.file(name=f"Remove {unit} env", path=f"{render.CONFIG_DIR}/{unit}.env", present=False)
 
-written = []
-for svc in plan.serves:
-    unit = render.unit_name(svc)
-    env = files.put(name=f"{unit} env file", src=StringIO(plan.env_text(svc)), dest=render.env_path(svc), mode="600")
-    unit_file = files.template(
-        name=f"{unit} unit",
-        src="templates/vllm.service.j2",
-        dest=render.unit_path(unit),
-        mode="644",
-        **plan.unit_vars(svc),
-    )
-    operations.unit_verified(name=f"{unit} passes systemd-analyze verify", path=render.unit_path(unit), _if=unit_file.did_change)
-    written.append((svc, env, unit_file))
-    unit_ops.append(unit_file)
+def failed() -> set[str]:
+    return {h.name for h in host.state.failed_hosts}
 
-if unit_ops:
-    systemd.daemon_reload(name="Reload systemd (vLLM units)", _if=any_changed(*unit_ops))
-for svc, env, unit_file in written:
-    operations.service_converged(render.unit_name(svc), [unit_file, env, plan.changes["image"]])
+
+mine = fleet.roll.batch_of(host.name) or 0  # an unchanged host checks its units in batch 0
+for batch in host.loop(range(len(fleet.roll.batches))):
+    operations.batch_barrier(name=f"Roll: batch {batch}", batch=batch)
+    if batch == mine:
+        serving.converge(plan, fleet, batch, failed)

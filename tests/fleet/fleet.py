@@ -21,10 +21,13 @@ Usage: ``python3 tests/fleet/fleet.py up|down|sample``.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -45,6 +48,14 @@ STANDIN_REPO = "instinct-fleet-standin/vllm-openai-rocm"
 STANDIN_VERSION = "0.22.0"
 RAY_VERSION = "2.52.1"  # the stand-in's Ray; a real vLLM image brings its own
 REGISTRY_PORT = 5000
+# The machine's dockerd is Debian's docker.io, driven by Debian's own CLI: another docker
+# CLI may come first on PATH (a newer one defaults to buildx, which Debian does not ship).
+DOCKER = "/usr/bin/docker"
+DOCKERD = "/usr/sbin/dockerd"
+# The bridge is given explicitly: dockerd 20.10 started without --bip leaves the gateway out of
+# `docker network inspect`, so the fleet reads the address from the interface, never from that field.
+BRIDGE = "docker0"
+BRIDGE_CIDR = "172.17.0.1/16"
 LABEL = "instinct-fleet-test=1"
 # A fake token the tests look for everywhere it must not appear.
 HF_TOKEN = "hf_standinTOKENdoNotLeak" + "0123456789abcdef"
@@ -129,23 +140,44 @@ def apt_mirror() -> str:
 
 
 def docker_ok() -> bool:
-    return run("docker", "info", check=False, capture=True).returncode == 0
+    if not os.access(DOCKER, os.X_OK):
+        return False
+    return run(DOCKER, "info", check=False, capture=True).returncode == 0
+
+
+def interface_ipv4(name: str) -> str | None:
+    """The IPv4 address of a network interface, read from the kernel (SIOCGIFADDR); None when it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
 
 
 def gateway() -> str:
-    return out("docker", "network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}")
+    """The docker bridge's address, which the hosts reach the machine (and its registry) on."""
+    address = interface_ipv4(BRIDGE)
+    if address is None:
+        sys.exit(f"fleet: the docker bridge {BRIDGE} has no IPv4 address; is dockerd running?")
+    return address
 
 
 def ensure_dockerd() -> None:
-    """Start the machine's dockerd, trusting the local registry on the bridge gateway."""
+    """Start Debian's dockerd with an explicit bridge, trusting the local registry on its gateway."""
+    for tool in (DOCKER, DOCKERD):
+        if not os.access(tool, os.X_OK):
+            sys.exit(f"fleet: {tool} is missing: apt-get install docker.io (make fleet-deps does)")
     if docker_ok():
+        address = gateway()
+        if address != BRIDGE_CIDR.split("/")[0]:
+            log(f"note: a dockerd already runs with its bridge on {address}; its registry must be trusted there")
         return
     STATE.mkdir(exist_ok=True)
     log("starting dockerd")
     logfile = (STATE / "dockerd.log").open("ab")
-    # 172.17.0.1 is the bridge gateway dockerd creates by default; it is checked below.
     subprocess.Popen(
-        ["dockerd", "--insecure-registry", f"172.17.0.1:{REGISTRY_PORT}"],
+        [DOCKERD, "--bip", BRIDGE_CIDR, "--insecure-registry", f"{BRIDGE_CIDR.split('/')[0]}:{REGISTRY_PORT}"],
         stdout=logfile,
         stderr=logfile,
         start_new_session=True,
@@ -156,12 +188,12 @@ def ensure_dockerd() -> None:
         time.sleep(1)
     else:
         sys.exit(f"fleet: dockerd did not start; see {STATE / 'dockerd.log'}")
-    if gateway() != "172.17.0.1":
-        sys.exit(f"fleet: the docker bridge gateway is {gateway()}, not 172.17.0.1; the registry would be untrusted")
+    if gateway() != BRIDGE_CIDR.split("/")[0]:
+        sys.exit(f"fleet: the docker bridge {BRIDGE} is on {gateway()}, not {BRIDGE_CIDR}; the registry would be untrusted")
 
 
 def image_exists(ref: str) -> bool:
-    return run("docker", "image", "inspect", ref, check=False, capture=True).returncode == 0
+    return run(DOCKER, "image", "inspect", ref, check=False, capture=True).returncode == 0
 
 
 def build_base() -> None:
@@ -173,7 +205,7 @@ def build_base() -> None:
         rootfs = Path(tmp) / "rootfs"
         run("debootstrap", "--variant=minbase", "--include=python3,ca-certificates", "bookworm", str(rootfs), mirror)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        subprocess.run(["docker", "import", "-", BASE_IMAGE], stdin=tar.stdout, check=True)
+        subprocess.run([DOCKER, "import", "-", BASE_IMAGE], stdin=tar.stdout, check=True)
         tar.wait()
 
 
@@ -181,7 +213,7 @@ def build_host() -> None:
     if image_exists(HOST_IMAGE):
         return
     log("building the simulated host image")
-    run("docker", "build", "-q", "-t", HOST_IMAGE, "--build-arg", f"BASE={BASE_IMAGE}", "-f", str(HERE / "host.Dockerfile"), str(HERE))
+    run(DOCKER, "build", "-q", "-t", HOST_IMAGE, "--build-arg", f"BASE={BASE_IMAGE}", "-f", str(HERE / "host.Dockerfile"), str(HERE))
 
 
 def ray_packages() -> Path:
@@ -211,8 +243,8 @@ def build_standin(registry: str) -> None:
         shutil.copytree(HERE / "standin" / "vllm", context, dirs_exist_ok=True)
         shutil.copy(ROOT / "instinct_fleet" / "knowledge" / f"vllm-{STANDIN_VERSION}.json", context / "vllm-knowledge.json")
         shutil.copytree(ray_packages(), context / "ray-packages")
-        run("docker", "build", "-q", "-t", standin_ref(registry), "--build-arg", f"BASE={BASE_IMAGE}", str(context))
-    run("docker", "push", "-q", standin_ref(registry))
+        run(DOCKER, "build", "-q", "-t", standin_ref(registry), "--build-arg", f"BASE={BASE_IMAGE}", str(context))
+    run(DOCKER, "push", "-q", standin_ref(registry))
 
 
 def start_registry(address: str) -> None:
@@ -280,9 +312,9 @@ def gpu_device_script() -> str:
 
 def start_host(host: SimHost, key: Path, sysfs: Path) -> None:
     name = host.name
-    run("docker", "rm", "-f", name, check=False, capture=True)
+    run(DOCKER, "rm", "-f", name, check=False, capture=True)
     argv = [
-        "docker",
+        DOCKER,
         "run",
         "-d",
         "--name",
@@ -312,10 +344,10 @@ def start_host(host: SimHost, key: Path, sysfs: Path) -> None:
         ]
     run(*argv, HOST_IMAGE, "/lib/systemd/systemd", capture=True)
     if host.gpus:
-        run("docker", "exec", name, "sh", "-c", gpu_device_script())
+        run(DOCKER, "exec", name, "sh", "-c", gpu_device_script())
         # The operator's job on a real host: a Hugging Face token in a root-only file.
         token = f"mkdir -p /etc/instinct-fleet && umask 077 && printf '%s\\n' {HF_TOKEN} > /etc/instinct-fleet/hf-token"
-        run("docker", "exec", name, "sh", "-c", token)
+        run(DOCKER, "exec", name, "sh", "-c", token)
 
 
 def wait_hosts(hosts: list[SimHost], key: Path) -> None:
@@ -368,7 +400,7 @@ def up() -> dict[str, object]:
     hosts = []
     for host in HOSTS:
         start_host(host, key, sysfs)
-        address = out("docker", "inspect", "-f", "{{.NetworkSettings.IPAddress}}", host.name)
+        address = out(DOCKER, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", host.name)
         hosts.append(SimHost(host.name, host.gpus, host.ssh_port, host.api_port, address))
     wait_hosts(hosts, key)
     fleet = {
@@ -387,14 +419,14 @@ def up() -> dict[str, object]:
 def down() -> None:
     if not docker_ok():
         return
-    ids = out("docker", "ps", "-aq", "--filter", f"label={LABEL}").split()
+    ids = out(DOCKER, "ps", "-aq", "--filter", f"label={LABEL}").split()
     if ids:
         log(f"removing {len(ids)} hosts")
     for _ in range(120):  # a removal already in progress makes docker rm fail: wait until all are gone
         if not ids:
             break
-        run("docker", "rm", "-f", "-v", *ids, check=False, capture=True)
-        ids = out("docker", "ps", "-aq", "--filter", f"label={LABEL}").split()
+        run(DOCKER, "rm", "-f", "-v", *ids, check=False, capture=True)
+        ids = out(DOCKER, "ps", "-aq", "--filter", f"label={LABEL}").split()
         if ids:
             time.sleep(1)
     else:

@@ -131,7 +131,7 @@ def test_other_distributions_are_refused_plainly() -> None:
 
 
 def plan(data: dict[str, object], report: preflight.HostReport) -> HostPlan:
-    return plan_inventory([HostData("h1", ("gpu",), data)], {"h1"}, lambda name, spec: report)["h1"]
+    return plan_inventory([HostData("h1", ("gpu",), data)], {"h1"}, lambda specs: dict.fromkeys(specs, report))["h1"]
 
 
 def test_plan_reports_warnings_packages_and_stale_units() -> None:
@@ -164,7 +164,7 @@ def cluster_plans(worker_interfaces: str) -> dict[str, HostPlan]:
         "head": preflight.parse_report(mi300x_host(interfaces=interfaces("172.17.0.5"))),
         "w1": preflight.parse_report(mi300x_host(interfaces=worker_interfaces)),
     }
-    return plan_inventory(hosts, {"w1"}, lambda name, spec: reports[name])
+    return plan_inventory(hosts, {"w1"}, lambda specs: {name: reports[name] for name in specs})
 
 
 def test_cluster_members_learn_addresses_from_facts() -> None:

@@ -33,7 +33,7 @@ def test_exec_line_breaks_before_each_flag() -> None:
 def test_docker_run_gives_each_instance_only_its_own_gpus() -> None:
     spec = host(vllm_recipe="llama-3.1-70b", vllm_instances=[{"name": "a"}, {"name": "b"}])
     b = spec.services[1]
-    container = render.vllm_container(b, ["/dev/dri/renderD132", "/dev/dri/renderD133"])
+    container = render.vllm_container(b, ["/dev/dri/renderD132", "/dev/dri/renderD133"], 60)
     argv = render.docker_run(container, spec.settings, [44, 993], with_token=True)
     devices = [argv[i + 1] for i, a in enumerate(argv) if a == "--device"]
     assert devices == ["/dev/kfd", "/dev/dri/renderD132", "/dev/dri/renderD133"]
@@ -42,7 +42,17 @@ def test_docker_run_gives_each_instance_only_its_own_gpus() -> None:
     assert argv[argv.index("--ulimit") + 1] == "memlock=-1:-1"
     tail = argv[argv.index("--entrypoint") :]
     assert tail[:5] == ["--entrypoint", "vllm", b.image, "serve", b.model]
-    assert tail[5:] == render.render_args(b)
+    # The drain comes last: vLLM 0.22.0 has --shutdown-timeout, so SIGTERM lets in-flight requests finish.
+    assert tail[5:] == [*render.render_args(b), "--shutdown-timeout", "60"]
+
+
+def test_drain_uses_shutdown_timeout_only_where_the_version_has_it() -> None:
+    own = host(vllm_args={"shutdown-timeout": 120}).services[0]
+    assert render.drain_args(own, 60) == []  # the instance's own value is already in its flags
+    assert render.stop_seconds(own, 60) == 120 + render.STOP_MARGIN_SECONDS
+    old = host(vllm_version="0.11.0", vllm_image="vllm/vllm-openai-rocm:v0.11.0").services[0]
+    assert render.drain_args(old, 60) == []  # 0.11.0 has no --shutdown-timeout: docker stop's grace only
+    assert render.stop_seconds(old, 60) == 60 + render.STOP_MARGIN_SECONDS
 
 
 def test_env_file_carries_the_token_path_never_the_token() -> None:
@@ -52,8 +62,8 @@ def test_env_file_carries_the_token_path_never_the_token() -> None:
 
 
 def test_stop_grace_follows_the_shutdown_timeout() -> None:
-    assert render.stop_seconds(host().services[0]) == render.STOP_MARGIN_SECONDS
-    assert render.stop_seconds(host(vllm_args={"shutdown-timeout": 120}).services[0]) == 120 + render.STOP_MARGIN_SECONDS
+    assert render.stop_seconds(host().services[0], 60) == 60 + render.STOP_MARGIN_SECONDS
+    assert render.stop_seconds(host(vllm_args={"shutdown-timeout": 120}).services[0], 60) == 120 + render.STOP_MARGIN_SECONDS
 
 
 def test_daemon_json_holds_only_what_is_set_and_is_stable() -> None:

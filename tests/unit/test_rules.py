@@ -91,6 +91,8 @@ CLUSTER_CASES: dict[str, tuple[tuple[dict[str, Any], int, dict[str, Any]], tuple
         (L405, 2, {"vllm_instances": [{"name": "a", "port": 6379}]}),
         (L405, 2, {"vllm_instances": [{"name": "a", "port": 8000}]}),
     ),
+    # Fleet-wide, checked across hosts like the cluster rules: the head disagrees with its worker.
+    "rolling-fleet": ((L405, 2, {"rolling_batch": "50%"}), (L405, 2, {"rolling_batch": 1})),
 }
 
 

@@ -75,7 +75,10 @@ def _plan_all() -> None:
         result = connections[name].run(preflight.script(spec.settings.hf_token_path))
         return preflight.parse_report(result.stdout) if result.rc == 0 else None
 
-    for name, plan in plan_inventory(_ALL, set(_HOSTS), report_of).items():
+    def read_reports(specs: dict[str, HostSpec]) -> dict[str, preflight.HostReport | None]:
+        return {name: report_of(name, spec) for name, spec in specs.items()}
+
+    for name, plan in plan_inventory(_ALL, set(_HOSTS), read_reports).items():
         if name in _HOSTS:
             _TARGETS[name] = Target(name, plan, connections[name])
 

@@ -3,35 +3,29 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from conftest import Target
-from pyinfra.api.util import get_template
 
 from instinct_fleet import render
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
+def managed_files(target: Target) -> dict[str, str | None]:
+    """Every file the deploy writes from fixed text, with the content it must have (None: absent).
 
-def managed_files(target: Target) -> dict[str, str]:
-    """Every file the deploy writes from fixed text, with the content it must have for this host's settings."""
+    Units, env files and docker's settings come from the plan's desired state, the
+    same text the deploy writes and the roll hashes.
+    """
     plan = target.plan
     settings = plan.spec.settings
-    files = {"/etc/docker/daemon.json": render.daemon_json(settings)}
+    files: dict[str, str | None] = dict(plan.docker_files())
+    for unit_files in plan.unit_files.values():
+        files.update(unit_files)
     if settings.tune_numa_balancing and plan.report.numa_balancing is not None:
         files[render.SYSCTL_FILE] = render.sysctl_file()
     if settings.tune_kernel_cmdline:
         files[render.GRUB_DROP_IN] = render.grub_drop_in()
-    memlock = render.memlock_systemd(settings.tune_memlock)
-    if memlock:
-        files[render.DOCKER_DROP_IN] = get_template(str(TEMPLATES / "docker-limits.conf.j2")).render(memlock=memlock)
-    for svc in plan.serves:
-        files[render.env_path(svc)] = plan.env_text(svc)
-        files[render.unit_path(render.unit_name(svc))] = get_template(str(TEMPLATES / "vllm.service.j2")).render(**plan.unit_vars(svc))
     if plan.role is not None:
-        files[render.RAY_ENV] = plan.env_text(plan.spec.services[0])
-        files[render.RAY_READY_SCRIPT] = (TEMPLATES / "ray-ready.py").read_text()
-        files[render.unit_path(render.ray_unit(plan.role))] = get_template(str(TEMPLATES / "ray.service.j2")).render(**plan.ray_unit_vars())
+        files[render.RAY_READY_SCRIPT] = (render.TEMPLATES / "ray-ready.py").read_text()
     ruleset = plan.firewall()
     if ruleset is not None:
         files[render.FIREWALL_FILE] = ruleset
@@ -44,7 +38,10 @@ def test_preflight_passes(target: Target) -> None:
 
 def test_managed_files_hold_exactly_what_the_deploy_renders(target: Target) -> None:
     for path, content in managed_files(target).items():
-        assert target.sh(f"cat {path}") == content, f"{target.name}:{path} differs from what the deploy renders"
+        if content is None:
+            assert not target.host.file(path).exists, f"{target.name}:{path} must not exist"
+        else:
+            assert target.sh(f"cat {path}") == content, f"{target.name}:{path} differs from what the deploy renders"
 
 
 def test_env_files_are_root_only(target: Target) -> None:

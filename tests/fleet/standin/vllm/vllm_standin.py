@@ -7,6 +7,14 @@ table instinct-fleet validates with), exits 2 with argparse's message on a flag
 vLLM would reject, refuses to start without /dev/kfd or with fewer render nodes
 than tensor x pipeline parallel (as vLLM fails on too few GPUs), and then answers
 /health, /v1/models, /v1/completions, /v1/chat/completions and /metrics.
+
+Like vLLM with ``--shutdown-timeout``, SIGTERM drains: /health turns 503 and the
+process exits once in-flight requests are done, or when the timeout ends.
+
+Test-only knobs (env vars, set through vllm_env by the end-to-end tests; never
+in product code): STANDIN_STARTUP_SECONDS (start-up delay), STANDIN_REQUEST_SECONDS
+(time each completion takes), STANDIN_CRASH_AT_START=1 (exit 1 after start-up:
+a crash loop under systemd), STANDIN_NEVER_HEALTHY=1 (listen, but /health stays 503).
 """
 
 from __future__ import annotations
@@ -111,6 +119,9 @@ class State:
     requests = 0
     prompt_tokens = 0
     generation_tokens = 0
+    inflight = 0
+    draining = False
+    lock = threading.Lock()
 
 
 def completion_text(prompt: str, max_tokens: int) -> str:
@@ -134,7 +145,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/health":
-            self.reply(200 if State.ready else 503, "", "text/plain")
+            self.reply(200 if State.ready and not State.draining else 503, "", "text/plain")
         elif self.path == "/v1/models":
             max_len = int(State.args.get("--max-model-len", 8192))
             card = {"id": State.served, "object": "model", "owned_by": "vllm", "root": State.model, "max_model_len": max_len}
@@ -162,6 +173,16 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
+        with State.lock:
+            State.inflight += 1
+        try:
+            time.sleep(float(os.environ.get("STANDIN_REQUEST_SECONDS", "0")))
+            self.complete()
+        finally:
+            with State.lock:
+                State.inflight -= 1
+
+    def complete(self) -> None:
         length = int(self.headers.get("Content-Length", 0))
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -243,6 +264,16 @@ def join_ray(tp: int, pp: int) -> None:
             os._exit(1)
 
 
+def drain(timeout: float) -> None:
+    """SIGTERM: with --shutdown-timeout, answer 503 on /health and wait for in-flight requests, as vLLM does."""
+    State.draining = True
+    end = time.monotonic() + timeout
+    while State.inflight and time.monotonic() < end:
+        time.sleep(0.1)
+    print(f"INFO stand-in shutting down ({State.inflight} requests still in flight)", flush=True)
+    sys.exit(0)
+
+
 def main() -> None:
     model, args = parse(sys.argv[1:])
     for name in sorted(os.environ):
@@ -256,13 +287,19 @@ def main() -> None:
     State.model = model
     State.served = str(args.get("--served-model-name") or model)
     State.args = args
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, lambda *_: drain(float(args.get("--shutdown-timeout", 0))))
     if args.get("--distributed-executor-backend") == "ray":
         tp, pp = int(args.get("--tensor-parallel-size", 1)), int(args.get("--pipeline-parallel-size", 1))
         State.ready = False
         threading.Thread(target=join_ray, args=(tp, pp), daemon=True).start()
     # A real server loads weights before it listens; keep a short, visible delay.
     time.sleep(float(os.environ.get("STANDIN_STARTUP_SECONDS", "2")))
+    if os.environ.get("STANDIN_CRASH_AT_START") == "1":
+        print("ERROR stand-in: STANDIN_CRASH_AT_START=1, exiting as a broken configuration would", flush=True)
+        sys.exit(1)
+    if os.environ.get("STANDIN_NEVER_HEALTHY") == "1":
+        State.ready = False
+        print("WARNING stand-in: STANDIN_NEVER_HEALTHY=1, /health will stay 503", flush=True)
     host = str(args.get("--host") or "0.0.0.0")
     port = int(args.get("--port", 8000))
     print(f"INFO stand-in vLLM serving {model} as {State.served!r} on {host}:{port} with {json.dumps(args, sort_keys=True)}", flush=True)

@@ -1,0 +1,149 @@
+"""Rolling re-tunes: which serving units a run restarts, in which batch, and when the roll stops.
+
+A *serving unit* is what goes down together: one single-node host with all its
+instances, or one whole Ray cluster (head and workers). Each unit is classified
+from the preflight facts, before anything runs:
+
+* ``unchanged``: nothing that would restart it differs from what is deployed;
+* ``start``: something differs, but nothing of it is serving now (first deploy,
+  stopped units), so starting it takes nothing down;
+* ``restart``: something differs and the unit is serving: it rolls.
+
+Batch 0 holds every ``start`` unit at once; restarts follow in batches of
+``rolling_batch`` units. ``tasks/services.py`` emits each batch's operations
+behind a barrier that every host shares, so pyinfra finishes a batch, health
+gate included, before the next one begins. Each batch's operations run only
+while :meth:`Roll.proceeds` says so; it reads the hosts pyinfra has failed, so
+the roll stops as soon as more batches failed than ``rolling_max_failures``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["unchanged", "start", "restart"]
+# The file the deploy writes its roll summary to, as JSON, when set (``instinct-fleet deploy --json`` sets it).
+SUMMARY_ENV = "INSTINCT_FLEET_ROLL_JSON"
+SEVERITY: dict[Kind, int] = {"unchanged": 0, "start": 1, "restart": 2}
+
+
+@dataclass(frozen=True)
+class ServingUnit:
+    """A single-node host, or a cluster; ``hosts`` lists the head first."""
+
+    name: str
+    hosts: tuple[str, ...]
+    kind: Kind
+
+
+def batch_size(setting: int | str, units: int) -> int:
+    """``rolling_batch`` as a count: a percentage of the fleet's serving units, rounded down, at least 1."""
+    if isinstance(setting, int):
+        return setting
+    return max(1, math.floor(units * int(setting.rstrip("%")) / 100))
+
+
+def combine(kinds: Iterable[Kind]) -> Kind:
+    """A cluster's kind is its most disruptive member's: its members restart together."""
+    return max(kinds, key=lambda k: SEVERITY[k], default="unchanged")
+
+
+def batches(units: list[ServingUnit], size: int) -> list[list[ServingUnit]]:
+    """Batch 0: every unit that starts (nothing of it serves); then the restarts, ``size`` at a time, by name."""
+    starts = sorted((u for u in units if u.kind == "start"), key=lambda u: u.name)
+    restarts = sorted((u for u in units if u.kind == "restart"), key=lambda u: u.name)
+    return [starts, *[restarts[i : i + size] for i in range(0, len(restarts), size)]]
+
+
+@dataclass
+class Roll:
+    """One run's roll. It lives as long as pyinfra's State; the hosts pyinfra failed say which batch failed."""
+
+    units: list[ServingUnit]
+    batches: list[list[ServingUnit]]
+    max_failures: int
+    # Per batch, the hosts pyinfra had already failed when the batch began: their failure is not the batch's.
+    failed_at_start: dict[int, frozenset[str]] = field(default_factory=dict)
+    # Per host: why it did not converge, recorded by the operation that found out (health, hooks).
+    reasons: dict[str, list[str]] = field(default_factory=dict)
+
+    def batch_of(self, host: str) -> int | None:
+        for index, batch in enumerate(self.batches):
+            if any(host in unit.hosts for unit in batch):
+                return index
+        return None
+
+    def unit_of(self, host: str) -> ServingUnit | None:
+        return next((u for u in self.units if host in u.hosts), None)
+
+    def failed_batches(self, failed: set[str], before: int) -> list[int]:
+        """Batches before ``before`` one of whose hosts failed while it ran."""
+        return [
+            index
+            for index in range(min(before, len(self.batches)))
+            if index in self.failed_at_start
+            and any(h in failed and h not in self.failed_at_start[index] for unit in self.batches[index] for h in unit.hosts)
+        ]
+
+    def proceeds(self, batch: int, failed: set[str]) -> bool:
+        """Whether batch ``batch`` may run, given the hosts failed so far. The first call opens the batch."""
+        if len(self.failed_batches(failed, batch)) > self.max_failures:
+            return False
+        self.failed_at_start.setdefault(batch, frozenset(failed))
+        return True
+
+    def note(self, host: str, reason: str) -> None:
+        self.reasons.setdefault(host, []).append(reason)
+
+    def outcome(self, host: str, failed: set[str]) -> tuple[str, str]:
+        """(status, why) of one host at the end of the run: rolled, started, unchanged, failed or not-rolled."""
+        unit = self.unit_of(host)
+        batch = self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None
+        why = "; ".join(self.reasons.get(host, []))
+        if host in failed:
+            if batch is not None and batch not in self.failed_at_start:
+                return "not-rolled", f"failed before its batch {batch}: {why or 'see the output above'}"
+            return "failed", why or "see the operation that failed above"
+        if unit is None or unit.kind == "unchanged":
+            return "unchanged", ""
+        if batch is None or batch not in self.failed_at_start:
+            stopped = self.failed_batches(failed, len(self.batches))
+            where = ", ".join(map(str, stopped))
+            return "not-rolled", f"the roll stopped after batch {where} failed; it keeps its old configuration"
+        return ("started" if unit.kind == "start" else "rolled"), f"batch {batch}"
+
+    def summary(self, hosts: Mapping[str, tuple[str, ...]], failed: set[str]) -> list[dict[str, Any]]:
+        """One row per host and instance: the end-of-run report (also in ``instinct-fleet deploy --json``)."""
+        rows = []
+        for host in sorted(hosts):
+            status, why = self.outcome(host, failed)
+            unit = self.unit_of(host)
+            for instance in hosts[host] or ("-",):
+                rows.append(
+                    {
+                        "host": host,
+                        "instance": instance,
+                        "serving_unit": unit.name if unit else None,
+                        "batch": self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None,
+                        "status": status,
+                        "why": why,
+                    }
+                )
+        return rows
+
+
+def format_summary(rows: list[dict[str, Any]]) -> str:
+    """The summary as a table for the terminal."""
+    head = ("host", "instance", "status", "why")
+    table = [head, *[(r["host"], r["instance"], r["status"], r["why"].splitlines()[0] if r["why"] else "") for r in rows]]
+    widths = [max(len(str(row[i])) for row in table) for i in range(3)]
+    lines = ["  ".join(str(cell).ljust(widths[i]) if i < 3 else str(cell) for i, cell in enumerate(row)).rstrip() for row in table]
+    return "\n".join(["Roll summary:", *("  " + line for line in lines)])
+
+
+def dump_summary(rows: list[dict[str, Any]]) -> str:
+    return json.dumps({"roll": rows}, indent=2)

@@ -1,0 +1,108 @@
+"""The operations of one host's turn in the roll: what ``tasks/services.py`` runs inside the host's batch.
+
+Everything whose change takes an instance down happens here, in this order:
+the pre-stop hook, stale units stopped, docker's new settings (when they were
+held back for the batch), the Ray unit, the vLLM units, the health gate, the
+post-start hook. Every operation runs only while the roll lets the batch go on
+(``gate``), so a host whose batch never runs keeps its old units and env files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from io import StringIO
+
+from pyinfra.operations import files, systemd
+from pyinfra.operations.util import any_changed
+
+from instinct_fleet import operations, render
+from instinct_fleet.hostplan import FleetPlan, HostPlan
+from instinct_fleet.paths import CONFIG_DIR
+from instinct_fleet.spec import Hook
+
+
+def _hooks(plan: HostPlan, fleet: FleetPlan, which: str, hook: Hook | None, gate: Callable[[], bool]) -> None:
+    if hook is None:
+        return
+    env = {
+        "INSTINCT_FLEET_HOST": str(plan.spec.host),
+        "INSTINCT_FLEET_UNITS": " ".join(render.unit_name(s) for s in plan.serves),
+        "INSTINCT_FLEET_PORTS": " ".join(str(s.port) for s in plan.serves),
+    }
+    for where, command in (("host", hook.host), ("control", hook.control)):
+        if command is not None:
+            operations.hook(name=f"Roll: {which} hook ({where})", command=command, where=where, env=env, record=fleet.roll.note, _if=gate)
+
+
+def always() -> bool:
+    return True
+
+
+def docker_settings(plan: HostPlan, gate: Callable[[], bool] = always) -> None:
+    """daemon.json and dockerd's limits; dockerd restarts, and its containers with it, only when they changed."""
+    written = []
+    for path, content in plan.docker_files().items():
+        if content is None:
+            written.append(files.file(name=f"No {path}", path=path, present=False, _if=gate))
+        else:
+            written.append(files.put(name=f"docker settings {path}", src=StringIO(content), dest=path, mode="644", _if=gate))
+    systemd.daemon_reload(name="Reload systemd (dockerd limits)", _if=any_changed(*written))
+    systemd.service(name="docker running and enabled", service="docker.service", running=True, enabled=True, _if=gate)
+    systemd.service(name="Restart docker for its new settings", service="docker.service", restarted=True, _if=any_changed(*written))
+
+
+def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], set[str]]) -> None:
+    """Emit this host's operations for ``batch``; each runs only while the roll proceeds."""
+    roll = fleet.roll
+
+    def gate() -> bool:
+        return roll.proceeds(batch, failed())
+
+    unit = roll.unit_of(str(plan.spec.host))
+    rolling = unit is not None and unit.kind == "restart"
+    hooks = plan.spec.settings.rolling
+    if rolling and plan.serves:
+        _hooks(plan, fleet, "pre-stop", hooks.pre_stop, gate)
+
+    removed = []
+    for stale in plan.stale_units:
+        systemd.service(
+            name=f"Stop {stale} (no longer in the inventory)", service=f"{stale}.service", running=False, enabled=False, _if=gate
+        )
+        removed.append(files.file(name=f"Remove {stale}", path=render.unit_path(stale), present=False, _if=gate))
+        files.file(name=f"Remove {stale} env", path=f"{CONFIG_DIR}/{stale}.env", present=False, _if=gate)
+
+    if plan.defers_docker:
+        docker_settings(plan, gate)
+        operations.image_present(name="vLLM image present", image=plan.image, _if=gate)
+
+    # A cluster rolls as one: when any member changes, every member's units restart together.
+    force = plan.docker_changed or (rolling and plan.role is not None)
+    written = []
+    for name, unit_files in plan.unit_files.items():
+        path = render.unit_path(name)
+        ops = []
+        for dest, content in unit_files.items():
+            label = f"{name} unit" if dest == path else f"{name} env file"
+            mode = "644" if dest == path else "600"
+            ops.append(files.put(name=label, src=StringIO(content), dest=dest, mode=mode, _if=gate))
+        operations.unit_verified(name=f"{name} passes systemd-analyze verify", path=path, _if=[gate, any_changed(*ops)])
+        written.append((name, ops))
+    all_files = [op for _, ops in written for op in ops] + removed
+    if all_files:
+        systemd.daemon_reload(name="Reload systemd (serving units)", _if=any_changed(*all_files))
+    for name, ops in written:
+        operations.service_converged(name, ops, gate, force=force)
+
+    for svc in plan.serves:
+        operations.healthy(
+            name=f"{render.unit_name(svc)} healthy",
+            unit=f"{render.unit_name(svc)}.service",
+            port=svc.port,
+            served_model=render.served_model(svc),
+            timeout=plan.spec.settings.health_timeout,
+            record=roll.note,
+            _if=gate,
+        )
+    if rolling and plan.serves:
+        _hooks(plan, fleet, "post-start", hooks.post_start, gate)
