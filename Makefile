@@ -17,8 +17,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 lint: install
-	$(BIN)/ruff check instinct_fleet scripts tests group_data inventories tasks deploy.py benchmarks
-	$(BIN)/ruff format --check instinct_fleet scripts tests group_data inventories tasks deploy.py benchmarks
+	$(BIN)/ruff check instinct_fleet scripts tests group_data inventories tasks deploy.py config.py benchmarks
+	$(BIN)/ruff format --check instinct_fleet scripts tests group_data inventories tasks deploy.py config.py benchmarks
 	$(BIN)/mypy
 
 unit: install

@@ -55,6 +55,13 @@ hf_cache_dir = "/var/lib/instinct-fleet/huggingface"
 # Seconds to wait for each instance's /health and /v1/models after a (re)start.
 health_timeout = 1800
 
+# Seconds any one command may take on a host before that host fails as hung (image pulls and
+# health waits have their own limits).
+command_timeout = 600
+
+# Seconds the pull of the vLLM image (20+ GB) may take on a host.
+image_pull_timeout = 3600
+
 # Set kernel.numa_balancing=0 now and in /etc/sysctl.d (004, AMD MAD).
 tune_numa_balancing = True
 

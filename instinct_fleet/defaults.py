@@ -65,6 +65,12 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable("hf_cache_dir", "/var/lib/instinct-fleet/huggingface", "Host directory mounted as the Hugging Face cache."),
     Variable("health_timeout", 1800, "Seconds to wait for each instance's /health and /v1/models after a (re)start."),
+    Variable(
+        "command_timeout",
+        600,
+        "Seconds any one command may take on a host before that host fails as hung (image pulls and health waits have their own limits).",
+    ),
+    Variable("image_pull_timeout", 3600, "Seconds the pull of the vLLM image (20+ GB) may take on a host."),
     Variable("tune_numa_balancing", True, "Set kernel.numa_balancing=0 now and in /etc/sysctl.d (004, AMD MAD)."),
     Variable("tune_kernel_cmdline", True, "Add iommu=pt and pci=realloc=off to the kernel command line through a GRUB drop-in."),
     Variable("tune_reboot", False, "Reboot when the kernel command line changed; when False the deploy reports that a reboot is required."),

@@ -47,6 +47,7 @@ class HostPlan:
     errors: list[str]
     warnings: list[str]
     cluster: ClusterView | None = None
+    facts: bool = True  # False when the preflight fact could not be read: the plan only carries that error
 
     @property
     def ok(self) -> bool:
@@ -260,7 +261,7 @@ def join_cluster(plan: HostPlan, members: dict[str, HostPlan | None]) -> None:
     ips: dict[str, str] = {}
     head_ip = None
     for name, member in sorted(members.items()):
-        if member is None:
+        if member is None or not member.facts:
             plan.errors.append(f"cluster member {name} could not be reached for its preflight facts")
             continue
         ip = member.report.addresses.get(cluster.nic)
@@ -297,9 +298,14 @@ def plan_inventory(hosts: list[HostData], active: set[str], read_reports: Reader
     reports = read_reports({name: planned[name][0] for name in sorted(needed)})
     plans: dict[str, HostPlan] = {}
     for name in sorted(needed):
+        spec, findings = planned[name]
         report = reports.get(name)
-        if report is not None:
-            plans[name] = build_plan(*planned[name], report)
+        if report is None:
+            timeout = spec.settings.command_timeout
+            why = f"no preflight facts: the host could not be reached, or did not answer within command_timeout ({timeout}s)"
+            plans[name] = HostPlan(spec, preflight.parse_report(""), [why], [], facts=False)
+        else:
+            plans[name] = build_plan(spec, findings, report)
     for plan in plans.values():
         cluster = plan.spec.settings.cluster
         if cluster is not None:
@@ -348,6 +354,7 @@ def _plan_run(state: Any) -> FleetPlan:
     from pyinfra.api.exceptions import ConnectError
     from pyinfra.context import ctx_host
 
+    from instinct_fleet import watchdog
     from instinct_fleet.facts import HostReport as HostReportFact
 
     everyone = {h.name: h for h in state.inventory}
@@ -355,16 +362,24 @@ def _plan_run(state: Any) -> FleetPlan:
     active = {h.name for h in state.inventory.iter_activated_hosts()}
 
     def read(name: str, spec: HostSpec) -> HostReport | None:
+        timeout = spec.settings.command_timeout
+        timer = watchdog.guarded(everyone[name], timeout, "preflight", lambda _host, _why: None)
         with ctx_host.use(everyone[name]):
             try:
-                return everyone[name].get_fact(HostReportFact, token_path=spec.settings.hf_token_path)  # type: ignore[no-any-return]
+                report: HostReport | None = everyone[name].get_fact(
+                    HostReportFact, token_path=spec.settings.hf_token_path, _timeout=timeout
+                )
+                return report
             except ConnectError:  # an unreachable member: its cluster peers fail with a message instead
                 return None
+            finally:
+                timer.kill()
 
     def read_all(specs: dict[str, HostSpec]) -> dict[str, HostReport | None]:
         jobs = {name: gevent.spawn(read, name, spec) for name, spec in specs.items()}
         gevent.joinall(list(jobs.values()), raise_error=True)
-        return {name: job.get() for name, job in jobs.items()}
+        # A read the watchdog ended holds GreenletExit: no facts from that host.
+        return {name: job.value if isinstance(job.value, HostReport) else None for name, job in jobs.items()}
 
     plans = plan_inventory(data, active, read_all)
     return FleetPlan(plans, plan_roll(plans))
@@ -377,6 +392,7 @@ def fleet_plan(state: Any) -> FleetPlan:
     pending = _RUNS.get(state)
     if pending is None:
         from instinct_fleet.runreport import RollReporter
+        from instinct_fleet.watchdog import Watchdog
 
         pending = _RUNS[state] = AsyncResult()
         try:
@@ -385,6 +401,7 @@ def fleet_plan(state: Any) -> FleetPlan:
             pending.set_exception(exc)
             raise
         state.add_callback_handler(RollReporter(fleet))
+        state.add_callback_handler(Watchdog(fleet.roll.note))
         pending.set(fleet)
     result: FleetPlan = pending.get()
     return result

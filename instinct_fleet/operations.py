@@ -107,14 +107,22 @@ def unit_verified(path: str) -> Generator[str, None, None]:
         host.noop(f"{path} passes systemd-analyze verify")
 
 
-def service_converged(unit: str, changed: list[Any], gate: Callable[[], bool], force: bool = False) -> None:
+def service_converged(unit: str, changed: list[Any], gate: Callable[[], bool], start_timeout: int, force: bool = False) -> None:
     """Restart ``unit`` when one of the ``changed`` operations did change (or ``force``), then keep it running and enabled.
 
     A restart needs the unit running already (a stopped unit is simply started by
     the second operation), so a first deploy starts each unit once. Both run only
-    while ``gate`` (the roll) lets this batch go on.
+    while ``gate`` (the roll) lets this batch go on. ``systemctl start`` returns
+    after ExecStartPre, which on a Ray head waits for the cluster: ``start_timeout``.
     """
     service = f"{unit}.service"
     why = [gate] if force else [gate, any_changed(*changed)]
-    systemd.service(name=f"Restart {unit} for its new unit, env or image", service=service, running=None, restarted=True, _if=why)
-    systemd.service(name=f"{unit} running and enabled", service=service, running=True, enabled=True, _if=gate)
+    systemd.service(
+        name=f"Restart {unit} for its new unit, env or image",
+        service=service,
+        running=None,
+        restarted=True,
+        _if=why,
+        _timeout=start_timeout,
+    )
+    systemd.service(name=f"{unit} running and enabled", service=service, running=True, enabled=True, _if=gate, _timeout=start_timeout)

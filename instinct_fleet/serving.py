@@ -51,6 +51,28 @@ def docker_settings(plan: HostPlan, gate: Callable[[], bool] = always) -> None:
     systemd.service(name="Restart docker for its new settings", service="docker.service", restarted=True, _if=any_changed(*written))
 
 
+def image(plan: HostPlan, gate: Callable[[], bool] = always) -> None:
+    """The pinned image, pulled only when absent, within image_pull_timeout."""
+    timeout = plan.spec.settings.image_pull_timeout
+    operations.image_present(name="vLLM image present", image=plan.image, _if=gate, _timeout=timeout)
+
+
+def healthy(plan: HostPlan, gate: Callable[[], bool] = always, record: Callable[[str, str], None] | None = None) -> None:
+    """The health gate: every instance of the host answers /health and lists its model within health_timeout."""
+    timeout = plan.spec.settings.health_timeout
+    for svc in plan.serves:
+        operations.healthy(
+            name=f"{render.unit_name(svc)} healthy",
+            unit=f"{render.unit_name(svc)}.service",
+            port=svc.port,
+            served_model=render.served_model(svc),
+            timeout=timeout,
+            record=record,
+            _if=gate,
+            _timeout=timeout + 60,  # the wait ends itself at health_timeout; this bounds a hung host
+        )
+
+
 def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], set[str]]) -> None:
     """Emit this host's operations for ``batch``; each runs only while the roll proceeds."""
     roll = fleet.roll
@@ -74,7 +96,7 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
 
     if plan.defers_docker:
         docker_settings(plan, gate)
-        operations.image_present(name="vLLM image present", image=plan.image, _if=gate)
+        image(plan, gate)
 
     # A cluster rolls as one: when any member changes, every member's units restart together.
     force = plan.docker_changed or (rolling and plan.role is not None)
@@ -91,18 +113,11 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
     all_files = [op for _, ops in written for op in ops] + removed
     if all_files:
         systemd.daemon_reload(name="Reload systemd (serving units)", _if=any_changed(*all_files))
+    cluster = plan.spec.settings.cluster
+    start_timeout = plan.spec.settings.command_timeout + (cluster.ready_timeout if cluster else 0)
     for name, ops in written:
-        operations.service_converged(name, ops, gate, force=force)
+        operations.service_converged(name, ops, gate, start_timeout, force=force)
 
-    for svc in plan.serves:
-        operations.healthy(
-            name=f"{render.unit_name(svc)} healthy",
-            unit=f"{render.unit_name(svc)}.service",
-            port=svc.port,
-            served_model=render.served_model(svc),
-            timeout=plan.spec.settings.health_timeout,
-            record=roll.note,
-            _if=gate,
-        )
+    healthy(plan, gate, roll.note)
     if rolling and plan.serves:
         _hooks(plan, fleet, "post-start", hooks.post_start, gate)

@@ -130,6 +130,8 @@ class HostSettings:
     hf_token_path: str
     hf_cache_dir: str
     health_timeout: int
+    command_timeout: int
+    image_pull_timeout: int
     tune_numa_balancing: bool
     tune_kernel_cmdline: bool
     tune_reboot: bool
@@ -206,10 +208,14 @@ def resolve_settings(schema: _Schema, merged: Mapping[str, Any]) -> HostSettings
     if not isinstance(memlock, bool) and memlock <= 0:
         schema.error("tune_memlock", f"a byte limit must be positive, got {memlock}")
         memlock = True
-    timeout = schema.typed("health_timeout", merged["health_timeout"], int, DEFAULTS["health_timeout"], "seconds as an integer")
-    if timeout < 1:
-        schema.error("health_timeout", f"must be at least 1 second, got {timeout}")
-        timeout = DEFAULTS["health_timeout"]
+
+    def seconds(key: str) -> int:
+        value = schema.typed(key, merged[key], int, DEFAULTS[key], "seconds as an integer")
+        if value < 1:
+            schema.error(key, f"must be at least 1 second, got {value}")
+            return int(DEFAULTS[key])
+        return int(value)
+
     certs = schema.mapping("docker_registry_ca_certs", merged["docker_registry_ca_certs"])
     if not all(isinstance(v, str) for v in certs.values()):
         schema.error("docker_registry_ca_certs", "values must be paths on the control machine")
@@ -221,7 +227,9 @@ def resolve_settings(schema: _Schema, merged: Mapping[str, Any]) -> HostSettings
         shm_size=text("vllm_shm_size"),
         hf_token_path=text("hf_token_path"),
         hf_cache_dir=text("hf_cache_dir"),
-        health_timeout=timeout,
+        health_timeout=seconds("health_timeout"),
+        command_timeout=seconds("command_timeout"),
+        image_pull_timeout=seconds("image_pull_timeout"),
         tune_numa_balancing=flag("tune_numa_balancing"),
         tune_kernel_cmdline=flag("tune_kernel_cmdline"),
         tune_reboot=flag("tune_reboot"),

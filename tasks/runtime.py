@@ -8,7 +8,7 @@ batch instead (restarting dockerd stops its containers): see instinct_fleet/serv
 from pyinfra.context import host
 from pyinfra.operations import apt, files
 
-from instinct_fleet import operations, serving
+from instinct_fleet import serving
 from instinct_fleet.hostplan import plan_for
 
 plan = plan_for(host)
@@ -24,4 +24,4 @@ if settings.credentials_file:
 
 if not plan.defers_docker:
     serving.docker_settings(plan)
-    operations.image_present(name="vLLM image present", image=plan.image)
+    serving.image(plan)
