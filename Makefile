@@ -3,10 +3,14 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: test lint unit e2e fleet-deps demo demo-down install clean
+.PHONY: test lint unit e2e fleet-deps floor-venv demo demo-down install clean
 
 # Debian packages the simulated fleet needs (tests/fleet/fleet.py).
 FLEET_PACKAGES = docker.io debootstrap docker-registry nftables openssh-client curl
+
+# The oldest pyinfra pyproject.toml admits; tests/e2e/test_floor.py deploys with it (test_docs checks they agree).
+PYINFRA_FLOOR = 3.9
+FLOOR_VENV = .venv-floor
 
 install: $(VENV)/.installed
 
@@ -31,8 +35,16 @@ fleet-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+$(FLOOR_VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/pip install --quiet 'pyinfra==$(PYINFRA_FLOOR)' 'jinja2>=3.1'
+	$(FLOOR_VENV)/bin/pip install --quiet --no-deps -e .
+	touch $@
+
+floor-venv: $(FLOOR_VENV)/.installed
+
 # End to end: a fresh simulated fleet, the real CLI and pyinfra over SSH, testinfra.
-e2e: install fleet-deps
+e2e: install fleet-deps floor-venv
 	$(BIN)/pytest -p no:cacheprovider tests/e2e --durations=0
 
 test: lint unit e2e
@@ -47,4 +59,4 @@ demo-down:
 	$(BIN)/python tests/fleet/fleet.py down
 
 clean: demo-down
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .fleet
+	rm -rf $(VENV) $(FLOOR_VENV) .mypy_cache .pytest_cache .ruff_cache .fleet

@@ -220,9 +220,8 @@ def cmd_deploy(opts: argparse.Namespace) -> int:
         done = subprocess.run([*argv, "--json", *opts.passthrough], cwd=project, env=env, stdout=subprocess.PIPE, text=True, check=False)
         try:
             payload = json.loads(done.stdout)
-        except json.JSONDecodeError:
-            sys.stdout.write(done.stdout)
-            return done.returncode
+        except json.JSONDecodeError:  # pyinfra stopped before its results (no host left); its error is on stderr
+            payload = {"results": None}
         payload["roll"] = json.loads(summary.read_text())["roll"] if summary.is_file() else []
     print(json.dumps(payload, indent=2))
     return done.returncode

@@ -392,7 +392,7 @@ def fleet_plan(state: Any) -> FleetPlan:
     pending = _RUNS.get(state)
     if pending is None:
         from instinct_fleet.runreport import RollReporter
-        from instinct_fleet.watchdog import Watchdog
+        from instinct_fleet.watchdog import ContainedPool, Watchdog
 
         pending = _RUNS[state] = AsyncResult()
         try:
@@ -400,8 +400,9 @@ def fleet_plan(state: Any) -> FleetPlan:
         except BaseException as exc:
             pending.set_exception(exc)
             raise
-        state.add_callback_handler(RollReporter(fleet))
+        state.add_callback_handler(RollReporter(state, fleet))
         state.add_callback_handler(Watchdog(fleet.roll.note))
+        state.pool = ContainedPool(state.pool.size, fleet.roll.note)
         pending.set(fleet)
     result: FleetPlan = pending.get()
     return result

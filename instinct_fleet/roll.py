@@ -105,7 +105,7 @@ class Roll:
         batch = self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None
         why = "; ".join(self.reasons.get(host, []))
         if host in failed:
-            if batch is not None and batch not in self.failed_at_start:
+            if batch is not None and (batch not in self.failed_at_start or host in self.failed_at_start[batch]):
                 return "not-rolled", f"failed before its batch {batch}: {why or 'see the output above'}"
             return "failed", why or "see the operation that failed above"
         if unit is None or unit.kind == "unchanged":

@@ -1,6 +1,7 @@
 """The simulated fleet for the end-to-end tests: brought up fresh for the session, torn down after.
 
-Set INSTINCT_FLEET_KEEP=1 to leave the hosts running for a look afterwards.
+Set INSTINCT_FLEET_KEEP=1 to leave the hosts running for a look afterwards, and
+INSTINCT_FLEET_REUSE=1 to run on a fleet that is already up (while working on a test).
 """
 
 from __future__ import annotations
@@ -30,14 +31,21 @@ def _fleet(command: str) -> None:
 
 @pytest.fixture(scope="session")
 def fleet() -> Iterator[dict[str, Any]]:
-    _fleet("up")
+    if not (os.environ.get("INSTINCT_FLEET_REUSE") and (ROOT / ".fleet" / "fleet.json").is_file()):
+        _fleet("up")
     yield json.loads((ROOT / ".fleet" / "fleet.json").read_text())
     if not os.environ.get("INSTINCT_FLEET_KEEP"):
         _fleet("down")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The fleet's own timeline (image builds, host start), for the CI log."""
+    """The fleet's own timeline (image builds, host start) and the roll figures, for the CI log."""
+    from fleetctl import FIGURES
+
+    if FIGURES:
+        terminalreporter.section("rolling re-tune figures")
+        for line in FIGURES:
+            terminalreporter.write_line(line)
     if FLEET_LOG:
         terminalreporter.section("simulated fleet")
         for line in FLEET_LOG:

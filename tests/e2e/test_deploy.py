@@ -11,51 +11,12 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-INVENTORY = "inventories/local.py"
-CLI = [sys.executable, "-m", "instinct_fleet.cli"]
-
-
-@dataclass
-class Run:
-    rc: int
-    results: dict[str, Any]
-    stderr: str
-
-    def changed(self) -> set[tuple[str, str]]:
-        """(host, operation names) for every operation that changed something on a host."""
-        return {(host, " / ".join(op["names"])) for op in self.results["operations"] for host in op["success"]}
-
-
-def deploy(*extra: str) -> Run:
-    done = subprocess.run([*CLI, "deploy", INVENTORY, "--json", *extra], cwd=ROOT, capture_output=True, text=True)
-    payload = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {"results": None}
-    assert payload["results"] is not None, f"deploy printed no results (rc {done.returncode}): {done.stderr[-3000:]}"
-    return Run(done.returncode, payload["results"], done.stderr)
-
-
-def verify(limit: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, "verify", INVENTORY, "--limit", limit, "--", "-q", "-x"], cwd=ROOT, capture_output=True, text=True)
-
-
-def ssh(fleet: dict[str, Any], host: str, command: str) -> str:
-    port = next(h["ssh_port"] for h in fleet["hosts"] if h["name"] == host)
-    argv = ["ssh", "-i", fleet["ssh_key"], "-p", str(port), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
-    done = subprocess.run([*argv, "-o", "LogLevel=ERROR", "root@127.0.0.1", command], capture_output=True, text=True)
-    assert done.returncode == 0, f"{host}: {command}: {done.stderr}"
-    return done.stdout
-
-
-def started_at(fleet: dict[str, Any], host: str, container: str) -> str:
-    return ssh(fleet, host, f"docker inspect --format '{{{{.State.StartedAt}}}}' {container}").strip()
+from fleetctl import CLI, ROOT, SERVING, Run, deploy, ssh, started_at, verify
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +41,6 @@ def test_first_run_converges_the_gpu_hosts_and_fails_the_gpu_less_host_alone(fir
 def test_second_run_changes_nothing(second: Run) -> None:
     assert second.results["totals"]["success"] == 0, second.changed()
     assert second.results["failed_hosts"] == ["sim-nogpu"]
-
-
-SERVING = "sim-[gc]*"  # every host but sim-nogpu
 
 
 def test_verify_module_passes_on_the_converged_hosts(second: Run) -> None:
@@ -150,11 +108,11 @@ def test_drift_is_repaired_exactly_and_nothing_else(second: Run, fleet: dict[str
     expected = {
         ("sim-gpu-1", "NUMA balancing off at boot"),
         ("sim-gpu-1", "vllm-batch unit"),
-        ("sim-gpu-1", "Reload systemd (vLLM units)"),
+        ("sim-gpu-1", "Reload systemd (serving units)"),
         ("sim-gpu-1", "Restart vllm-batch"),
         ("sim-gpu-2", "Stop vllm-ghost"),
         ("sim-gpu-2", "Remove vllm-ghost"),
-        ("sim-gpu-2", "Reload systemd (vLLM units)"),
+        ("sim-gpu-2", "Reload systemd (serving units)"),
     }
     if llama_b_stopped:
         expected.add(("sim-gpu-2", "vllm-llama-b running and enabled"))

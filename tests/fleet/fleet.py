@@ -15,7 +15,8 @@ mirror and PyPI in reach:
   addresses and a stand-in /sys/module/amdgpu.
 
 ``up`` writes ``.fleet/fleet.json``, which ``inventories/local.py`` reads.
-Usage: ``python3 tests/fleet/fleet.py up|down|sample``.
+Usage: ``python3 tests/fleet/fleet.py up|down|sample``; the end-to-end tests also use
+``revive HOST``, ``registry stop|start`` and ``tag NEW_TAG`` to inject and remove faults.
 """
 
 from __future__ import annotations
@@ -416,6 +417,43 @@ def up() -> dict[str, object]:
     return fleet
 
 
+def revive(name: str) -> None:
+    """Start a host container that was killed, and give it back what a boot does not: its stand-in devices."""
+    host = next(h for h in HOSTS if h.name == name)
+    run(DOCKER, "start", name, capture=True)
+    if host.gpus:
+        run(DOCKER, "exec", name, "sh", "-c", gpu_device_script())
+    wait_hosts([host], ssh_key())
+
+
+def registry_pids() -> list[int]:
+    found = run("pgrep", "-f", "^docker-registry serve", check=False, capture=True).stdout.decode().split()
+    return [int(pid) for pid in found]
+
+
+def registry(action: str) -> None:
+    """Stop or start the fleet's registry (a fault the end-to-end tests inject)."""
+    fleet = json.loads((STATE / "fleet.json").read_text())
+    if action == "stop":
+        for pid in registry_pids():
+            os.kill(pid, 15)
+        for _ in range(50):
+            if not registry_pids():
+                return
+            time.sleep(0.1)
+        sys.exit("fleet: docker-registry did not stop")
+    start_registry(fleet["registry"])
+
+
+def tag(new_tag: str) -> str:
+    """Push the stand-in image under another tag, as a release of a new image would; returns the reference."""
+    fleet = json.loads((STATE / "fleet.json").read_text())
+    ref = f"{fleet['registry']}/{STANDIN_REPO}:{new_tag}"
+    run(DOCKER, "tag", fleet["image"], ref)
+    run(DOCKER, "push", "-q", ref, capture=True)
+    return ref
+
+
 def down() -> None:
     if not docker_ok():
         return
@@ -454,7 +492,8 @@ def sample() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["up", "down", "sample"])
+    parser.add_argument("command", choices=["up", "down", "sample", "revive", "registry", "tag"])
+    parser.add_argument("argument", nargs="?", help="revive: host name; registry: stop or start; tag: the new tag")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("fleet: run as root (dockerd, debootstrap)")
@@ -462,6 +501,12 @@ def main() -> None:
         up()
     elif args.command == "sample":
         sample()
+    elif args.command == "revive":
+        revive(args.argument)
+    elif args.command == "registry":
+        registry(args.argument)
+    elif args.command == "tag":
+        print(tag(args.argument))
     else:
         down()
 

@@ -37,3 +37,9 @@ def test_group_data_all_shows_every_default_with_a_comment() -> None:
             seen[name] = ast.literal_eval(node.value)
             assert lines[node.lineno - 2].startswith("#"), f"{name} has no comment above it"
     assert seen == DEFAULTS
+
+
+def test_the_pyinfra_floor_in_the_makefile_is_the_floor_pyproject_admits() -> None:
+    floor = re.search(r"^PYINFRA_FLOOR = (\S+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert floor is not None
+    assert f'"pyinfra>={floor.group(1)},<4"' in (ROOT / "pyproject.toml").read_text()

@@ -1,0 +1,144 @@
+"""What the end-to-end tests do to the simulated fleet: deploy, verify, ssh, inventories, faults."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = "inventories/local.py"
+CLI = [sys.executable, "-m", "instinct_fleet.cli"]
+FLEET = [sys.executable, str(ROOT / "tests" / "fleet" / "fleet.py")]
+SERVING = "sim-[gc]*"  # every host but sim-nogpu
+# The serving units of the test fleet and the endpoints each answers on (host, port).
+UNITS = {
+    "sim-gpu-1": (("sim-gpu-1", 18001), ("sim-gpu-1", 8081)),
+    "sim-gpu-2": (("sim-gpu-2", 18002), ("sim-gpu-2", 8001)),
+    "cluster sim-405b": (("sim-c1", 18004),),
+}
+
+
+@dataclass
+class Run:
+    rc: int
+    results: dict[str, Any]
+    stderr: str
+    roll: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def changed(self) -> set[tuple[str, str]]:
+        """(host, operation names) for every operation that changed something on a host."""
+        return {(host, " / ".join(op["names"])) for op in self.results["operations"] for host in op["success"]}
+
+    def status(self, host: str) -> set[str]:
+        """The roll summary's statuses for one host's instances."""
+        return {row["status"] for row in self.roll if row["host"] == host}
+
+    def why(self, host: str) -> str:
+        return " ".join(row["why"] for row in self.roll if row["host"] == host)
+
+
+def deploy(*extra: str, inventory: str = INVENTORY, results: bool = True) -> Run:
+    """``instinct-fleet deploy --json``; ``results=False`` when pyinfra is expected to stop with no host left."""
+    started = time.monotonic()
+    argv = [*CLI, "deploy", inventory, "--project-dir", str(ROOT), "--json", *extra]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    payload = json.loads(done.stdout)
+    assert (payload["results"] is not None) == results, f"rc {done.returncode}: {done.stderr[-3000:]}"
+    return Run(done.returncode, payload["results"] or {}, done.stderr, payload["roll"], time.monotonic() - started)
+
+
+def verify(limit: str, inventory: str = INVENTORY) -> subprocess.CompletedProcess[str]:
+    argv = [*CLI, "verify", inventory, "--project-dir", str(ROOT), "--limit", limit, "--", "-q", "-x"]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+
+
+def ssh(fleet: dict[str, Any], host: str, command: str) -> str:
+    port = next(h["ssh_port"] for h in fleet["hosts"] if h["name"] == host)
+    argv = ["ssh", "-i", fleet["ssh_key"], "-p", str(port), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+    done = subprocess.run([*argv, "-o", "LogLevel=ERROR", "root@127.0.0.1", command], capture_output=True, text=True)
+    assert done.returncode == 0, f"{host}: {command}: {done.stderr}"
+    return done.stdout
+
+
+def started_at(fleet: dict[str, Any], host: str, container: str) -> str:
+    return ssh(fleet, host, f"docker inspect --format '{{{{.State.StartedAt}}}}' {container}").strip()
+
+
+def fleet_tool(*argv: str) -> str:
+    done = subprocess.run([*FLEET, *argv], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, f"fleet {argv}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
+    return done.stdout.strip()
+
+
+def inventory(
+    directory: Path, name: str, everywhere: dict[str, Any], hosts: dict[str, dict[str, Any]] | None = None, extra_hosts: str = ""
+) -> str:
+    """An inventory file: inventories/local.py with ``everywhere`` added to every host and ``hosts`` to some."""
+    (directory / "inventories").mkdir(parents=True, exist_ok=True)
+    path = directory / "inventories" / f"{name}.py"
+    path.write_text(
+        "import runpy\n"
+        f"base = runpy.run_path({str(ROOT / INVENTORY)!r})\n"
+        f"everywhere = {everywhere!r}\n"
+        f"hosts = {hosts or {}!r}\n"
+        "def extend(group):\n"
+        "    return [(n, {**d, **everywhere, **hosts.get(n, {})}) for n, d in group]\n"
+        "sim_gpu = extend(base['sim_gpu'])\n"
+        "sim_nogpu = extend(base['sim_nogpu'])\n"
+        "sim_cluster = extend(base['sim_cluster'])\n" + extra_hosts
+    )
+    return str(path)
+
+
+class Probe:
+    """Polls every serving endpoint's /health from the test machine, at ``hz``, while a deploy runs."""
+
+    def __init__(self, fleet: dict[str, Any], hz: float = 5.0) -> None:
+        self.address = {h["name"]: h["address"] for h in fleet["hosts"]}
+        self.period = 1.0 / hz
+        self.samples: list[tuple[float, dict[str, bool]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _up(self, host: str, port: int) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.address[host]}:{port}/health", timeout=1) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False
+
+    def _run(self) -> None:
+        end = time.monotonic() + 900  # bounded, whatever happens to the deploy
+        while not self._stop.is_set() and time.monotonic() < end:
+            begun = time.monotonic()
+            units = {unit: all(self._up(h, p) for h, p in endpoints) for unit, endpoints in UNITS.items()}
+            self.samples.append((begun, units))
+            self._stop.wait(max(0.0, self.period - (time.monotonic() - begun)))
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def worst(self) -> int:
+        """The fewest serving units that were fully healthy at any sample."""
+        return min(sum(units.values()) for _, units in self.samples)
+
+    def rate(self) -> float:
+        span = self.samples[-1][0] - self.samples[0][0]
+        return (len(self.samples) - 1) / span if span else 0.0
+
+
+# Figures the tests measured (roll time, worst healthy fraction), printed at the end of the run.
+FIGURES: list[str] = []

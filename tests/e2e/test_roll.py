@@ -1,0 +1,182 @@
+"""End to end: re-tuning the live simulated fleet rolls one serving unit at a time, and faults fail alone.
+
+Runs after test_deploy.py, in file order: the first test re-tunes the fleet to
+--max-num-seqs 192, the second to 160 (through a crash-looping attempt); the
+fault tests then start from that converged fleet (``BASELINE``) and leave it so.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fleetctl import CLI, FIGURES, ROOT, SERVING, UNITS, Probe, Run, deploy, fleet_tool, inventory, ssh, started_at, verify
+
+FLAG = "max-num-seqs"
+BASELINE = {"vllm_args": {FLAG: 160}}
+
+
+@pytest.fixture(scope="module")
+def converged(fleet: dict[str, Any]) -> Run:
+    """The fleet on inventories/local.py (a no-op after test_deploy.py)."""
+    run = deploy()
+    assert run.results["failed_hosts"] == ["sim-nogpu"], run.stderr[-3000:]
+    return run
+
+
+@pytest.fixture
+def baseline(converged: Run, tmp_path: Path) -> str:
+    """The fault tests' inventory: the fleet as the crash-loop test leaves it (a no-op then)."""
+    path = inventory(tmp_path, "baseline", BASELINE)
+    run = deploy(inventory=path)
+    assert run.results["failed_hosts"] == ["sim-nogpu"], run.stderr[-3000:]
+    return path
+
+
+def quiet(run: Run) -> None:
+    """Nothing changed anywhere, and only the GPU-less host failed."""
+    assert run.results["totals"]["success"] == 0, run.changed()
+    assert run.results["failed_hosts"] == ["sim-nogpu"], run.stderr[-3000:]
+
+
+def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
+    retune = inventory(tmp_path, "retune", {"vllm_args": {FLAG: 192}})
+    with Probe(fleet, hz=5) as probe:
+        rolled = deploy(inventory=retune)
+    assert rolled.results["failed_hosts"] == ["sim-nogpu"], rolled.stderr[-3000:]
+    assert probe.rate() >= 4, f"the probe sampled at {probe.rate():.1f} Hz"
+    # rolling_batch = 1: at every sample, every serving unit but at most one answered on all its endpoints.
+    assert probe.worst() >= len(UNITS) - 1, [s for s in probe.samples if sum(s[1].values()) < len(UNITS) - 1][:5]
+    for host in ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2"):
+        assert rolled.status(host) == {"rolled"}, rolled.roll
+    batches = {row["serving_unit"]: row["batch"] for row in rolled.roll if row["status"] == "rolled"}
+    assert sorted(batches.values()) == [1, 2, 3] and set(batches) == set(UNITS)
+    unit = ssh(fleet, "sim-gpu-1", "cat /etc/systemd/system/vllm-main.service")
+    assert f"--{FLAG} 192" in unit and "--shutdown-timeout 60" in unit
+    done = verify(SERVING, inventory=retune)
+    assert done.returncode == 0, done.stdout[-4000:]
+    quiet(deploy(inventory=retune))
+    FIGURES.append(
+        f"roll of {len(UNITS)} serving units, rolling_batch 1: {rolled.seconds:.0f} s; worst sample {probe.worst()}/{len(UNITS)} "
+        f"units healthy ({len(probe.samples)} samples at {probe.rate():.1f} Hz)"
+    )
+
+
+def test_a_crash_looping_change_stops_after_its_first_batch(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
+    good = inventory(tmp_path, "good", BASELINE)
+    broken = inventory(tmp_path, "broken", {**BASELINE, "vllm_env": {"STANDIN_CRASH_AT_START": "1"}})
+    before = {(h, c): started_at(fleet, h, c) for h, c in (("sim-gpu-1", "vllm-main"), ("sim-gpu-2", "vllm-llama-a"))}
+    stopped = deploy(inventory=broken)
+    assert stopped.rc != 0
+    # Batch 1 is the cluster (units roll in name order); its health gate sees the crash loop.
+    assert stopped.status("sim-c1") == {"failed"} and "crash loop" in stopped.why("sim-c1"), stopped.roll
+    assert "sim-c1" in stopped.results["failed_hosts"]
+    for host in ("sim-gpu-1", "sim-gpu-2"):
+        assert stopped.status(host) == {"not-rolled"}, stopped.roll
+        assert "roll stopped after batch 1" in stopped.why(host)
+        # Untouched: old unit and env files, the same container, still serving.
+        assert "STANDIN_CRASH" not in ssh(fleet, host, "cat /etc/instinct-fleet/vllm-*.env")
+        assert f"--{FLAG} 160" not in ssh(fleet, host, "cat /etc/systemd/system/vllm-*.service")
+    for (host, container), at in before.items():
+        assert started_at(fleet, host, container) == at, f"{container} on {host} was restarted by a stopped roll"
+        assert "STANDIN_CRASH" not in ssh(fleet, host, f"docker inspect --format '{{{{.Config.Env}}}}' {container}")
+    # Fixed and re-run: the roll completes, and the run after it changes nothing.
+    fixed = deploy(inventory=good)
+    assert fixed.results["failed_hosts"] == ["sim-nogpu"], fixed.stderr[-3000:]
+    for host in ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2"):
+        assert fixed.status(host) <= {"rolled", "started"}, fixed.roll
+    quiet(deploy(inventory=good))
+    FIGURES.append(f"crash-looping change stopped after batch 1 in {stopped.seconds:.0f} s; the fixed roll took {fixed.seconds:.0f} s")
+
+
+def test_an_instance_that_never_becomes_healthy_fails_its_host_alone(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
+    sick = inventory(tmp_path, "sick", BASELINE, {"sim-gpu-1": {"vllm_env": {"STANDIN_NEVER_HEALTHY": "1"}, "health_timeout": 15}})
+    other = started_at(fleet, "sim-gpu-2", "vllm-llama-a")
+    run = deploy(inventory=sick)
+    assert "sim-gpu-1" in run.results["failed_hosts"]
+    assert run.status("sim-gpu-1") == {"failed"} and "no answer within 15s (health_timeout)" in run.why("sim-gpu-1"), run.roll
+    assert "last journal lines" in run.stderr
+    assert {h for h, _ in run.changed()} == {"sim-gpu-1"}
+    assert started_at(fleet, "sim-gpu-2", "vllm-llama-a") == other
+    back = deploy(inventory=baseline)  # the fault removed: the host converges back
+    assert back.results["failed_hosts"] == ["sim-nogpu"], back.stderr[-3000:]
+    quiet(deploy(inventory=baseline))
+
+
+def test_an_unreachable_host_is_one_clear_line_and_the_rest_converge(baseline: str, tmp_path: Path) -> None:
+    ghost = inventory(tmp_path, "ghost", BASELINE, extra_hosts="ghosts = [('sim-ghost', {**base['sim_gpu'][0][1], 'ssh_port': 1})]\n")
+    run = deploy(inventory=ghost)
+    assert sorted(run.results["failed_hosts"]) == ["sim-ghost", "sim-nogpu"]
+    assert run.results["totals"]["success"] == 0, run.changed()
+    assert run.stderr.count("[sim-ghost] Could not connect") == 1 and "Traceback" not in run.stderr
+    assert run.status("sim-ghost") == {"failed"} and "not reachable" in run.why("sim-ghost")
+    quiet(deploy(inventory=baseline))
+
+
+def streamed_deploy(inventory_path: str, when: str, fault: list[str]) -> tuple[int, str, float]:
+    """Run a deploy and inject ``fault`` (a command) as soon as its output shows ``when``."""
+    started = time.monotonic()
+    argv = [*CLI, "deploy", inventory_path, "--project-dir", str(ROOT)]
+    with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if when in line and fault:
+                subprocess.run(fault, check=True, capture_output=True)
+                fault = []
+        rc = proc.wait(timeout=600)
+    return rc, "".join(lines), time.monotonic() - started
+
+
+def test_a_host_that_hangs_mid_run_fails_alone(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
+    short = inventory(tmp_path, "short", {**BASELINE, "command_timeout": 20})
+    try:
+        rc, output, seconds = streamed_deploy(short, "Beginning operation run", ["/usr/bin/docker", "pause", "sim-gpu-2"])
+    finally:
+        subprocess.run(["/usr/bin/docker", "unpause", "sim-gpu-2"], capture_output=True)
+    assert rc != 0 and seconds < 120, f"rc {rc} after {seconds:.0f}s"
+    assert "[sim-gpu-2] no answer within 20s" in output and "looks hung" in output
+    assert "Traceback" not in output
+    summary = output.split("Roll summary:")[-1]
+    assert "sim-gpu-2" in summary and "failed" in summary.split("sim-gpu-2", 1)[1].splitlines()[0]
+    quiet(deploy(inventory=short))
+
+
+def test_a_host_killed_mid_run_fails_alone_and_converges_when_back(baseline: str, fleet: dict[str, Any]) -> None:
+    try:
+        rc, output, _ = streamed_deploy(baseline, "Beginning operation run", ["/usr/bin/docker", "kill", "sim-gpu-2"])
+    finally:
+        fleet_tool("revive", "sim-gpu-2")
+    assert rc != 0 and "Traceback" not in output
+    summary = output.split("Roll summary:")[-1]
+    for host in ("sim-gpu-1", "sim-c1", "sim-c2"):
+        assert "failed" not in "".join(line for line in summary.splitlines() if line.strip().startswith(host)), summary
+    assert "failed" in "".join(line for line in summary.splitlines() if line.strip().startswith("sim-gpu-2")), summary
+    back = deploy(inventory=baseline)
+    assert back.results["failed_hosts"] == ["sim-nogpu"], back.stderr[-3000:]
+    quiet(deploy(inventory=baseline))
+
+
+def test_registry_down_during_the_pre_pull_restarts_nothing(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
+    """Last: it leaves the fleet on a new image tag."""
+    image = fleet_tool("tag", "v0.22.0-rc2")
+    release = inventory(tmp_path, "release", {**BASELINE, "vllm_image": image})
+    before = {h: ssh(fleet, h, "cat /etc/systemd/system/vllm-*.service") for h in ("sim-gpu-1", "sim-gpu-2", "sim-c1")}
+    fleet_tool("registry", "stop")
+    try:
+        failed = deploy(inventory=release, results=False)  # every host fails: pyinfra stops with no host left
+    finally:
+        fleet_tool("registry", "start")
+    assert failed.rc != 0 and "No hosts remaining" in failed.stderr and "Traceback" not in failed.stderr
+    assert failed.stderr.count("vLLM image present") >= 1
+    for host, units in before.items():
+        assert ssh(fleet, host, "cat /etc/systemd/system/vllm-*.service") == units
+        assert failed.status(host) == {"not-rolled"}, failed.roll
+    released = deploy(inventory=release)
+    assert released.results["failed_hosts"] == ["sim-nogpu"], released.stderr[-3000:]
+    assert image in ssh(fleet, "sim-gpu-1", "cat /etc/systemd/system/vllm-main.service")
+    quiet(deploy(inventory=release))

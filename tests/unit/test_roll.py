@@ -1,0 +1,147 @@
+"""The roll: serving units classified from facts, batches, when the roll stops, the summary."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from instinct_fleet import preflight
+from instinct_fleet.hostplan import HostPlan, plan_inventory, plan_roll
+from instinct_fleet.inventory import HostData
+from instinct_fleet.roll import Roll, ServingUnit, batch_size, batches, format_summary
+
+from .test_preflight import mi300x_host
+
+DATA = {"vllm_instances": [{"name": "main"}]}
+
+
+def sha(text: str | None) -> str:
+    return hashlib.sha256((text or "").encode()).hexdigest()
+
+
+def planned(files: str = "", active: str = "", units: str = "") -> HostPlan:
+    report = preflight.parse_report(mi300x_host(files=files, active=active, units=units))
+    return plan_inventory([HostData("h1", (), DATA)], {"h1"}, lambda specs: dict.fromkeys(specs, report))["h1"]
+
+
+def deployed(plan: HostPlan, **overrides: str | None) -> str:
+    """The `files` section of a host that holds exactly what ``plan`` renders, but for ``overrides``."""
+    files = {path: content for unit in plan.unit_files.values() for path, content in unit.items()}
+    files.update({p: c for p, c in plan.docker_files().items() if c is not None})
+    files.update(overrides)
+    return "\n".join(f"{sha(content)}  {path}" for path, content in files.items() if content is not None)
+
+
+def test_a_fresh_host_starts_and_a_converged_host_is_unchanged() -> None:
+    fresh = planned()
+    assert fresh.kind == "start" and fresh.docker_changed and fresh.changed_units == {"vllm-main"}
+    same = planned(
+        files=deployed(fresh), active="vllm-main.service loaded active running vLLM", units="/etc/systemd/system/vllm-main.service"
+    )
+    assert same.kind == "unchanged" and not same.docker_changed and not same.changed_units
+
+
+def test_a_changed_unit_that_serves_restarts_and_one_that_is_stopped_starts() -> None:
+    fresh = planned()
+    edited = deployed(fresh, **{"/etc/instinct-fleet/vllm-main.env": "OLD=1\n"})
+    serving = planned(files=edited, active="vllm-main.service loaded active running x", units="/etc/systemd/system/vllm-main.service")
+    assert serving.kind == "restart" and serving.changed_units == {"vllm-main"} and not serving.defers_docker
+    stopped = planned(files=edited, units="/etc/systemd/system/vllm-main.service")
+    assert stopped.kind == "start"
+
+
+def test_new_docker_settings_on_a_serving_host_wait_for_its_batch() -> None:
+    fresh = planned()
+    plan = planned(
+        files=deployed(fresh, **{"/etc/docker/daemon.json": "{}\n"}),
+        active="vllm-main.service loaded active running x",
+        units="/etc/systemd/system/vllm-main.service",
+    )
+    assert plan.kind == "restart" and plan.defers_docker and not plan.changed_units
+
+
+def test_a_stale_running_unit_makes_its_host_roll() -> None:
+    fresh = planned()
+    plan = planned(files=deployed(fresh), active="vllm-old.service loaded active running x", units="/etc/systemd/system/vllm-old.service")
+    assert plan.stale_units == ["vllm-old"] and plan.kind == "restart"
+
+
+@pytest.mark.parametrize(
+    ("setting", "units", "size"), [(1, 10, 1), (3, 10, 3), ("25%", 10, 2), ("25%", 3, 1), ("100%", 7, 7), ("1%", 50, 1)]
+)
+def test_batch_size_is_a_count_or_a_percentage_rounded_down_at_least_one(setting: int | str, units: int, size: int) -> None:
+    assert batch_size(setting, units) == size
+
+
+def units(**kinds: str) -> list[ServingUnit]:
+    return [ServingUnit(name, (name,), kind) for name, kind in kinds.items()]  # type: ignore[arg-type]
+
+
+def test_starts_go_first_together_then_restarts_in_name_order() -> None:
+    fleet = units(c="restart", a="restart", b="start", d="unchanged", e="start", f="restart")
+    assert [[u.name for u in batch] for batch in batches(fleet, 2)] == [["b", "e"], ["a", "c"], ["f"]]
+
+
+def roll(max_failures: int = 0) -> Roll:
+    fleet = units(a="restart", b="restart", c="restart", d="unchanged")
+    return Roll(fleet, batches(fleet, 1), max_failures)
+
+
+def test_the_roll_stops_when_more_batches_failed_than_allowed() -> None:
+    r = roll()
+    assert r.proceeds(0, set()) and r.proceeds(1, set())
+    assert not r.proceeds(2, {"a"})  # batch 1 (a) failed while it ran
+    assert r.outcome("a", {"a"})[0] == "failed"
+    status, why = r.outcome("b", {"a"})
+    assert status == "not-rolled" and "stopped after batch 1" in why
+    assert r.outcome("d", {"a"}) == ("unchanged", "")
+
+
+def test_a_failure_allowance_lets_the_roll_go_on() -> None:
+    r = roll(max_failures=1)
+    assert r.proceeds(0, set()) and r.proceeds(1, set()) and r.proceeds(2, {"a"})
+    assert not r.proceeds(3, {"a", "b"})
+    assert r.outcome("c", {"a", "b"})[0] == "not-rolled"
+
+
+def test_a_host_that_failed_before_its_batch_does_not_fail_the_batch() -> None:
+    r = roll()
+    assert r.proceeds(0, {"b"}) and r.proceeds(1, {"b"})  # b failed at the pre-pull, before batch 2
+    assert r.proceeds(2, {"b"}) and r.proceeds(3, {"b"})
+    assert r.outcome("b", {"b"})[0] == "not-rolled"  # its batch opened, but it had failed before
+    assert r.outcome("c", {"b"}) == ("rolled", "batch 3")
+
+
+def test_the_summary_lists_every_host_and_instance_with_why() -> None:
+    r = roll()
+    r.proceeds(0, set())
+    r.proceeds(1, set())
+    r.note("a", "vllm-main: not healthy on :8000: unit restarted while starting (crash loop)")
+    rows = r.summary({"a": ("vllm-main",), "b": ("vllm-x", "vllm-y"), "d": ()}, {"a"})
+    assert [(row["host"], row["instance"], row["status"]) for row in rows] == [
+        ("a", "vllm-main", "failed"),
+        ("b", "vllm-x", "not-rolled"),
+        ("b", "vllm-y", "not-rolled"),
+        ("d", "-", "unchanged"),
+    ]
+    text = format_summary(rows)
+    assert "crash loop" in text and text.startswith("Roll summary:")
+
+
+def test_plan_roll_makes_a_cluster_one_serving_unit_with_the_head_first() -> None:
+    cluster = {"ray_cluster": "c", "cluster_nic": "eth0", "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2, "nccl_ib_hca": "mlx5_0"}
+    hosts = [
+        HostData("w1", (), {**cluster, "ray_role": "worker"}),
+        HostData("head", (), {**cluster, "ray_role": "head"}),
+        HostData("solo", (), DATA),
+    ]
+    eth = "1: lo    inet 127.0.0.1/8 scope host lo\n2: eth0    inet {}/16 brd 172.17.255.255 scope global eth0"
+    reports = {
+        name: preflight.parse_report(mi300x_host(interfaces=eth.format(ip), units=""))
+        for name, ip in (("w1", "10.0.0.2"), ("head", "10.0.0.1"), ("solo", "10.0.0.3"))
+    }
+    plans = plan_inventory(hosts, {"w1", "head", "solo"}, lambda specs: {n: reports[n] for n in specs})
+    r = plan_roll(plans)
+    assert sorted((u.name, u.hosts, u.kind) for u in r.units) == [("cluster c", ("head", "w1"), "start"), ("solo", ("solo",), "start")]
+    assert r.batches[0] == sorted(r.units, key=lambda u: u.name)
