@@ -181,6 +181,8 @@ def _plan_limited(opts: argparse.Namespace) -> list[tuple[HostSpec, list[Finding
         hosts = load_inventory(opts.inventory, opts.project_dir)
     except InventoryError as exc:
         raise UsageError(str(exc)) from exc
+    if not hosts:
+        raise UsageError(f"{opts.inventory} lists no host")
     chosen = {h.name for h in select(hosts, opts.limit)}
     if not chosen:
         raise UsageError(f"--limit {opts.limit!r} matches no host or group of {opts.inventory}")

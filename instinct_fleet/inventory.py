@@ -19,7 +19,8 @@ from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec, resolve_host
 from instinct_fleet.validate import validate_clusters, validate_host, validate_rolling
 
-OWN_PREFIXES = ("vllm_", "tune_", "docker_", "hf_", "gpu_", "health_", "service_", "ray_", "cluster_", "nccl_", "rolling_")
+# pyinfra's own host data: connection settings and operation arguments (_sudo, _timeout, ...).
+PYINFRA_PREFIXES = ("ssh_", "winrm_", "_")
 
 
 class InventoryError(Exception):
@@ -48,15 +49,16 @@ def load_inventory(path: str, project_dir: str | None = None) -> list[HostData]:
         with ctx_state.use(State(check_for_changes=False)), redirect_stdout(sink), redirect_stderr(sink):
             inventory = make_inventory(str(inventory_file), cwd=cwd)
     except Exception as exc:  # pyinfra raises many kinds for a broken inventory file
-        raise InventoryError(f"cannot load inventory {path!r}: {exc}") from exc
+        inner = getattr(exc, "exception", exc)  # pyinfra wraps errors raised by the file itself
+        raise InventoryError(f"cannot load inventory {path!r}: {type(inner).__name__}: {inner}") from exc
     return [HostData(h.name, tuple(h.groups), dict(h.data.dict())) for h in inventory]
 
 
 def unknown_variables(host: str, data: dict[str, Any]) -> list[Finding]:
     found = []
     for key in sorted(data):
-        if key.startswith(OWN_PREFIXES) and key not in DEFAULTS:
-            close = difflib.get_close_matches(key, list(DEFAULTS), n=1)
+        if key not in DEFAULTS and not key.startswith(PYINFRA_PREFIXES):
+            close = difflib.get_close_matches(key.lower(), list(DEFAULTS), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             found.append(finding("unknown-variable", host, key, f"not an instinct-fleet variable{hint}"))
     return found

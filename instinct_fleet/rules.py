@@ -121,6 +121,22 @@ _RULES = (
         "error",
         "`rolling_batch` and `rolling_max_failures` pace one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",
     ),
+    Rule(
+        "unsafe-value",
+        "error",
+        "No value may hold a control character: a newline would add a line to an env file or a directive to a unit (README, Validation).",
+    ),
+    Rule(
+        "secret-inline",
+        "error",
+        "The Hugging Face token lives only in the file `hf_token_path` on each host, never in env, argv or a unit.",
+    ),
+    Rule(
+        "value-format",
+        "error",
+        "The value must have the form its consumer accepts (docker's reference grammar, absolute paths, interface and user names, NCCL levels), checked before any host is touched.",
+    ),
+    Rule("instance-unique", "error", "Instance names name units, so they are unique on a host; an instance lists each GPU once."),
     Rule("allow-from", "error", "`vllm_allow_from` takes IP addresses or networks (10.0.0.0/8), which become nftables set elements."),
 )
 

@@ -22,6 +22,7 @@ from instinct_fleet.rules import Finding, finding
 
 INSTANCE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
 DEFAULT_PORT = 8000  # vLLM's own default for --port
+MAX_GPUS = 64  # logical GPUs one host can show: 8 MI300X in CPX mode
 INSTANCE_KEYS = {"name", "recipe", "model", "gpus", "port", "env", "args"}
 
 
@@ -303,6 +304,10 @@ def resolve_cluster(schema: _Schema, merged: Mapping[str, Any]) -> ClusterSpec |
     """The host's cluster membership; None for a single-node host."""
     name = schema.typed("ray_cluster", merged["ray_cluster"], str, None, "a cluster name or None")
     if name is None:
+        if merged["ray_role"] is not None:
+            schema.error(
+                "ray_role", f"ray_role is {merged['ray_role']!r} but the host has no ray_cluster: set ray_cluster, or remove ray_role"
+            )
         return None
     role = merged["ray_role"]
     if role not in ("head", "worker"):
@@ -422,6 +427,9 @@ def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, l
     version = schema.typed("vllm_version", merged["vllm_version"], str, DEFAULTS["vllm_version"], "a version string")
     image = schema.typed("vllm_image", merged["vllm_image"], str, DEFAULTS["vllm_image"], "an image reference")
     gpu_count = schema.typed("gpu_count", merged["gpu_count"], int, 8, "an integer")
+    if not 1 <= gpu_count <= MAX_GPUS:
+        schema.error("gpu_count", f"must be 1 to {MAX_GPUS} GPUs per host, got {gpu_count}")
+        gpu_count = 8
     gpu_model = schema.typed("gpu_model", merged["gpu_model"], str, "MI300X", "a GPU model name")
     nodes = schema.typed("vllm_nodes", merged["vllm_nodes"], int, 1, "an integer")
     if nodes < 1:
@@ -488,7 +496,9 @@ def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, l
             table,
             f"group_data: {key}",
         )
-        model = schema.typed(f"{key}.model", raw.get("model", default_model or recipe.model), str, recipe.model, "a model name")
+        model = schema.typed(
+            f"{key}.model", raw.get("model", recipe.model if default_model is None else default_model), str, recipe.model, "a model name"
+        )
         port = schema.typed(f"{key}.port", raw.get("port", recipe.port + index), int, recipe.port + index, "a port number")
         # A shape larger than the host is reported by validation (parallel-size), not by overflowing the GPU list.
         per_node = min(max(1, world_size(args) // nodes), gpu_count)

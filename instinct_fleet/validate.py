@@ -16,6 +16,7 @@ from pathlib import Path
 
 from instinct_fleet import knowledge
 from instinct_fleet.defaults import default_image
+from instinct_fleet.inputs import validate_inputs
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
@@ -392,7 +393,7 @@ def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
 
 def validate_host(spec: HostSpec) -> list[Finding]:
     """All per-service rules plus the rules across the instances of one host."""
-    found: list[Finding] = [*validate_network(spec), *validate_local_files(spec)]
+    found: list[Finding] = [*validate_inputs(spec), *validate_network(spec), *validate_local_files(spec)]
     if spec.services:
         found += check_image(spec.host, spec.services[0].image, spec.services[0].version)
     for svc in spec.services:

@@ -77,6 +77,13 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"docker_credentials_file": "no/such/config.json", "docker_registry_ca_certs": {"r:5000": "no/such/ca.crt"}},
         {"docker_credentials_file": str(ROOT / "pyproject.toml"), "docker_registry_ca_certs": {"r:5000": str(ROOT / "README.md")}},
     ),
+    "unsafe-value": ({"vllm_env": {"FOO": "a\nHF_TOKEN=x"}}, {"vllm_env": {"FOO": "a"}}),
+    "secret-inline": ({"vllm_env": {"HF_TOKEN": "hf_x"}}, {"hf_token_path": "/etc/instinct-fleet/hf-token"}),
+    "value-format": ({"hf_cache_dir": "hf-cache"}, {"hf_cache_dir": "/data/hf-cache"}),
+    "instance-unique": (
+        {"vllm_instances": [{"name": "a", "gpus": [0]}, {"name": "a", "gpus": [1]}]},
+        {"vllm_instances": [{"name": "a", "gpus": [0]}, {"name": "b", "gpus": [1]}]},
+    ),
     "allow-from": ({"vllm_allow_from": ["10.0.0.0/33"]}, {"vllm_allow_from": ["10.0.0.0/8", "192.168.1.5", "fd00::/8"]}),
 }
 

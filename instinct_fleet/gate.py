@@ -1,0 +1,47 @@
+"""Plain ``pyinfra INVENTORY deploy.py`` refuses an invalid inventory before it connects to any host.
+
+pyinfra loads ``config.py`` before the inventory and calls ``host_before_connect``
+before it opens the first connection; ``config.py`` registers :class:`InventoryGate`,
+which validates every chosen host then, as ``instinct-fleet deploy`` does, and
+ends the run with the findings when there is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from pyinfra.api.state import BaseStateCallback
+
+from instinct_fleet.inventory import HostData, plan_hosts
+
+
+class InventoryGate(BaseStateCallback):
+    def __init__(self) -> None:
+        self.checked = False
+
+    def host_before_connect(self, state: Any, host: Any) -> None:  # type: ignore[override]  # pyinfra calls it on the instance
+        if self.checked:
+            return
+        self.checked = True  # the first host's greenlet validates all of them before any connection yields
+        data = [HostData(h.name, tuple(h.groups), h.data.dict()) for h in state.inventory]
+        chosen = {h.name for h in state.inventory if state.is_host_in_limit(h)}
+        errors = [f for spec, findings in plan_hosts(data) if spec.host in chosen for f in findings if f.severity == "error"]
+        if errors:
+            for f in errors:
+                print(str(f), file=sys.stderr)
+            print(f"{len(errors)} error(s): nothing was deployed and no host was contacted", file=sys.stderr, flush=True)
+            # Inside pyinfra's connect greenlet an exception would become a traceback; leave before any connection.
+            os._exit(1)
+
+
+def install(state: Any) -> None:
+    """Register the gate on the run's State once pyinfra initialises it (``State.init`` resets the handlers)."""
+    init = state.init
+
+    def init_then_gate(*args: Any, **kwargs: Any) -> None:
+        init(*args, **kwargs)
+        state.add_callback_handler(InventoryGate())
+
+    state.init = init_then_gate

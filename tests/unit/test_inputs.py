@@ -1,0 +1,193 @@
+"""Input safety: every class of wrong or hostile value is refused with the host, the key and the rule."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from instinct_fleet import render
+from instinct_fleet.hostplan import plan_inventory
+from instinct_fleet.inventory import HostData
+
+from .conftest import check
+
+G = {"vllm_recipe": "gpt-oss-120b"}
+ROOT = Path(__file__).resolve().parents[2]
+
+# (data, the key named, the rule)
+BAD: list[tuple[dict[str, Any], str, str]] = [
+    ({"vllm_env": {"FOO": "1\nHF_TOKEN=stolen"}}, "vllm_env.FOO", "unsafe-value"),
+    ({"vllm_model": "org/m\nExecStartPre=/bin/sh"}, "vllm_model", "unsafe-value"),
+    ({"vllm_args": {"served-model-name": "a\rb"}}, "vllm_args.served-model-name", "unsafe-value"),
+    ({"vllm_shm_size": "16g\nUser=root"}, "vllm_shm_size", "unsafe-value"),
+    ({"vllm_instances": [{"name": "main", "env": {"X": "\x00"}}]}, "vllm_instances[0].env.X", "unsafe-value"),
+    ({"rolling_pre_stop": {"host": "drain\nrm -rf /"}}, "rolling_pre_stop.host", "unsafe-value"),
+    ({"vllm_env": {"HF_TOKEN": "hf_abc"}}, "vllm_env.HF_TOKEN", "secret-inline"),
+    ({"vllm_env": {"HUGGING_FACE_HUB_TOKEN": "hf_abc"}}, "vllm_env.HUGGING_FACE_HUB_TOKEN", "secret-inline"),
+    ({"vllm_args": {"hf-token": "hf_abc"}}, "vllm_args.hf-token", "secret-inline"),
+    ({"docker_registry_ca_certs": {"../../../root": str(ROOT / "README.md")}}, "docker_registry_ca_certs.../../../root", "value-format"),
+    ({"hf_cache_dir": "hf-cache"}, "hf_cache_dir", "value-format"),
+    ({"hf_token_path": "secrets/token"}, "hf_token_path", "value-format"),
+    ({"hf_cache_dir": "/var/lib/../../etc"}, "hf_cache_dir", "value-format"),
+    ({"docker_registry_mirrors": ["mirror.local:5000"]}, "docker_registry_mirrors", "value-format"),
+    ({"docker_insecure_registries": ["reg local"]}, "docker_insecure_registries", "value-format"),
+    ({"vllm_image": "Vllm/Vllm-openai-rocm:v0.22.0"}, "vllm_image", "value-format"),
+    ({"vllm_image": "vllm/vllm-openai-rocm:v0.22.0 --privileged"}, "vllm_image", "value-format"),
+    ({"vllm_image": "vllm/vllm-openai-rocm@sha256:xyz"}, "vllm_image", "value-format"),
+    ({"vllm_model": ""}, "main.model", "value-format"),
+    ({"vllm_model": "org/model name"}, "main.model", "value-format"),
+    ({"vllm_model": "../../etc/passwd"}, "main.model", "value-format"),
+    ({"vllm_shm_size": "lots"}, "vllm_shm_size", "value-format"),
+    ({"service_user": "Root User"}, "service_user", "value-format"),
+    ({"vllm_env": {"VLLM_ROCM_USE_AITER": "yes"}}, "vllm_env.VLLM_ROCM_USE_AITER", "value-format"),
+    ({"gpu_model": "MI250X"}, "gpu_model", "value-format"),
+    ({"gpu_count": 0}, "gpu_count", "schema"),
+    ({"gpu_count": 4096}, "gpu_count", "schema"),
+    ({"vllm_instances": [{"name": "a", "gpus": [0]}, {"name": "a", "gpus": [1]}]}, "vllm_instances", "instance-unique"),
+    ({"vllm_args": {"tensor-parallel-size": 2}, "vllm_instances": [{"name": "a", "gpus": [3, 3]}]}, "a.gpus", "instance-unique"),
+]
+
+CLUSTER = {
+    "ray_cluster": "c",
+    "ray_role": "head",
+    "cluster_nic": "eth0",
+    "vllm_recipe": "llama-3.1-405b-pp2",
+    "vllm_nodes": 2,
+    "nccl_ib_hca": "mlx5_0",
+}
+BAD_CLUSTER: list[tuple[dict[str, Any], str, str]] = [
+    ({"cluster_nic": "eth0; reboot"}, "cluster_nic", "value-format"),
+    ({"cluster_nic": "a-very-long-interface-name"}, "cluster_nic", "value-format"),
+    ({"nccl_net_gdr_level": "HIGH"}, "nccl_net_gdr_level", "value-format"),
+    ({"nccl_ib_gid_index": 999}, "nccl_ib_gid_index", "value-format"),
+    ({"nccl_min_nchannels": 0}, "nccl_min_nchannels", "value-format"),
+    ({"nccl_ib_hca": "mlx5_0 mlx5_1"}, "nccl_ib_hca", "value-format"),
+    ({"ray_ports": {"object_manager": 6379}}, "ray_ports.object_manager", "ray-ports"),
+]
+
+
+@pytest.mark.parametrize(("data", "key", "rule"), BAD, ids=[f"{r}:{k}" for _, k, r in BAD])
+def test_each_bad_value_names_the_host_the_key_and_the_rule(data: dict[str, Any], key: str, rule: str) -> None:
+    _, findings = check({**G, **data})
+    hits = [f for f in findings if f.rule == rule and f.key == key]
+    assert hits, [str(f) for f in findings]
+    assert all(f.host == "h1" and f.severity == "error" and f"[{rule}]" in str(f) for f in hits)
+
+
+@pytest.mark.parametrize(("data", "key", "rule"), BAD_CLUSTER, ids=[f"{r}:{k}" for _, k, r in BAD_CLUSTER])
+def test_each_bad_cluster_value_is_refused(data: dict[str, Any], key: str, rule: str) -> None:
+    _, findings = check({**CLUSTER, **data})
+    assert [f for f in findings if f.rule == rule and f.key == key], [str(f) for f in findings]
+
+
+def test_good_values_pass() -> None:
+    data = {
+        **G,
+        "vllm_image": "registry.example.com:5000/team/vllm-openai-rocm:v0.22.0",
+        "hf_cache_dir": "/data/hf",
+        "docker_registry_mirrors": ["https://mirror.example.com"],
+        "docker_insecure_registries": ["10.0.0.5:5000"],
+        "vllm_env": {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MHA": "false"},
+        "vllm_model": "/models/gpt-oss-120b",
+    }
+    _, findings = check(data)
+    assert [str(f) for f in findings if f.severity == "error"] == []
+
+
+hostile = st.text(alphabet=st.sampled_from(list("ab=\n\r\t\"'$()`;\\% \x00é")), min_size=1, max_size=12)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    value=hostile,
+    where=st.sampled_from(["env", "model", "served", "shm", "instance-env", "allow"]),
+)
+def test_no_value_ever_adds_a_line_to_a_rendered_file(value: str, where: str) -> None:
+    data: dict[str, Any] = {**G}
+    if where == "env":
+        data["vllm_env"] = {"FOO": value}
+    elif where == "model":
+        data["vllm_model"] = value
+    elif where == "served":
+        data["vllm_args"] = {"served-model-name": value}
+    elif where == "shm":
+        data["vllm_shm_size"] = value
+    elif where == "instance-env":
+        data["vllm_instances"] = [{"name": "main", "env": {"BAR": value}}]
+    else:
+        data["vllm_allow_from"] = [value]
+    spec, findings = check(data)
+    if any(f.severity == "error" for f in findings):
+        return  # refused before anything is rendered
+    svc = spec.services[0]
+    env = render.env_file(dict(svc.env), with_token=True)
+    assert env.count("\n") == len(svc.env) + 1
+    container = render.vllm_container(svc, ["/dev/dri/renderD128"], 60)
+    line = render.exec_line(render.docker_run(container, spec.settings, [44], with_token=True))
+    assert all(part.startswith("    ") for part in line.split("\n")[1:]), line
+
+
+def test_bad_input_contacts_no_host(tmp_path: Path) -> None:
+    """Validation runs before pyinfra connects: a listener on the host's SSH port sees no connection."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    contacted: list[bool] = []
+
+    def watch() -> None:
+        try:
+            conn, _ = listener.accept()
+            contacted.append(True)
+            conn.close()
+        except TimeoutError:
+            pass
+
+    (tmp_path / "inventories").mkdir()
+    (tmp_path / "group_data").mkdir()
+    (tmp_path / "inventories" / "bad.py").write_text(
+        f"hosts = [('gpu-1', {{'ssh_hostname': '127.0.0.1', 'ssh_port': {port}, 'vllm_env': {{'HF_TOKEN': 'hf_x'}}}})]\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "instinct_fleet.cli", "deploy", str(tmp_path / "inventories" / "bad.py")], capture_output=True, text=True
+    )
+    thread = threading.Thread(target=watch)
+    thread.start()
+    thread.join()
+    listener.close()
+    assert done.returncode == 1 and "gpu-1: vllm_env.HF_TOKEN" in done.stderr and "[secret-inline]" in done.stderr
+    assert not contacted and "Traceback" not in done.stderr
+
+
+def test_a_host_with_unreadable_facts_gets_a_plan_that_says_so() -> None:
+    plans = plan_inventory([HostData("h1", (), {})], {"h1"}, lambda specs: dict.fromkeys(specs))
+    assert not plans["h1"].ok and "no preflight facts" in plans["h1"].errors[0]
+
+
+def test_plain_pyinfra_refuses_bad_input_before_connecting(tmp_path: Path) -> None:
+    """config.py's gate: the documented pyinfra command validates before its first connection."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    inventory = tmp_path / "bad.py"
+    inventory.write_text(f"hosts = [('gpu-1', {{'ssh_hostname': '127.0.0.1', 'ssh_port': {port}, 'vllm_env': {{'FOO': 'a\\nB=c'}}}})]\n")
+    done = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(inventory), "deploy.py"], cwd=ROOT, capture_output=True, text=True)
+    try:
+        listener.accept()[0].close()
+        contacted = True
+    except TimeoutError:
+        contacted = False
+    listener.close()
+    assert done.returncode == 1 and "gpu-1: vllm_env.FOO" in done.stderr and "[unsafe-value]" in done.stderr, done.stderr[-2000:]
+    assert "no host was contacted" in done.stderr and not contacted and "Traceback" not in done.stderr
