@@ -73,29 +73,14 @@ def unsafe_values(spec: HostSpec) -> list[Finding]:
 
 
 def secrets_inline(spec: HostSpec) -> list[Finding]:
-    found = []
+    """The token in the env (a file, docker inspect) or in argv (ps, the unit): it belongs in hf_token_path."""
+    found = set()
     for svc in spec.services:
-        for name in SECRET_ENV:
-            if name in svc.env:
-                found.append(
-                    finding(
-                        "secret-inline",
-                        spec.host,
-                        f"vllm_env.{name}",
-                        "a token in the env lands in a file and in docker inspect; put it in the file hf_token_path on each host",
-                    )
-                )
-        for flag in SECRET_FLAGS:
-            if flag in svc.args:
-                found.append(
-                    finding(
-                        "secret-inline",
-                        spec.host,
-                        f"vllm_args.{flag}",
-                        "a token in argv shows in ps and the unit; put it in the file hf_token_path on each host",
-                    )
-                )
-    return sorted(set(found), key=str)
+        inline = [(f"vllm_env.{n}", "the env lands in a file and in docker inspect") for n in SECRET_ENV if n in svc.env]
+        inline += [(f"vllm_args.{f}", "argv shows in ps and in the unit") for f in SECRET_FLAGS if f in svc.args]
+        for key, where in inline:
+            found.add(finding("secret-inline", spec.host, key, f"a token in {where}; put it in the file hf_token_path on each host"))
+    return sorted(found, key=str)
 
 
 def _form(spec: HostSpec, key: str, value: str | None, pattern: re.Pattern[str], what: str) -> list[Finding]:

@@ -43,7 +43,17 @@ def quiet(run: Run) -> None:
 
 
 def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
-    retune = inventory(tmp_path, "retune", {"vllm_args": {FLAG: 192}})
+    hooks = tmp_path / "hooks.log"
+    log = 'echo "{} $INSTINCT_FLEET_HOST $INSTINCT_FLEET_UNITS" >> {}'
+    retune = inventory(
+        tmp_path,
+        "retune",
+        {
+            "vllm_args": {FLAG: 192},
+            "rolling_pre_stop": {"control": log.format("pre", hooks), "host": log.format("pre", "/var/log/hooks.log")},
+            "rolling_post_start": {"control": log.format("post", hooks)},
+        },
+    )
     with Probe(fleet, hz=5) as probe:
         rolled = deploy(inventory=retune)
     assert rolled.results["failed_hosts"] == ["sim-nogpu"], rolled.stderr[-3000:]
@@ -54,6 +64,16 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(conver
         assert rolled.status(host) == {"rolled"}, rolled.roll
     batches = {row["serving_unit"]: row["batch"] for row in rolled.roll if row["status"] == "rolled"}
     assert sorted(batches.values()) == [1, 2, 3] and set(batches) == set(UNITS)
+    # The hooks ran once per serving unit, on its head or single host, around its own batch, in batch order.
+    assert hooks.read_text().splitlines() == [
+        "pre sim-c1 vllm-llama-405b",
+        "post sim-c1 vllm-llama-405b",
+        "pre sim-gpu-1 vllm-main vllm-batch",
+        "post sim-gpu-1 vllm-main vllm-batch",
+        "pre sim-gpu-2 vllm-llama-a vllm-llama-b",
+        "post sim-gpu-2 vllm-llama-a vllm-llama-b",
+    ]
+    assert ssh(fleet, "sim-gpu-1", "cat /var/log/hooks.log") == "pre sim-gpu-1 vllm-main vllm-batch\n"
     unit = ssh(fleet, "sim-gpu-1", "cat /etc/systemd/system/vllm-main.service")
     assert f"--{FLAG} 192" in unit and "--shutdown-timeout 60" in unit
     done = verify(SERVING, inventory=retune)

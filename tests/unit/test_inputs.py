@@ -5,7 +5,8 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -135,35 +136,36 @@ def test_no_value_ever_adds_a_line_to_a_rendered_file(value: str, where: str) ->
     assert all(part.startswith("    ") for part in line.split("\n")[1:]), line
 
 
-def test_bad_input_contacts_no_host(tmp_path: Path) -> None:
-    """Validation runs before pyinfra connects: a listener on the host's SSH port sees no connection."""
+@contextmanager
+def ssh_port() -> Iterator[tuple[int, list[bool]]]:
+    """A listener standing in for a host's SSH port; the list says, afterwards, whether anything connected."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     listener.settimeout(0.5)
-    port = listener.getsockname()[1]
     contacted: list[bool] = []
-
-    def watch() -> None:
+    try:
+        yield listener.getsockname()[1], contacted
         try:
-            conn, _ = listener.accept()
+            listener.accept()[0].close()  # a connection made during the run waits in the backlog
             contacted.append(True)
-            conn.close()
         except TimeoutError:
             pass
+    finally:
+        listener.close()
 
+
+def test_bad_input_contacts_no_host(tmp_path: Path) -> None:
+    """Validation runs before pyinfra connects: a listener on the host's SSH port sees no connection."""
     (tmp_path / "inventories").mkdir()
     (tmp_path / "group_data").mkdir()
-    (tmp_path / "inventories" / "bad.py").write_text(
-        f"hosts = [('gpu-1', {{'ssh_hostname': '127.0.0.1', 'ssh_port': {port}, 'vllm_env': {{'HF_TOKEN': 'hf_x'}}}})]\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "instinct_fleet.cli", "deploy", str(tmp_path / "inventories" / "bad.py")], capture_output=True, text=True
-    )
-    thread = threading.Thread(target=watch)
-    thread.start()
-    thread.join()
-    listener.close()
+    with ssh_port() as (port, contacted):
+        (tmp_path / "inventories" / "bad.py").write_text(
+            f"hosts = [('gpu-1', {{'ssh_hostname': '127.0.0.1', 'ssh_port': {port}, 'vllm_env': {{'HF_TOKEN': 'hf_x'}}}})]\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "instinct_fleet.cli", "deploy", str(tmp_path / "inventories" / "bad.py")], capture_output=True, text=True
+        )
     assert done.returncode == 1 and "gpu-1: vllm_env.HF_TOKEN" in done.stderr and "[secret-inline]" in done.stderr
     assert not contacted and "Traceback" not in done.stderr
 
@@ -175,19 +177,13 @@ def test_a_host_with_unreadable_facts_gets_a_plan_that_says_so() -> None:
 
 def test_plain_pyinfra_refuses_bad_input_before_connecting(tmp_path: Path) -> None:
     """config.py's gate: the documented pyinfra command validates before its first connection."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    listener.settimeout(0.5)
-    port = listener.getsockname()[1]
     inventory = tmp_path / "bad.py"
-    inventory.write_text(f"hosts = [('gpu-1', {{'ssh_hostname': '127.0.0.1', 'ssh_port': {port}, 'vllm_env': {{'FOO': 'a\\nB=c'}}}})]\n")
-    done = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(inventory), "deploy.py"], cwd=ROOT, capture_output=True, text=True)
-    try:
-        listener.accept()[0].close()
-        contacted = True
-    except TimeoutError:
-        contacted = False
-    listener.close()
+    with ssh_port() as (port, contacted):
+        inventory.write_text(
+            f"hosts = [('gpu-1', {{'ssh_hostname': '127.0.0.1', 'ssh_port': {port}, 'vllm_env': {{'FOO': 'a\\nB=c'}}}})]\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "pyinfra", "-y", str(inventory), "deploy.py"], cwd=ROOT, capture_output=True, text=True
+        )
     assert done.returncode == 1 and "gpu-1: vllm_env.FOO" in done.stderr and "[unsafe-value]" in done.stderr, done.stderr[-2000:]
     assert "no host was contacted" in done.stderr and not contacted and "Traceback" not in done.stderr

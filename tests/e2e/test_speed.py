@@ -1,0 +1,25 @@
+"""What a no-op re-tune costs per host, counted from pyinfra's own debug log (the figures go to the CI log)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import Counter
+from typing import Any
+
+from fleetctl import FIGURES, ROOT, deploy
+
+HOSTS = ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2", "sim-nogpu")
+
+
+def test_a_no_op_re_tune_reads_the_preflight_fact_once_per_host(fleet: dict[str, Any]) -> None:
+    assert deploy().results["failed_hosts"] == ["sim-nogpu"]  # converged (a no-op after test_deploy.py)
+    done = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "inventories/local.py", "deploy.py", "--debug"], cwd=ROOT, capture_output=True, text=True
+    )
+    log = done.stdout + done.stderr
+    facts = Counter(re.findall(r"\[(sim-[\w-]+)\]\s+Loaded fact \S*HostReport", log))
+    assert facts == dict.fromkeys(HOSTS, 1), facts
+    commands = Counter(re.findall(r"Running command on (sim-[\w-]+):", log))
+    FIGURES.append("no-op re-tune, commands per host: " + ", ".join(f"{h} {commands[h]}" for h in HOSTS))
