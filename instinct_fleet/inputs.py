@@ -128,6 +128,10 @@ def value_forms(spec: HostSpec) -> list[Finding]:
         if ".." in svc.model.split("/"):
             found.append(finding("value-format", spec.host, f"{svc.name}.model", f"{svc.model!r} climbs out of a directory"))
         for name, value in svc.env.items():
+            if name.upper().startswith(("VLLM_", "NCCL_", "RCCL_", "HIP_", "ROCM_")) and name != name.upper():
+                found.append(
+                    finding("env-unknown", spec.host, f"vllm_env.{name}", f"env names are case-sensitive: did you mean {name.upper()}?")
+                )
             if BOOLEAN_ENV.match(name) and value not in BOOLEAN_VALUES:
                 found.append(
                     finding(
