@@ -149,3 +149,23 @@ def test_render_against_another_vllm_version(capsys: pytest.CaptureFixture[str])
     assert code == 1
     assert doc["services"][0]["image"] == "vllm/vllm-openai-rocm:v0.11.0" and doc["warnings"] == []
     assert {e["rule"] for e in doc["errors"]} == {"flag-unknown"}  # 0.11.0 has no --attention-backend
+
+
+def test_verify_without_its_extra_says_what_to_install(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "testinfra" else real(name, *a))
+    assert main(["verify", "inventories/prod.py"]) == 2
+    err = capsys.readouterr().err
+    assert "pytest-testinfra is not installed" in err and "instinct-fleet[verify]" in err and "Traceback" not in err
+
+
+def test_empty_and_raising_inventories_say_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty.py").write_text("hosts = []\n")
+    (tmp_path / "raising.py").write_text("raise FileNotFoundError('.fleet/fleet.json is missing: start the simulated fleet')\n")
+    assert main(["plan", str(tmp_path / "empty.py")]) == 2
+    assert "lists no host" in capsys.readouterr().err
+    assert main(["plan", str(tmp_path / "raising.py")]) == 2
+    err = capsys.readouterr().err
+    assert "FileNotFoundError: .fleet/fleet.json is missing" in err and "limit" not in err and "Traceback" not in err
