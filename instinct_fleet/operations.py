@@ -46,15 +46,19 @@ def batch_barrier(batch: int) -> Generator[str, None, None]:
     yield from ()
 
 
-def _control_hook(state: Any, target: Any, command: str, env: dict[str, str], record: Callable[[str, str], None]) -> bool:
-    """Run a rolling hook on the control machine; a failure fails this host only, with the hook's own words."""
+def _control_hook(state: Any, host: Any, command: str, env: dict[str, str], record: Callable[[str, str], None]) -> bool:
+    """Run a rolling hook on the control machine; a failure fails this host only, with the hook's own words.
+
+    pyinfra passes ``state`` and ``host`` to a FunctionCommand only when the
+    function names both parameters so, and reads its return value as the status.
+    """
     done = subprocess.run(command, shell=True, env={**os.environ, **env}, capture_output=True, text=True, check=False)
     if done.returncode == 0:
         return True
     detail = (done.stderr or done.stdout).strip().splitlines()[-3:]
     message = f"rolling hook on the control machine exited {done.returncode}: {command!r}: {' | '.join(detail) or '(no output)'}"
-    logger.error(f"{target.print_prefix}{message}")
-    record(target.name, message)
+    logger.error(f"{host.print_prefix}{message}")
+    record(host.name, message)
     return False
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -145,3 +148,18 @@ def test_plan_roll_makes_a_cluster_one_serving_unit_with_the_head_first() -> Non
     r = plan_roll(plans)
     assert sorted((u.name, u.hosts, u.kind) for u in r.units) == [("cluster c", ("head", "w1"), "start"), ("solo", ("solo",), "start")]
     assert r.batches[0] == sorted(r.units, key=lambda u: u.name)
+
+
+def test_control_hooks_run_with_the_roll_env_and_fail_their_host_with_its_words(tmp_path: Path) -> None:
+    from instinct_fleet import operations
+
+    # pyinfra hands state and host to a FunctionCommand only when both parameters are named so.
+    assert inspect.getfullargspec(operations._control_hook).args[:2] == ["state", "host"]
+    host = SimpleNamespace(name="h1", print_prefix="[h1] ")
+    notes: list[tuple[str, str]] = []
+    out = tmp_path / "out"
+    env = {"INSTINCT_FLEET_HOST": "h1"}
+    assert operations._control_hook(None, host, f'echo "$INSTINCT_FLEET_HOST" > {out}', env, lambda *n: notes.append(n))
+    assert out.read_text() == "h1\n" and not notes
+    assert not operations._control_hook(None, host, "echo drained badly >&2; exit 3", env, lambda *n: notes.append(n))
+    assert notes == [("h1", "rolling hook on the control machine exited 3: 'echo drained badly >&2; exit 3': drained badly")]
