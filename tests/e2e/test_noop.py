@@ -1,4 +1,7 @@
-"""What a no-op re-tune costs per host, counted from pyinfra's own debug log (the figures go to the CI log)."""
+"""What a no-op re-tune costs per host, counted from pyinfra's own debug log (the figures go to the CI log).
+
+Runs before test_roll.py, on the fleet test_deploy.py converged.
+"""
 
 from __future__ import annotations
 
