@@ -6,7 +6,6 @@ sees exactly the data ``pyinfra INVENTORY deploy.py`` will see.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import io
 from contextlib import redirect_stderr, redirect_stdout
@@ -14,13 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet.defaults import DEFAULTS
-from instinct_fleet.rules import Finding, finding
+from instinct_fleet.rules import Finding
 from instinct_fleet.spec import HostSpec, resolve_host
 from instinct_fleet.validate import validate_clusters, validate_host, validate_rolling
-
-# pyinfra's own host data: connection settings and operation arguments (_sudo, _timeout, ...).
-PYINFRA_PREFIXES = ("ssh_", "winrm_", "_")
 
 
 class InventoryError(Exception):
@@ -54,16 +49,6 @@ def load_inventory(path: str, project_dir: str | None = None) -> list[HostData]:
     return [HostData(h.name, tuple(h.groups), dict(h.data.dict())) for h in inventory]
 
 
-def unknown_variables(host: str, data: dict[str, Any]) -> list[Finding]:
-    found = []
-    for key in sorted(data):
-        if key not in DEFAULTS and not key.startswith(PYINFRA_PREFIXES):
-            close = difflib.get_close_matches(key.lower(), list(DEFAULTS), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            found.append(finding("unknown-variable", host, key, f"not an instinct-fleet variable{hint}"))
-    return found
-
-
 def select(hosts: list[HostData], limit: str | None) -> list[HostData]:
     """Hosts whose name or one of whose groups matches ``limit`` (a glob)."""
     if limit is None:
@@ -76,7 +61,7 @@ def plan_hosts(hosts: list[HostData]) -> list[tuple[HostSpec, list[Finding]]]:
     planned = []
     for host in hosts:
         spec, findings = resolve_host(host.name, host.data)
-        findings = [*unknown_variables(host.name, host.data), *findings, *validate_host(spec)]
+        findings = [*findings, *validate_host(spec)]
         planned.append((spec, findings))
     across = [*validate_clusters([spec for spec, _ in planned]), *validate_rolling([spec for spec, _ in planned])]
     return [(spec, [*findings, *[f for f in across if f.host == spec.host]]) for spec, findings in planned]

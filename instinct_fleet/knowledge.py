@@ -21,11 +21,24 @@ FlagKind = Literal["bool", "switch", "value", "optional_value"]
 
 @dataclass(frozen=True)
 class Flag:
-    """One ``vllm serve`` flag. ``bool`` flags also accept ``--no-<name>``."""
+    """One ``vllm serve`` flag. ``bool`` flags also accept ``--no-<name>``.
+
+    ``upper_case`` choices are Enum members that vLLM looks up with
+    ``value.upper()``; ``json_fields`` are the keys of a JSON config flag (its
+    config forbids any other) with the choices of each; ``default`` is the
+    version's default where it is a constant.
+    """
 
     name: str
     kind: FlagKind
     choices: tuple[str, ...] = ()
+    upper_case: bool = False
+    json_fields: dict[str, Flag] | None = None
+    default: str | int | float | bool | None = None
+
+    def accepts(self, value: str) -> bool:
+        """Whether ``value`` is one of the choices, the way vLLM compares it."""
+        return (value.upper() if self.upper_case else value) in self.choices
 
 
 @dataclass(frozen=True)
@@ -42,6 +55,7 @@ class VllmKnowledge:
     version: str
     source: str
     env_vars: frozenset[str]
+    env_unread: frozenset[str]  # defined in envs.py, but no running code reads them
     flags: dict[str, Flag]
     aliases: dict[str, str]
 
@@ -96,12 +110,25 @@ def load(version: str) -> VllmKnowledge:
     path = resources.files("instinct_fleet").joinpath("knowledge", f"vllm-{version}.json")
     data = json.loads(path.read_text())
     flags = {
-        name: Flag(name=name.lstrip("-"), kind=info["kind"], choices=tuple(info.get("choices", ()))) for name, info in data["flags"].items()
+        name: Flag(
+            name=name.lstrip("-"),
+            kind=info["kind"],
+            choices=tuple(info.get("choices", ())),
+            upper_case=info.get("choices_case") == "upper",
+            json_fields=(
+                {k: Flag(k, "value", tuple(v.get("choices", ())), v.get("choices_case") == "upper") for k, v in info["json_fields"].items()}
+                if "json_fields" in info
+                else None
+            ),
+            default=info.get("default"),
+        )
+        for name, info in data["flags"].items()
     }
     return VllmKnowledge(
         version=data["version"],
         source=data["source"],
         env_vars=frozenset(data["env_vars"]),
+        env_unread=frozenset(data["env_unread"]),
         flags=flags,
         aliases=dict(data["aliases"]),
     )

@@ -51,6 +51,11 @@ _RULES = (
         "The image tag names a vLLM version other than `vllm_version`, so the checks may use the wrong table.",
     ),
     Rule("env-unknown", "error", "vLLM silently ignores VLLM_* variables it does not know (generated from vllm/envs.py)."),
+    Rule(
+        "env-unread",
+        "warning",
+        "vLLM defines the variable in envs.py but no running code reads it, so it has no effect (generated: a read must reach code that runs).",
+    ),
     Rule("env-removed", "error", "The variable is gone from the pinned vLLM; knowledge/replaced.toml says what replaced it."),
     Rule("flag-unknown", "error", "`vllm serve` exits on flags it does not know (generated from vLLM's engine and frontend arguments)."),
     Rule("flag-removed", "error", "The flag was removed (V0 or later); knowledge/replaced.toml says what replaced it."),

@@ -16,9 +16,9 @@ from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
 from instinct_fleet import operations, render
+from instinct_fleet.defaults import Hook
 from instinct_fleet.hostplan import FleetPlan, HostPlan
 from instinct_fleet.paths import CONFIG_DIR
-from instinct_fleet.spec import Hook
 
 
 def _hooks(plan: HostPlan, fleet: FleetPlan, which: str, hook: Hook | None, gate: Callable[[], bool]) -> None:

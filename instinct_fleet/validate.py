@@ -8,7 +8,7 @@ traceback.
 from __future__ import annotations
 
 import difflib
-import ipaddress
+import json
 import re
 from collections import defaultdict
 from itertools import combinations
@@ -80,6 +80,15 @@ def _env_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> li
             )
         elif name in MANAGED_ENV:
             found.append(finding("managed-key", host, f"{key}.{name}", f"set vllm_instances[].{MANAGED_ENV[name]} instead"))
+        elif table is not None and name in table.env_unread:
+            found.append(
+                finding(
+                    "env-unread",
+                    host,
+                    f"{key}.{name}",
+                    f"vLLM {table.version} defines it but no code reads it, so it has no effect{_unread_hint(name)}",
+                )
+            )
         elif name.startswith("VLLM_") and table is not None and name not in table.env_vars:
             if name in removed_env:
                 r = removed_env[name]
@@ -112,6 +121,8 @@ def _env_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> li
                     )
                 )
     for unified in ("VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "VLLM_USE_AITER_UNIFIED_ATTENTION"):
+        if table is not None and unified not in table.env_vars - table.env_unread:
+            continue  # env-removed or env-unread already says it does nothing
         if svc.env.get(unified) in TRUE and svc.env.get("VLLM_ROCM_USE_AITER_MHA") != "0":
             found.append(
                 finding(
@@ -124,6 +135,15 @@ def _env_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> li
     if "NCCL_MIN_NCHANNELS" in svc.env and svc.world_size == 1:
         found.append(finding("nccl-single-gpu", host, f"{key}.NCCL_MIN_NCHANNELS", "this instance runs on one GPU; drop it"))
     return found
+
+
+UNREAD_HINTS = {
+    "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "--attention-backend ROCM_AITER_UNIFIED_ATTN",
+}
+
+
+def _unread_hint(name: str) -> str:
+    return f"; use {UNREAD_HINTS[name]}" if name in UNREAD_HINTS else "; drop it"
 
 
 def _flag_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> list[Finding]:
@@ -154,10 +174,37 @@ def _flag_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> l
             found.append(finding("flag-not-boolean", host, where, f"takes a value, not {str(value).lower()}"))
         elif spec.kind in ("bool", "switch") and not isinstance(value, bool):
             found.append(finding("value-domain", host, where, f"is a switch: use true or false, not {value!r}"))
-        elif spec.choices and str(value) not in spec.choices:
-            close = difflib.get_close_matches(str(value), spec.choices, n=2)
-            hint = f"; did you mean {' or '.join(close)}?" if close else ""
-            found.append(finding("value-domain", host, where, f"{value!r} is not one of {', '.join(spec.choices)}{hint}"))
+        elif spec.choices and not spec.accepts(str(value)):
+            found.append(finding("value-domain", host, where, _not_a_choice(str(value), spec, table.version)))
+        elif spec.json_fields is not None and not isinstance(value, bool):
+            found += _json_config_findings(host, where, str(value), spec.json_fields, table.version)
+    return found
+
+
+def _not_a_choice(value: str, spec: knowledge.Flag, version: str) -> str:
+    close = difflib.get_close_matches(value.upper() if spec.upper_case else value, spec.choices, n=2)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    shown = ", ".join(spec.choices) if len(spec.choices) <= 12 else f"{', '.join(spec.choices[:12])}, ... ({len(spec.choices)} in all)"
+    return f"{value!r} is not a choice in vLLM {version}{hint} Choices: {shown}"
+
+
+def _json_config_findings(host: str | None, where: str, value: str, fields: dict[str, knowledge.Flag], version: str) -> list[Finding]:
+    """A JSON config flag: vLLM parses it into a config that forbids unknown keys, at start-up."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        return [finding("value-domain", host, where, f"is not valid JSON ({exc.msg} at character {exc.pos}): {value!r}")]
+    if not isinstance(parsed, dict):
+        return [finding("value-domain", host, where, f'must be a JSON object such as {{"key": value}}, got {value!r}')]
+    found = []
+    for key, item in parsed.items():
+        field = fields.get(key)
+        if field is None:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            found.append(finding("value-domain", host, f"{where}.{key}", f"vLLM {version} has no such key{hint}"))
+        elif field.choices and isinstance(item, str) and not field.accepts(item):
+            found.append(finding("value-domain", host, f"{where}.{key}", _not_a_choice(item, field, version)))
     return found
 
 
@@ -238,10 +285,12 @@ def _parallel_findings(svc: ServiceSpec, gpu_count: int, table: knowledge.VllmKn
         missing = []
         if "--disable-nccl-for-dp-synchronization" in table.flags and svc.args.get("disable-nccl-for-dp-synchronization") is not True:
             missing.append("--disable-nccl-for-dp-synchronization")
+        # allgather_reducescatter is the default of every supported version: only another choice is a problem.
         if "--all2all-backend" in table.flags:
-            if svc.args.get("all2all-backend") != "allgather_reducescatter":
+            backend = svc.args.get("all2all-backend", table.flag("all2all-backend").default)
+            if backend not in (None, "allgather_reducescatter"):
                 missing.append("--all2all-backend allgather_reducescatter")
-        elif "VLLM_ALL2ALL_BACKEND" in table.env_vars and svc.env.get("VLLM_ALL2ALL_BACKEND") != "allgather_reducescatter":
+        elif svc.env.get("VLLM_ALL2ALL_BACKEND", "allgather_reducescatter") != "allgather_reducescatter":
             missing.append("VLLM_ALL2ALL_BACKEND=allgather_reducescatter")
         if missing:
             found.append(
@@ -286,15 +335,28 @@ def validate_local_files(spec: HostSpec) -> list[Finding]:
 def validate_network(spec: HostSpec) -> list[Finding]:
     """Cluster membership, RCCL settings, Ray ports and the vLLM allow-list of one host."""
     found: list[Finding] = []
-    settings = spec.settings
-    for entry in settings.allow_from or ():
-        try:
-            ipaddress.ip_network(entry, strict=False)
-        except ValueError:
-            found.append(finding("allow-from", spec.host, "vllm_allow_from", f"{entry!r} is not an IP address or network"))
-    cluster = settings.cluster
+    cluster = spec.settings.cluster
+    role = spec.vars.ray_role
     if cluster is None:
+        if role is not None:
+            found.append(
+                finding(
+                    "cluster-topology",
+                    spec.host,
+                    "ray_role",
+                    f"ray_role is {role!r} but the host has no ray_cluster: set ray_cluster, or remove ray_role",
+                )
+            )
         return found
+    if role is None:
+        found.append(
+            finding(
+                "cluster-topology",
+                spec.host,
+                "ray_role",
+                f"a member of ray_cluster {cluster.name!r} needs ray_role 'head' or 'worker'",
+            )
+        )
     if cluster.nic is None:
         found.append(
             finding("cluster-nic", spec.host, "cluster_nic", f"ray_cluster {cluster.name!r} needs cluster_nic, the interface between nodes")

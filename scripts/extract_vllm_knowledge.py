@@ -45,13 +45,108 @@ def env_var_names(envs_source: str) -> list[str]:
     raise SystemExit("environment_variables not found in vllm/envs.py")
 
 
+def _identifiers(node: ast.AST) -> set[str]:
+    """Every name or attribute that ``node`` loads."""
+    found = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+            found.add(sub.id)
+        elif isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Load):
+            found.add(sub.attr)
+    return found
+
+
+def _carriers(tree: ast.Module, index: dict[str, set[str | None]]) -> None:
+    """Add, for every identifier ``tree`` loads, the symbols whose value that load feeds.
+
+    A load inside an assignment feeds the assigned name (or attribute); a load
+    elsewhere inside a function feeds the function; a load anywhere else is used
+    as the module runs, which is written ``None``.
+    """
+
+    def visit(node: ast.AST, scope: str | None) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for stmt in node.body:
+                visit(stmt, node.name)
+            for outer in (*node.decorator_list, *node.args.defaults, *[d for d in node.args.kw_defaults if d is not None]):
+                visit(outer, scope)  # evaluated where the function is defined
+            return
+        if isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                visit(stmt, scope)
+            return
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id if isinstance(t, ast.Name) else t.attr for t in targets if isinstance(t, (ast.Name, ast.Attribute))]
+            if len(names) == 1:
+                for ident in _identifiers(node.value):
+                    index.setdefault(ident, set()).add(names[0])
+                return
+        if isinstance(node, ast.expr):
+            for ident in _identifiers(node):
+                index.setdefault(ident, set()).add(scope)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, scope)
+
+    visit(tree, None)
+
+
+def unread_env_vars(names: list[str], modules: dict[str, str]) -> list[str]:
+    """The env vars vLLM defines in envs.py but never lets reach running code.
+
+    Why: a variable that is parsed but never read silently does nothing (0.22.0
+    reads VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION into a class attribute whose only
+    reader is a method nobody calls). A variable is read when a load of
+    ``envs.NAME`` (or its name as a string) outside envs.py feeds, through
+    assignments and functions, code that something else uses. Symbols are matched
+    by name across the whole tree, so the answer errs towards "read".
+    """
+    index: dict[str, set[str | None]] = {}
+    strings: set[str] = set()
+    for path, text in modules.items():
+        if path == "vllm/envs.py":
+            continue
+        tree = ast.parse(text)
+        _carriers(tree, index)
+        strings |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+    def used(symbol: str, depth: int, seen: frozenset[str]) -> bool:
+        # Followed until module-level code, deep enough for attribute -> accessor -> caller
+        # chains; anything deeper is taken as read.
+        if depth > 6:
+            return True
+        return any(c is None or (c not in seen and used(c, depth + 1, seen | {c})) for c in index.get(symbol, set()) - {symbol})
+
+    # os.environ["NAME"] or a list of names counts as read.
+    return [name for name in names if name not in strings and not used(name, 0, frozenset({name}))]
+
+
 class _Types:
-    """Field annotations of every class and the Literal aliases of the scanned modules."""
+    """Field annotations of every class, the Literal aliases and the Enum members of the scanned modules."""
 
     def __init__(self) -> None:
         self.fields: dict[str, dict[str, ast.expr]] = {}
         self.bases: dict[str, list[str]] = {}
         self.literals: dict[str, list[str]] = {}
+        self.enums: dict[str, list[str]] = {}
+        self.defaults: dict[str, dict[str, object]] = {}
+
+    def add_enums(self, source: str) -> None:
+        """Enum classes anywhere in vLLM: configs convert names to members with ``Enum[value.upper()]``."""
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ClassDef) and any(
+                (isinstance(b, ast.Name) and b.id == "Enum") or (isinstance(b, ast.Attribute) and b.attr == "Enum") for b in node.bases
+            ):
+                members = [
+                    t.id
+                    for item in node.body
+                    if isinstance(item, ast.Assign)
+                    for t in item.targets
+                    if isinstance(t, ast.Name) and t.id.isupper()
+                ]
+                if members:
+                    self.enums[node.name] = members
 
     def add_module(self, source: str) -> None:
         tree = ast.parse(source)
@@ -62,6 +157,14 @@ class _Types:
                     item.target.id: item.annotation
                     for item in node.body
                     if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                }
+                self.defaults[node.name] = {
+                    item.target.id: item.value.value
+                    for item in node.body
+                    if isinstance(item, ast.AnnAssign)
+                    and isinstance(item.target, ast.Name)
+                    and isinstance(item.value, ast.Constant)
+                    and isinstance(item.value.value, (str, int, float, bool))
                 }
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
                 target = node.targets[0] if isinstance(node, ast.Assign) else node.target
@@ -81,6 +184,19 @@ class _Types:
             seen.add(current)
             if name in self.fields.get(current, {}):
                 return self.fields[current][name]
+            todo.extend(self.bases.get(current, []))
+        return None
+
+    def default(self, cls: str, name: str) -> object | None:
+        """The field's default when it is a plain constant (None otherwise, or when it is None)."""
+        todo, seen = [cls], set()
+        while todo:
+            current = todo.pop(0)
+            if current in seen:
+                continue
+            seen.add(current)
+            if name in self.fields.get(current, {}):
+                return self.defaults.get(current, {}).get(name)
             todo.extend(self.bases.get(current, []))
         return None
 
@@ -104,7 +220,28 @@ class _Types:
         choices = _literal_choices(annotation) or []
         for name in sorted(names):
             choices += [c for c in self.literals.get(name, []) if c not in choices]
-        return {"kind": "value", "choices": choices} if choices else {"kind": "value"}
+        if choices:
+            return {"kind": "value", "choices": choices}
+        enums = [self.enums[n] for n in sorted(names) if n in self.enums]
+        if len(enums) == 1:
+            return {"kind": "value", "choices": enums[0], "choices_case": "upper"}
+        configs = [n for n in sorted(names) if n.endswith("Config") and n in self.fields]
+        if len(configs) == 1 and isinstance(annotation, ast.Name):
+            return {"kind": "value", "json_fields": self.json_fields(configs[0])}
+        return {"kind": "value"}
+
+    def json_fields(self, cls: str) -> dict[str, dict[str, object]]:
+        """The keys a JSON config flag accepts (its config forbids others) and their choices."""
+        out: dict[str, dict[str, object]] = {}
+        for name in self.all_fields(cls):
+            if name.startswith("_"):
+                continue
+            annotation = self.field(cls, name)
+            if annotation is None or any(isinstance(n, ast.Name) and n.id == "InitVar" for n in ast.walk(annotation)):
+                continue
+            info = self.describe(annotation) if not (isinstance(annotation, ast.Name) and annotation.id.endswith("Config")) else {}
+            out[name] = {k: v for k, v in info.items() if k in ("choices", "choices_case")}
+        return out
 
 
 def _literal_choices(node: ast.expr) -> list[str] | None:
@@ -167,6 +304,9 @@ def serve_flags(parser_sources: list[str], types: _Types) -> tuple[dict[str, dic
                         ):
                             field = types.field(kw_sources[sub.value.id], str(sub.slice.value))
                             info = types.describe(field)
+                            default = types.default(kw_sources[sub.value.id], str(sub.slice.value))
+                            if default is not None:
+                                info["default"] = default
                             break
             flags[long_names[0]] = info
             for other in names:
@@ -189,6 +329,9 @@ def extract(wheel: Path) -> dict[str, object]:
         envs = read("vllm/envs.py")
         types = _Types()
         parser_files = ["vllm/engine/arg_utils.py"]
+        modules = {name: read(name) for name in names if name.startswith("vllm/") and name.endswith(".py")}
+        for text in modules.values():
+            types.add_enums(text)
         for name in names:
             if not name.endswith(".py"):
                 continue
@@ -201,10 +344,12 @@ def extract(wheel: Path) -> dict[str, object]:
                     parser_files.append(name)
         flags, aliases = serve_flags([read(n) for n in parser_files], types)
         version = wheel.name.split("-")[1]
+        env_vars = env_var_names(envs)
         return {
             "version": version,
-            "source": f"{wheel.name}: vllm/envs.py, " + ", ".join(parser_files),
-            "env_vars": env_var_names(envs),
+            "source": f"{wheel.name}: vllm/envs.py, " + ", ".join(parser_files) + "; reads and enums: every vllm/*.py",
+            "env_vars": env_vars,
+            "env_unread": unread_env_vars(env_vars, modules),
             "flags": flags,
             "aliases": aliases,
         }

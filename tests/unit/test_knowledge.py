@@ -16,21 +16,62 @@ ENVS = """
 environment_variables: dict[str, Callable[[], Any]] = {
     "VLLM_ROCM_USE_AITER": lambda: False,
     "VLLM_HOST_IP": lambda: "",
+    "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": lambda: False,
+    "VLLM_RPC_TIMEOUT": lambda: 10000,
 }
 """
+# Read as 0.22.0 does: AITER through a classmethod something calls, unified attention into an
+# attribute whose only reader is a method nobody calls; VLLM_RPC_TIMEOUT nowhere; VLLM_HOST_IP as a default.
+AITER_OPS = """
+import vllm.envs as envs
+class rocm_aiter_ops:
+    _AITER_ENABLED = envs.VLLM_ROCM_USE_AITER
+    _TRITON_UNIFIED_ATTN_ENABLED = envs.VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION
+    @classmethod
+    def is_enabled(cls):
+        return cls._AITER_ENABLED
+    @classmethod
+    def is_triton_unified_attn_enabled(cls):
+        return cls._AITER_ENABLED and cls._TRITON_UNIFIED_ATTN_ENABLED
+def get_ip(ip: str = envs.VLLM_HOST_IP):
+    return ip
+if rocm_aiter_ops.is_enabled():
+    pass
+"""
 CONFIG = """
+import enum
 from typing import Literal
 CacheDType = Literal["auto", "fp8"]
 class CacheConfig:
     cache_dtype: CacheDType | str = "auto"
     enable_prefix_caching: bool = True
+class CUDAGraphMode(enum.Enum):
+    NONE = 0
+    FULL = 2
+class CompilationConfig:
+    cudagraph_mode: CUDAGraphMode = None
+    level: int | None = None
+class VllmConfig:
+    compilation_config: CompilationConfig = None
+"""
+REGISTRY = """
+from enum import Enum
+class AttentionBackendEnum(Enum):
+    ROCM_ATTN = "a"
+    ROCM_AITER_FA = "b"
+class AttentionConfig:
+    backend: AttentionBackendEnum | None = None
 """
 ARG_UTILS = """
 class EngineArgs:
     @staticmethod
     def add_cli_args(parser):
         cache_kwargs = get_kwargs(CacheConfig)
+        attention_kwargs = get_kwargs(AttentionConfig)
+        vllm_kwargs = get_kwargs(VllmConfig)
         g = parser.add_argument_group()
+        g.add_argument("--attention-backend", **attention_kwargs["backend"])
+        g.add_argument("--compilation-config", "-cc", **vllm_kwargs["compilation_config"])
         g.add_argument("--kv-cache-dtype", **cache_kwargs["cache_dtype"])
         g.add_argument("--enable-prefix-caching", **{**cache_kwargs["enable_prefix_caching"], "default": None})
         g.add_argument("--tensor-parallel-size", "-tp", type=int)
@@ -60,22 +101,30 @@ def test_extractor_on_a_synthetic_wheel(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("vllm/envs.py", ENVS)
         zf.writestr("vllm/config/cache.py", CONFIG)
+        zf.writestr("vllm/config/attention.py", REGISTRY)
+        zf.writestr("vllm/_aiter_ops.py", AITER_OPS)
         zf.writestr("vllm/engine/arg_utils.py", ARG_UTILS)
         zf.writestr("vllm/entrypoints/openai/cli_args.py", CLI_ARGS)
     assert _extractor().main([str(wheel), "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "vllm-9.9.9.json").read_text())
-    assert data["env_vars"] == ["VLLM_HOST_IP", "VLLM_ROCM_USE_AITER"]
+    assert data["env_vars"] == ["VLLM_HOST_IP", "VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "VLLM_RPC_TIMEOUT"]
+    assert data["env_unread"] == ["VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "VLLM_RPC_TIMEOUT"]
     assert data["flags"] == {
+        "--attention-backend": {"kind": "value", "choices": ["ROCM_ATTN", "ROCM_AITER_FA"], "choices_case": "upper"},
+        "--compilation-config": {
+            "kind": "value",
+            "json_fields": {"cudagraph_mode": {"choices": ["NONE", "FULL"], "choices_case": "upper"}, "level": {}},
+        },
         "--enable-auto-tool-choice": {"kind": "bool"},
         "--enable-log-requests": {"kind": "bool"},
-        "--enable-prefix-caching": {"kind": "bool"},
+        "--enable-prefix-caching": {"kind": "bool", "default": True},
         "--headless": {"kind": "switch"},
         "--host": {"kind": "value"},
-        "--kv-cache-dtype": {"kind": "value", "choices": ["auto", "fp8"]},
+        "--kv-cache-dtype": {"kind": "value", "choices": ["auto", "fp8"], "default": "auto"},
         "--port": {"kind": "value"},
         "--tensor-parallel-size": {"kind": "value"},
     }
-    assert data["aliases"] == {"-tp": "--tensor-parallel-size"}
+    assert data["aliases"] == {"-cc": "--compilation-config", "-tp": "--tensor-parallel-size"}
 
 
 def test_generated_tables_know_what_the_seeds_use() -> None:
@@ -90,6 +139,35 @@ def test_generated_tables_know_what_the_seeds_use() -> None:
     assert table.canonical_flag("tensor-parallel") == "tensor-parallel-size"
     old = knowledge.load("0.11.0")
     assert "VLLM_USE_AITER_UNIFIED_ATTENTION" in old.env_vars and "VLLM_USE_AITER_UNIFIED_ATTENTION" not in table.env_vars
+
+
+def test_the_tables_know_which_env_vars_are_never_read() -> None:
+    # 0.22.0 parses these but nothing that runs reads them (checked by hand against the wheel's source).
+    assert {"VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "VLLM_RPC_TIMEOUT", "VLLM_ROCM_USE_AITER_PAGED_ATTN"} <= knowledge.load(
+        "0.22.0"
+    ).env_unread
+    assert "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION" in knowledge.load("0.33.0").env_unread
+    for version in knowledge.supported_versions():
+        table = knowledge.load(version)
+        assert table.env_unread <= table.env_vars
+        # What the recipes rely on is read.
+        assert not {"VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_MHA", "VLLM_ROCM_QUICK_REDUCE_QUANTIZATION"} & table.env_unread
+
+
+def test_no_replacement_offers_a_variable_that_does_nothing() -> None:
+    flags, env = knowledge.replacements()
+    dead = set().union(*(knowledge.load(v).env_unread for v in knowledge.supported_versions()))
+    for name, r in {**flags, **env}.items():
+        assert not [d for d in dead if d in r.replacement], name
+
+
+def test_choices_come_from_vllms_enums_and_json_configs() -> None:
+    table = knowledge.load("0.22.0")
+    backend = table.flag("attention-backend")
+    assert backend.accepts("ROCM_AITER_FA") and backend.accepts("rocm_aiter_fa") and not backend.accepts("AITER_FA")
+    fields = table.flag("compilation-config").json_fields
+    assert fields is not None and fields["cudagraph_mode"].accepts("full_and_piecewise")
+    assert table.flag("all2all-backend").default == "allgather_reducescatter"
 
 
 def test_every_replacement_names_a_setting_the_default_version_lacks() -> None:

@@ -12,6 +12,7 @@ from instinct_fleet.rules import RULES
 from .conftest import check, check_cluster, rules_of
 
 G = {"vllm_recipe": "gpt-oss-120b"}
+V011 = {"vllm_version": "0.11.0", "vllm_image": "rocm/vllm:v0.11.0", "vllm_recipe": None, "vllm_model": "m"}
 ROOT = Path(__file__).resolve().parents[2]
 
 # rule id -> (data that trips it, data that passes it)
@@ -36,8 +37,12 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"vllm_env": {"VLLM_ROCM_USE_AITER": "1"}},
     ),
     "unified-attention-needs-mha-off": (
-        {"vllm_env": {"VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1", "VLLM_ROCM_USE_AITER_MHA": None}},
+        {**V011, "vllm_env": {"VLLM_USE_AITER_UNIFIED_ATTENTION": "1", "VLLM_ROCM_USE_AITER_MHA": None}},
+        {**V011, "vllm_env": {"VLLM_USE_AITER_UNIFIED_ATTENTION": "1", "VLLM_ROCM_USE_AITER_MHA": "0"}},
+    ),
+    "env-unread": (
         {"vllm_env": {"VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1"}},
+        {"vllm_args": {"attention-backend": "ROCM_AITER_UNIFIED_ATTN"}},
     ),
     "value-domain": (
         {"vllm_env": {"VLLM_ROCM_QUICK_REDUCE_QUANTIZATION": "INT2"}},
@@ -203,11 +208,20 @@ def test_dp_rules_follow_the_pinned_version() -> None:
         "vllm_args": {"data-parallel-size": 2},
         "vllm_instances": [{"name": "a", "gpus": [0, 1]}],
     }
+    # allgather_reducescatter is already 0.11.0's default, and the version has no DP-sync flag: nothing to demand.
     _, findings = check(data)
+    assert "dp-rocm-settings" not in rules_of(findings)
+    _, findings = check({**data, "vllm_env": {"VLLM_ALL2ALL_BACKEND": "naive"}})
     (hit,) = [f for f in findings if f.rule == "dp-rocm-settings"]
     assert "VLLM_ALL2ALL_BACKEND=allgather_reducescatter" in hit.message
-    _, findings = check({**data, "vllm_env": {"VLLM_ALL2ALL_BACKEND": "allgather_reducescatter"}})
-    assert "dp-rocm-settings" not in rules_of(findings)
+    # 0.22.0: the default backend is fine, the Gloo DP sync is still asked for (002 tip).
+    newer = {**data, "vllm_version": "0.22.0", "vllm_image": "rocm/vllm:v0.22.0"}
+    (hit,) = [f for f in check(newer)[1] if f.rule == "dp-rocm-settings"]
+    assert hit.message.endswith("needs --disable-nccl-for-dp-synchronization")
+    (hit,) = [
+        f for f in check({**newer, "vllm_args": {"data-parallel-size": 2, "all2all-backend": "naive"}})[1] if f.rule == "dp-rocm-settings"
+    ]
+    assert "--all2all-backend allgather_reducescatter" in hit.message
 
 
 def test_eight_tp1_four_tp2_two_tp4_one_tp8_layouts_validate() -> None:
