@@ -21,7 +21,7 @@ from typing import Any
 
 from instinct_fleet import knowledge
 from instinct_fleet.defaults import DEFAULTS, default_image
-from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts, select
+from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts, select, with_cluster_peers
 from instinct_fleet.recipes import all_recipes
 from instinct_fleet.render import render_args, service_json
 from instinct_fleet.roll import SUMMARY_ENV
@@ -186,7 +186,9 @@ def _plan_limited(opts: argparse.Namespace) -> list[tuple[HostSpec, list[Finding
     chosen = {h.name for h in select(hosts, opts.limit)}
     if not chosen:
         raise UsageError(f"--limit {opts.limit!r} matches no host or group of {opts.inventory}")
-    return [p for p in plan_hosts(hosts) if p[0].host in chosen]
+    planned = plan_hosts(hosts)
+    scope = with_cluster_peers(planned, chosen)
+    return [p for p in planned if p[0].host in scope]
 
 
 def cmd_plan(opts: argparse.Namespace) -> int:

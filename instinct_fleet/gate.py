@@ -14,7 +14,7 @@ from typing import Any
 
 from pyinfra.api.state import BaseStateCallback
 
-from instinct_fleet.inventory import HostData, plan_hosts
+from instinct_fleet.inventory import hosts_of, plan_hosts, record_groups, with_cluster_peers
 
 
 class InventoryGate(BaseStateCallback):
@@ -25,9 +25,10 @@ class InventoryGate(BaseStateCallback):
         if self.checked:
             return
         self.checked = True  # the first host's greenlet validates all of them before any connection yields
-        data = [HostData(h.name, tuple(h.groups), h.data.dict()) for h in state.inventory]
-        chosen = {h.name for h in state.inventory if state.is_host_in_limit(h)}
-        errors = [f for spec, findings in plan_hosts(data) if spec.host in chosen for f in findings if f.severity == "error"]
+        data = hosts_of(state.inventory)
+        planned = plan_hosts(data)
+        chosen = with_cluster_peers(planned, {h.name for h in state.inventory if state.is_host_in_limit(h)})
+        errors = [f for spec, findings in planned if spec.host in chosen for f in findings if f.severity == "error"]
         if errors:
             for f in errors:
                 print(str(f), file=sys.stderr)
@@ -38,6 +39,7 @@ class InventoryGate(BaseStateCallback):
 
 def install(state: Any) -> None:
     """Register the gate on the run's State once pyinfra initialises it (``State.init`` resets the handlers)."""
+    record_groups()
     init = state.init
 
     def init_then_gate(*args: Any, **kwargs: Any) -> None:

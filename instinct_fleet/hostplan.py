@@ -20,7 +20,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from instinct_fleet import preflight, render
-from instinct_fleet.inventory import HostData, plan_hosts
+from instinct_fleet.inventory import HostData, hosts_of, plan_hosts
 from instinct_fleet.paths import DAEMON_JSON, DOCKER_DROP_IN
 from instinct_fleet.preflight import HostReport
 from instinct_fleet.roll import Kind, Roll, ServingUnit, batch_size, batches, combine
@@ -358,7 +358,7 @@ def _plan_run(state: Any) -> FleetPlan:
     from instinct_fleet.facts import HostReport as HostReportFact
 
     everyone = {h.name: h for h in state.inventory}
-    data = [HostData(h.name, tuple(h.groups), h.data.dict()) for h in everyone.values()]
+    data = hosts_of(state.inventory)
     active = {h.name for h in state.inventory.iter_activated_hosts()}
 
     def read(name: str, spec: HostSpec) -> HostReport | None:

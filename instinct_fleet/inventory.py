@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import fnmatch
 import io
+from collections import defaultdict
 from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet.rules import Finding
+from instinct_fleet.defaults import DEFAULTS
+from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec, resolve_host
 from instinct_fleet.validate import validate_clusters, validate_host, validate_rolling
 
@@ -24,9 +26,62 @@ class InventoryError(Exception):
 
 @dataclass(frozen=True)
 class HostData:
+    """One host as pyinfra resolved it, and the values pyinfra silently chose between.
+
+    ``conflicts`` maps a variable to the (group, value) pairs that disagree on it:
+    a host listed in two groups with its own data in each, or in two groups whose
+    group data differ. pyinfra keeps one of them without a word.
+    """
+
     name: str
     groups: tuple[str, ...]
     data: dict[str, Any]
+    conflicts: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
+
+
+def record_groups() -> None:
+    """Keep each pyinfra Inventory's groups as written, host data per group included.
+
+    pyinfra merges a host's data from every group that lists it, so the merged data
+    cannot show that two groups disagree; the raw groups can. Idempotent.
+    """
+    from pyinfra.api.inventory import Inventory
+
+    make = Inventory.make_hosts_and_groups
+    if getattr(make, "records_groups", False):
+        return
+
+    def make_and_record(self: Any, names: Any, groups: dict[str, Any]) -> None:
+        self.instinct_fleet_groups = groups
+        make(self, names, groups)
+
+    make_and_record.records_groups = True  # type: ignore[attr-defined]
+    Inventory.make_hosts_and_groups = make_and_record  # type: ignore[method-assign]
+
+
+def _conflicts(inventory: Any, name: str, groups: tuple[str, ...]) -> dict[str, tuple[tuple[str, Any], ...]]:
+    raw = getattr(inventory, "instinct_fleet_groups", {})
+    own: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+    shared: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+    for group in groups:
+        members = raw.get(group, ((), {}))[0]
+        for member in members:
+            if isinstance(member, tuple) and member[0] == name:
+                for key, value in member[1].items():
+                    own[key].append((group, value))
+        for key, value in inventory.get_group_data(group).items():
+            shared[key].append((group, value))
+    found = {}
+    for key in DEFAULTS:
+        pairs = own.get(key) or shared.get(key, [])
+        if len({repr(value) for _, value in pairs}) > 1:
+            found[key] = tuple(pairs)
+    return found
+
+
+def hosts_of(inventory: Any) -> list[HostData]:
+    """Every host of a pyinfra Inventory, with its merged data and any conflicts behind it."""
+    return [HostData(h.name, tuple(h.groups), dict(h.data.dict()), _conflicts(inventory, h.name, tuple(h.groups))) for h in inventory]
 
 
 def load_inventory(path: str, project_dir: str | None = None) -> list[HostData]:
@@ -40,13 +95,14 @@ def load_inventory(path: str, project_dir: str | None = None) -> list[HostData]:
         raise InventoryError(f"inventory file {path!r} does not exist")
     cwd = project_dir or str(inventory_file.resolve().parent.parent)
     sink = io.StringIO()
+    record_groups()
     try:
         with ctx_state.use(State(check_for_changes=False)), redirect_stdout(sink), redirect_stderr(sink):
             inventory = make_inventory(str(inventory_file), cwd=cwd)
     except Exception as exc:  # pyinfra raises many kinds for a broken inventory file
         inner = getattr(exc, "exception", exc)  # pyinfra wraps errors raised by the file itself
         raise InventoryError(f"cannot load inventory {path!r}: {type(inner).__name__}: {inner}") from exc
-    return [HostData(h.name, tuple(h.groups), dict(h.data.dict())) for h in inventory]
+    return hosts_of(inventory)
 
 
 def select(hosts: list[HostData], limit: str | None) -> list[HostData]:
@@ -56,12 +112,35 @@ def select(hosts: list[HostData], limit: str | None) -> list[HostData]:
     return [h for h in hosts if fnmatch.fnmatch(h.name, limit) or any(fnmatch.fnmatch(g, limit) for g in h.groups)]
 
 
+def conflict_findings(host: HostData) -> list[Finding]:
+    return [
+        finding(
+            "inventory-conflict",
+            host.name,
+            key,
+            f"groups give different values: {', '.join(f'{group}: {value!r}' for group, value in pairs)}; "
+            f"pyinfra keeps {host.data.get(key)!r} without a word. List the host once, or set the key in one place",
+        )
+        for key, pairs in sorted(host.conflicts.items())
+    ]
+
+
 def plan_hosts(hosts: list[HostData]) -> list[tuple[HostSpec, list[Finding]]]:
     """Resolve and validate every host; one host's errors never hide another's."""
     planned = []
     for host in hosts:
         spec, findings = resolve_host(host.name, host.data)
-        findings = [*findings, *validate_host(spec)]
+        findings = [*conflict_findings(host), *findings, *validate_host(spec)]
         planned.append((spec, findings))
     across = [*validate_clusters([spec for spec, _ in planned]), *validate_rolling([spec for spec, _ in planned])]
     return [(spec, [*findings, *[f for f in across if f.host == spec.host]]) for spec, findings in planned]
+
+
+def with_cluster_peers(planned: list[tuple[HostSpec, list[Finding]]], chosen: set[str]) -> set[str]:
+    """``chosen`` and every member of a Ray cluster one of them is in.
+
+    A run limited to one member still reads its peers (their addresses, their
+    GPUs), so a peer's invalid data must stop the run as the member's own would.
+    """
+    clusters = {spec.settings.cluster.name for spec, _ in planned if spec.host in chosen and spec.settings.cluster is not None}
+    return chosen | {str(spec.host) for spec, _ in planned if spec.settings.cluster is not None and spec.settings.cluster.name in clusters}

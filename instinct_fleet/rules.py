@@ -42,6 +42,11 @@ _RULES = (
         "error",
         "A misspelt variable is silently ignored by pyinfra; every instinct-fleet variable is listed in the README.",
     ),
+    Rule(
+        "inventory-conflict",
+        "error",
+        "A host listed in two groups with different values for a variable (two clusters, say) gets one of them silently from pyinfra's merge.",
+    ),
     Rule("recipe-unknown", "error", "Only built-in recipes can be named; `instinct-fleet recipes` lists them."),
     Rule("version-unsupported", "error", "Validation needs the env var and flag table of the pinned vLLM version."),
     Rule("image-unpinned", "error", "A `latest` or missing tag makes every run pull a different image: pin a tag or a digest."),

@@ -197,3 +197,46 @@ def test_plain_pyinfra_refuses_bad_input_before_connecting(tmp_path: Path) -> No
         )
     assert done.returncode == 1 and "gpu-1: vllm_env.FOO" in done.stderr and "[unsafe-value]" in done.stderr, done.stderr[-2000:]
     assert "no host was contacted" in done.stderr and not contacted and "Traceback" not in done.stderr
+
+
+TWO_CLUSTERS = """
+c1 = [('h1', {{'ray_cluster': 'a', 'ray_role': 'head', **SSH}}), ('h2', {{'ray_cluster': 'a', 'ray_role': 'worker', **SSH}})]
+c2 = [('h1', {{'ray_cluster': 'b', 'ray_role': 'worker', **SSH}}), ('h3', {{'ray_cluster': 'b', 'ray_role': 'head', **SSH}})]
+"""
+
+
+def test_a_host_in_two_clusters_is_named_itself(tmp_path: Path) -> None:
+    """pyinfra merges the two entries of h1 silently; the finding names h1 and both groups, not its peers."""
+    inventory = tmp_path / "inventories" / "two.py"
+    inventory.parent.mkdir()
+    with ssh_port() as (port, contacted):
+        inventory.write_text(f"SSH = {{'ssh_hostname': '127.0.0.1', 'ssh_port': {port}}}\n" + TWO_CLUSTERS.format())
+        planned = subprocess.run([sys.executable, "-m", "instinct_fleet.cli", "plan", str(inventory)], capture_output=True, text=True)
+        plain = subprocess.run(
+            [sys.executable, "-m", "pyinfra", "-y", str(inventory), "deploy.py"], cwd=ROOT, capture_output=True, text=True
+        )
+    for done in (planned, plain):
+        line = next(x for x in done.stdout.splitlines() + done.stderr.splitlines() if "ray_cluster: groups give different values" in x)
+        assert line.startswith("error: h1: ray_cluster:") and "c1: 'a'" in line and "c2: 'b'" in line and "[inventory-conflict]" in line
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert not contacted
+
+
+def test_limit_to_one_member_still_refuses_a_peer_with_bad_data(tmp_path: Path) -> None:
+    """A limited run reads its cluster peers, so their data is validated as if they were chosen."""
+    inventory = tmp_path / "inventories" / "cluster.py"
+    inventory.parent.mkdir()
+    with ssh_port() as (port, contacted):
+        ssh = f"'ssh_hostname': '127.0.0.1', 'ssh_port': {port}"
+        common = "'ray_cluster': 'c', 'cluster_nic': 'eth0', 'nccl_ib_hca': 'mlx5_0', 'vllm_recipe': 'llama-3.1-405b-pp2', 'vllm_nodes': 2"
+        inventory.write_text(
+            f"hosts = [('head', {{{ssh}, {common}, 'ray_role': 'head'}}), ('w1', {{{ssh}, {common}, 'ray_role': 'worker', 'cluster_nic': 'eth0;x'}})]\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "pyinfra", "-y", "--limit", "head", str(inventory), "deploy.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+    assert done.returncode == 1 and "w1: cluster_nic" in done.stderr and "[value-format]" in done.stderr, done.stderr[-2000:]
+    assert not contacted and "Traceback" not in done.stderr

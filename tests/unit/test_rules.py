@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from instinct_fleet.inventory import HostData, plan_hosts
 from instinct_fleet.rules import RULES
 
-from .conftest import check, check_cluster, rules_of
+from .conftest import CLUSTER, check, check_cluster, rules_of
 
 G = {"vllm_recipe": "gpt-oss-120b"}
 V011 = {"vllm_version": "0.11.0", "vllm_image": "rocm/vllm:v0.11.0", "vllm_recipe": None, "vllm_model": "m"}
@@ -108,8 +109,18 @@ CLUSTER_CASES: dict[str, tuple[tuple[dict[str, Any], int, dict[str, Any]], tuple
 }
 
 
+def test_inventory_conflict_trips_and_passes() -> None:
+    # What instinct_fleet.inventory.hosts_of finds in pyinfra's groups as written.
+    two = {"ray_cluster": (("c1", "a"), ("c2", "b"))}
+    ((_, findings),) = plan_hosts([HostData("h1", ("c1", "c2"), {"ray_cluster": "b", "ray_role": "head", **CLUSTER}, two)])
+    (hit,) = [f for f in findings if f.rule == "inventory-conflict"]
+    assert hit.host == "h1" and hit.key == "ray_cluster" and "c1: 'a', c2: 'b'" in hit.message
+    ((_, findings),) = plan_hosts([HostData("h1", ("c1", "c2"), {"ray_cluster": "b", "ray_role": "head", **CLUSTER})])
+    assert "inventory-conflict" not in rules_of(findings)
+
+
 def test_every_rule_has_a_case() -> None:
-    assert set(CASES) | set(CLUSTER_CASES) == set(RULES)
+    assert set(CASES) | set(CLUSTER_CASES) | {"inventory-conflict"} == set(RULES)
     assert not set(CASES) & set(CLUSTER_CASES)
 
 
@@ -231,3 +242,26 @@ def test_eight_tp1_four_tp2_two_tp4_one_tp8_layouts_validate() -> None:
         assert [str(f) for f in findings] == []
         assert sorted(g for s in spec.services for g in s.gpus) == list(range(8))
         assert len({s.port for s in spec.services}) == count
+
+
+@pytest.mark.parametrize(
+    ("args", "key", "says"),
+    [
+        ({"attention-backend": "AITER_FA"}, "main.args.--attention-backend", "did you mean ROCM_AITER_FA"),
+        ({"compilation-config": '{"cudagraph_mode": "FULLL"}'}, "main.args.--compilation-config.cudagraph_mode", "did you mean FULL"),
+        ({"compilation-config": '{"full_cuda_graph": true'}, "main.args.--compilation-config", "is not valid JSON"),
+        ({"compilation-config": '{"cuda_graph_mode": "FULL"}'}, "main.args.--compilation-config.cuda_graph_mode", "cudagraph_mode"),
+        ({"compilation-config": "[1, 2]"}, "main.args.--compilation-config", "must be a JSON object"),
+    ],
+)
+def test_choices_and_json_configs_are_checked_against_the_version(args: dict[str, Any], key: str, says: str) -> None:
+    _, findings = check({**G, "vllm_args": args})
+    (hit,) = [f for f in findings if f.rule == "value-domain"]
+    assert (hit.key == key and says in hit.message and "0.22.0" in hit.message) or "JSON" in hit.message
+
+
+def test_choices_are_compared_the_way_vllm_compares_them() -> None:
+    # vLLM looks enum names up with value.upper(); a mapping in group_data becomes JSON.
+    good = {"attention-backend": "rocm_aiter_fa", "compilation-config": {"cudagraph_mode": "full_and_piecewise"}}
+    _, findings = check({**G, "vllm_args": good})
+    assert "value-domain" not in rules_of(findings)
