@@ -24,7 +24,7 @@ from instinct_fleet.inventory import HostData, hosts_of, plan_hosts
 from instinct_fleet.paths import DAEMON_JSON, DOCKER_DROP_IN
 from instinct_fleet.preflight import HostReport
 from instinct_fleet.roll import Kind, Roll, ServingUnit, batch_size, batches, combine
-from instinct_fleet.rules import Finding
+from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
 BASE_PACKAGES = {"curl": "curl"}  # command -> Debian package; curl runs the health checks
@@ -44,8 +44,8 @@ class ClusterView:
 class HostPlan:
     spec: HostSpec
     report: HostReport
-    errors: list[str]
-    warnings: list[str]
+    errors: list[Finding]
+    warnings: list[Finding]
     cluster: ClusterView | None = None
     facts: bool = True  # False when the preflight fact could not be read: the plan only carries that error
 
@@ -238,18 +238,39 @@ class HostPlan:
 
 
 def build_plan(spec: HostSpec, findings: list[Finding], report: HostReport) -> HostPlan:
-    """Validation findings and preflight problems for one host, as messages."""
-    errors = [f"{f.key}: {f.message} [{f.rule}]" for f in findings if f.severity == "error"]
-    warnings = [f"{f.key}: {f.message} [{f.rule}]" for f in findings if f.severity == "warning"]
+    """Validation findings and preflight problems for one host, each with its rule."""
+    errors = [f for f in findings if f.severity == "error"]
+    warnings = [f for f in findings if f.severity == "warning"]
     if not errors:
         errors += preflight.hard_problems(report, spec)
-    settings = spec.settings
+    settings, host = spec.settings, spec.host
     if settings.tune_kernel_cmdline and report.missing_kernel_args and not settings.tune_reboot:
-        warnings.append(f"kernel command line lacks {' '.join(report.missing_kernel_args)}: reboot required (or set tune_reboot = True)")
+        warnings.append(
+            finding(
+                "host-reboot-required",
+                host,
+                "tune_kernel_cmdline",
+                f"kernel command line lacks {' '.join(report.missing_kernel_args)}: reboot required (or set tune_reboot = True)",
+            )
+        )
     if settings.tune_numa_balancing and report.numa_balancing is None:
-        warnings.append("kernel.numa_balancing does not exist (kernel without NUMA balancing): nothing to turn off")
+        warnings.append(
+            finding(
+                "host-numa-balancing",
+                host,
+                "tune_numa_balancing",
+                "kernel.numa_balancing does not exist (kernel without NUMA balancing): nothing to turn off",
+            )
+        )
     if not report.hf_token:
-        warnings.append(f"no Hugging Face token at {settings.hf_token_path}: gated models will fail to download")
+        warnings.append(
+            finding(
+                "host-hf-token",
+                host,
+                "hf_token_path",
+                f"no Hugging Face token at {settings.hf_token_path}: gated models will fail to download",
+            )
+        )
     return HostPlan(spec, report, errors, warnings)
 
 
@@ -262,11 +283,25 @@ def join_cluster(plan: HostPlan, members: dict[str, HostPlan | None]) -> None:
     head_ip = None
     for name, member in sorted(members.items()):
         if member is None or not member.facts:
-            plan.errors.append(f"cluster member {name} could not be reached for its preflight facts")
+            plan.errors.append(
+                finding(
+                    "host-cluster-member",
+                    plan.spec.host,
+                    "ray_cluster",
+                    f"cluster member {name} could not be reached for its preflight facts",
+                )
+            )
             continue
         ip = member.report.addresses.get(cluster.nic)
         if ip is None:
-            plan.errors.append(f"cluster member {name} has no IPv4 address on cluster_nic {cluster.nic}")
+            plan.errors.append(
+                finding(
+                    "host-cluster-nic",
+                    plan.spec.host,
+                    "cluster_nic",
+                    f"cluster member {name} has no IPv4 address on cluster_nic {cluster.nic}",
+                )
+            )
             continue
         ips[name] = ip
         if member.role == "head":
@@ -303,7 +338,9 @@ def plan_inventory(hosts: list[HostData], active: set[str], read_reports: Reader
         if report is None:
             timeout = spec.settings.command_timeout
             why = f"no preflight facts: the host could not be reached, or did not answer within command_timeout ({timeout}s)"
-            plans[name] = HostPlan(spec, preflight.parse_report(""), [why], [], facts=False)
+            plans[name] = HostPlan(
+                spec, preflight.parse_report(""), [finding("host-unreachable", spec.host, "preflight", why)], [], facts=False
+            )
         else:
             plans[name] = build_plan(spec, findings, report)
     for plan in plans.values():

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from instinct_fleet.paths import RESTART_FILES
+from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
 
 MARK = "@@instinct-fleet:"
@@ -271,56 +272,122 @@ def script(token_path: str) -> str:
     return f"{SCRIPT}; printf '\\n%s\\n' '{MARK}hf-token'; test -r {shlex.quote(token_path)} && echo present; true"
 
 
-def hard_problems(report: HostReport, spec: HostSpec) -> list[str]:
-    """Why this host cannot serve its instances, each with how to fix it. Empty when it can."""
+def hard_problems(report: HostReport, spec: HostSpec) -> list[Finding]:
+    """Why this host cannot serve its instances, each with its rule and how to fix it. Empty when it can."""
+    host = spec.host
     problems = []
     if not report.is_debian_family:
         problems.append(
-            f"the host runs {report.os_id or 'an unknown OS'}; instinct-fleet installs packages and regenerates GRUB on Debian and Ubuntu only"
+            finding(
+                "host-os",
+                host,
+                "preflight.os",
+                f"the host runs {report.os_id or 'an unknown OS'}; instinct-fleet installs packages and regenerates GRUB on Debian and Ubuntu only",
+            )
         )
     if report.smi is None:
         problems.append(
-            "no AMD GPU found: neither amd-smi nor rocm-smi is installed. Install ROCm (amdgpu-install --usecase=rocm) "
-            "or remove the host from the inventory"
+            finding(
+                "host-gpu",
+                host,
+                "preflight.smi",
+                "no AMD GPU found: neither amd-smi nor rocm-smi is installed. Install ROCm (amdgpu-install --usecase=rocm) "
+                "or remove the host from the inventory",
+            )
         )
     elif report.smi_error:
-        problems.append(report.smi_error)
+        problems.append(finding("host-gpu", host, "preflight.smi", report.smi_error))
     elif not report.gpus:
-        problems.append(f"{report.smi} lists no GPU: check that the amdgpu driver is loaded (dmesg | grep amdgpu)")
+        problems.append(
+            finding(
+                "host-gpu",
+                host,
+                "preflight.smi",
+                f"{report.smi} lists no GPU: check that the amdgpu driver is loaded (dmesg | grep amdgpu)",
+            )
+        )
     if not report.kfd:
         problems.append(
-            "/dev/kfd is missing: the amdgpu kernel driver is not loaded. Install amdgpu-dkms or load the module (modprobe amdgpu)"
+            finding(
+                "host-driver",
+                host,
+                "preflight./dev/kfd",
+                "/dev/kfd is missing: the amdgpu kernel driver is not loaded. Install amdgpu-dkms or load the module (modprobe amdgpu)",
+            )
         )
     if report.smi is not None and not report.amdgpu_loaded:
-        problems.append("the amdgpu module is not live (/sys/module/amdgpu/initstate): modprobe amdgpu, then check dmesg")
+        problems.append(
+            finding(
+                "host-driver",
+                host,
+                "preflight.amdgpu",
+                "the amdgpu module is not live (/sys/module/amdgpu/initstate): modprobe amdgpu, then check dmesg",
+            )
+        )
     if problems:
         return problems
     models = sorted({g.model or g.market_name for g in report.gpus})
     if models != [spec.gpu_model]:
-        problems.append(f"gpu_model is {spec.gpu_model} but {report.smi} reports {', '.join(models)}: set gpu_model for this host or group")
+        problems.append(
+            finding(
+                "host-gpu-model",
+                host,
+                "gpu_model",
+                f"gpu_model is {spec.gpu_model} but {report.smi} reports {', '.join(models)}: set gpu_model for this host or group",
+            )
+        )
     needed = max([g + 1 for svc in spec.services for g in svc.gpus] or [0])
     if len(report.gpus) < max(needed, spec.gpu_count):
         problems.append(
-            f"{len(report.gpus)} GPUs visible, but gpu_count is {spec.gpu_count} and the instances use GPU indices up to {needed - 1}. "
-            f"Check the partition mode (compute {report.compute_partition or 'unknown'}) with amd-smi static --partition, or lower gpu_count"
+            finding(
+                "host-gpu-count",
+                host,
+                "gpu_count",
+                f"{len(report.gpus)} GPUs visible, but gpu_count is {spec.gpu_count} and the instances use GPU indices up to {needed - 1}. "
+                f"Check the partition mode (compute {report.compute_partition or 'unknown'}) with amd-smi static --partition, or lower gpu_count",
+            )
         )
     cluster = spec.settings.cluster
     if cluster is not None and len(report.gpus) > spec.gpu_count:
         problems.append(
-            f"{len(report.gpus)} GPUs visible but gpu_count is {spec.gpu_count}: Ray would offer them all to the cluster; "
-            "set gpu_count to the GPUs of each node"
+            finding(
+                "host-gpu-count",
+                host,
+                "gpu_count",
+                f"{len(report.gpus)} GPUs visible but gpu_count is {spec.gpu_count}: Ray would offer them all to the cluster; "
+                "set gpu_count to the GPUs of each node",
+            )
         )
     if cluster is not None and cluster.nic is not None and cluster.nic not in report.addresses:
         have = ", ".join(sorted(report.addresses)) or "none with IPv4"
         problems.append(
-            f"cluster_nic {cluster.nic} has no IPv4 address on this host (interfaces: {have}): set cluster_nic for this host or group"
+            finding(
+                "host-cluster-nic",
+                host,
+                "cluster_nic",
+                f"cluster_nic {cluster.nic} has no IPv4 address on this host (interfaces: {have}): set cluster_nic for this host or group",
+            )
         )
     if cluster is not None and cluster.infiniband and not report.infiniband:
-        problems.append("infiniband is True but /dev/infiniband is missing: install the RDMA drivers (rdma-core) or set infiniband = False")
+        problems.append(
+            finding(
+                "host-driver",
+                host,
+                "infiniband",
+                "infiniband is True but /dev/infiniband is missing: install the RDMA drivers (rdma-core) or set infiniband = False",
+            )
+        )
     used = range(spec.gpu_count) if cluster is not None else sorted({g for svc in spec.services for g in svc.gpus})
     missing = sorted({g for g in used if g < len(report.gpus) and report.gpus[g].render_node is None})
     if missing:
-        problems.append(f"no /dev/dri render node found for GPUs {missing}: check /dev/dri/by-path and the udev rules of the amdgpu driver")
+        problems.append(
+            finding(
+                "host-driver",
+                host,
+                "preflight./dev/dri",
+                f"no /dev/dri render node found for GPUs {missing}: check /dev/dri/by-path and the udev rules of the amdgpu driver",
+            )
+        )
     return problems
 
 

@@ -34,6 +34,11 @@ class Finding:
         where = f"{self.host}: " if self.host else ""
         return f"{self.severity}: {where}{self.key}: {self.message} [{self.rule}]"
 
+    @property
+    def brief(self) -> str:
+        """The finding without severity and host, for a line that already names the host."""
+        return f"{self.key}: {self.message} [{self.rule}]"
+
 
 _RULES = (
     Rule("schema", "error", "group_data values must have the documented type (README, Variables)."),
@@ -150,7 +155,38 @@ _RULES = (
     Rule("allow-from", "error", "`vllm_allow_from` takes IP addresses or networks (10.0.0.0/8), which become nftables set elements."),
 )
 
-RULES: dict[str, Rule] = {r.id: r for r in _RULES}
+# Found by preflight, on the host's own facts (one read per host), before anything changes.
+_HOST_RULES = (
+    Rule(
+        "host-unreachable", "error", "The preflight facts could not be read: the host is down, refuses SSH or hangs past command_timeout."
+    ),
+    Rule(
+        "host-os", "error", "instinct-fleet installs packages with apt and regenerates GRUB the Debian way: Debian and Ubuntu hosts only."
+    ),
+    Rule("host-gpu", "error", "amd-smi (or rocm-smi) must be installed and list the host's GPUs (ROCm installed, 002 prerequisites)."),
+    Rule(
+        "host-driver", "error", "The amdgpu driver must be live with /dev/kfd and a /dev/dri render node per GPU, which the containers get."
+    ),
+    Rule("host-gpu-model", "error", "`gpu_model` must be what amd-smi reports: the recipes' settings are per GPU generation."),
+    Rule(
+        "host-gpu-count",
+        "error",
+        "The host must show `gpu_count` GPUs in its partition mode; a cluster node exactly that many, as Ray offers them all.",
+    ),
+    Rule(
+        "host-cluster-nic", "error", "`cluster_nic` must carry an IPv4 address on every member: it becomes VLLM_HOST_IP and Ray's node IP."
+    ),
+    Rule(
+        "host-cluster-member",
+        "error",
+        "A cluster member needs every peer's facts (addresses, GPUs); one unreachable member stops its cluster.",
+    ),
+    Rule("host-reboot-required", "warning", "The GRUB drop-in changed the kernel command line; it takes effect at the next boot."),
+    Rule("host-numa-balancing", "warning", "The kernel has no kernel.numa_balancing, so there is nothing to turn off."),
+    Rule("host-hf-token", "warning", "Without a token at `hf_token_path`, gated models (Llama) fail to download."),
+)
+
+RULES: dict[str, Rule] = {r.id: r for r in (*_RULES, *_HOST_RULES)}
 
 
 def finding(rule: str, host: str | None, key: str, message: str) -> Finding:

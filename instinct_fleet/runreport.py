@@ -29,7 +29,7 @@ def summary_rows(fleet: FleetPlan, hosts: list[str], failed: set[str]) -> list[d
         if plan is None:
             fleet.roll.note(name, "not reachable: no preflight facts (see the connection error above)")
         elif not plan.ok:
-            fleet.roll.note(name, "preflight: " + "; ".join(plan.errors))
+            fleet.roll.note(name, "preflight: " + "; ".join(e.brief for e in plan.errors))
     instances = {}
     for name in hosts:
         plan = fleet.plans.get(name)

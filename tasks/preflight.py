@@ -9,6 +9,6 @@ from instinct_fleet.hostplan import plan_for
 plan = plan_for(host)
 logger.info(f"{host.name}: {plan.summary()}")
 for warning in plan.warnings:
-    logger.warning(f"{host.name}: {warning}")
+    logger.warning(f"{host.name}: {warning.brief}")
 if not plan.ok:
-    operations.fail(name="Preflight", message=f"{host.name} cannot serve: " + "; ".join(plan.errors))
+    operations.fail(name="Preflight", message=f"{host.name} cannot serve: " + "; ".join(e.brief for e in plan.errors))

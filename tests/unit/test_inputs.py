@@ -182,7 +182,8 @@ def test_bad_input_contacts_no_host(tmp_path: Path) -> None:
 
 def test_a_host_with_unreadable_facts_gets_a_plan_that_says_so() -> None:
     plans = plan_inventory([HostData("h1", (), {})], {"h1"}, lambda specs: dict.fromkeys(specs))
-    assert not plans["h1"].ok and "no preflight facts" in plans["h1"].errors[0]
+    assert not plans["h1"].ok and "no preflight facts" in plans["h1"].errors[0].message
+    assert plans["h1"].errors[0].rule == "host-unreachable"
 
 
 def test_plain_pyinfra_refuses_bad_input_before_connecting(tmp_path: Path) -> None:

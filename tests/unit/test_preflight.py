@@ -89,7 +89,9 @@ def test_without_by_path_links_render_nodes_follow_pci_order() -> None:
 def test_amd_smi_without_root_says_so() -> None:
     report = preflight.parse_report(mi300x_host(amd_smi_static=body("amd-smi-static-json-nonroot_mi300x-x8_rocm7.2.1_amdsmi26.2.2.txt")))
     problems = preflight.hard_problems(report, spec())  # type: ignore[arg-type]
-    assert problems == ["amd-smi answered N/A for every GPU: it needs root (run pyinfra with --sudo or as root)"]
+    assert [(p.rule, p.message) for p in problems] == [
+        ("host-gpu", "amd-smi answered N/A for every GPU: it needs root (run pyinfra with --sudo or as root)")
+    ]
 
 
 def test_rocm_smi_is_the_fallback() -> None:
@@ -104,30 +106,32 @@ def test_rocm_smi_is_the_fallback() -> None:
 def test_host_without_gpu_fails_with_how_to_fix() -> None:
     report = preflight.parse_report(output(os_release="ID=debian", cmdline="ro quiet"))
     problems = preflight.hard_problems(report, spec())  # type: ignore[arg-type]
-    assert problems[0].startswith("no AMD GPU found: neither amd-smi nor rocm-smi is installed. Install ROCm")
-    assert problems[1].startswith("/dev/kfd is missing")
-    assert len(problems) == 2
+    assert problems[0].message.startswith("no AMD GPU found: neither amd-smi nor rocm-smi is installed. Install ROCm")
+    assert problems[1].message.startswith("/dev/kfd is missing")
+    assert [p.rule for p in problems] == ["host-gpu", "host-driver"] and all(p.host == "h1" for p in problems)
 
 
 @pytest.mark.parametrize(
-    ("data", "fragment"),
+    ("data", "fragment", "rule", "key"),
     [
-        ({"gpu_model": "MI355X"}, "gpu_model is MI355X but amd-smi reports MI300X"),
-        ({"gpu_count": 16}, "8 GPUs visible, but gpu_count is 16"),
-        ({"vllm_instances": [{"name": "x", "gpus": [9]}]}, "instances use GPU indices up to 9"),
+        ({"gpu_model": "MI355X"}, "gpu_model is MI355X but amd-smi reports MI300X", "host-gpu-model", "gpu_model"),
+        ({"gpu_count": 16}, "8 GPUs visible, but gpu_count is 16", "host-gpu-count", "gpu_count"),
+        ({"vllm_instances": [{"name": "x", "gpus": [9]}]}, "instances use GPU indices up to 9", "host-gpu-count", "gpu_count"),
     ],
 )
-def test_mismatched_hosts_fail_with_the_variable_to_change(data: dict[str, object], fragment: str) -> None:
+def test_mismatched_hosts_fail_with_the_variable_to_change(data: dict[str, object], fragment: str, rule: str, key: str) -> None:
     report = preflight.parse_report(mi300x_host())
     host, _ = resolve_host("h1", data)
     problems = preflight.hard_problems(report, host)
-    assert any(fragment in p for p in problems), problems
+    assert any(fragment in p.message and p.rule == rule and p.key == key for p in problems), problems
 
 
 def test_other_distributions_are_refused_plainly() -> None:
     report = preflight.parse_report(mi300x_host(os_release='ID="ol"\nID_LIKE="fedora"'))
     problems = preflight.hard_problems(report, spec())  # type: ignore[arg-type]
-    assert problems == ["the host runs ol; instinct-fleet installs packages and regenerates GRUB on Debian and Ubuntu only"]
+    assert [(p.rule, p.message) for p in problems] == [
+        ("host-os", "the host runs ol; instinct-fleet installs packages and regenerates GRUB on Debian and Ubuntu only")
+    ]
 
 
 def plan(data: dict[str, object], report: preflight.HostReport) -> HostPlan:
@@ -140,15 +144,15 @@ def test_plan_reports_warnings_packages_and_stale_units() -> None:
     assert plan_.ok
     assert plan_.missing_packages == ["docker.io", "linux-tools-common", "linux-tools-generic"]
     assert plan_.stale_units == ["ray-worker", "vllm-old"]  # this host left its cluster too
-    assert any("reboot required" in w for w in plan_.warnings)
-    assert any("no Hugging Face token" in w for w in plan_.warnings)
+    assert {w.rule for w in plan_.warnings} == {"host-reboot-required", "host-hf-token"}
+    assert any("reboot required" in w.message for w in plan_.warnings)
     assert plan_.group_ids == [44, 993]
 
 
 def test_invalid_input_stops_the_plan_before_the_host_is_judged() -> None:
     report = preflight.parse_report(output())
     plan_ = plan({"vllm_args": {"tensor-paralel-size": 2}}, report)
-    assert len(plan_.errors) == 1 and "flag-unknown" in plan_.errors[0]
+    assert [e.rule for e in plan_.errors] == ["flag-unknown"]
 
 
 CLUSTER = {"ray_cluster": "c", "cluster_nic": "eth0", "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2, "nccl_ib_hca": "mlx5_0"}
@@ -191,13 +195,16 @@ def test_cluster_members_learn_addresses_from_facts() -> None:
 def test_cluster_member_with_more_gpus_than_gpu_count_is_refused() -> None:
     report = preflight.parse_report(mi300x_host(interfaces=interfaces("172.17.0.6")))
     host, _ = resolve_host("w1", {**CLUSTER, "ray_role": "worker", "gpu_count": 4, "vllm_args": {"tensor-parallel-size": 4}})
-    assert any("8 GPUs visible but gpu_count is 4" in p for p in preflight.hard_problems(report, host))
+    assert any("8 GPUs visible but gpu_count is 4" in p.message for p in preflight.hard_problems(report, host))
 
 
 def test_cluster_member_without_the_nic_fails_with_its_interfaces() -> None:
     plans = cluster_plans("2: ib0    inet 10.9.0.6/16 scope global ib0")
     assert not plans["w1"].ok
-    assert any("cluster_nic eth0 has no IPv4 address on this host (interfaces: ib0)" in e for e in plans["w1"].errors)
+    assert any(
+        "cluster_nic eth0 has no IPv4 address on this host (interfaces: ib0)" in e.message and e.rule == "host-cluster-nic"
+        for e in plans["w1"].errors
+    )
 
 
 def test_script_probes_the_configured_token_path() -> None:
@@ -218,3 +225,16 @@ def test_any_probe_output_parses_without_raising(sections: dict[str, str]) -> No
 def test_any_amd_smi_json_shape_parses_without_raising(value: object) -> None:
     report = preflight.parse_report(mi300x_host(amd_smi_static=json.dumps(value), amd_smi_version=json.dumps(value)))
     assert report.smi == "amd-smi"
+
+
+def test_a_kernel_without_numa_balancing_is_a_warning_not_a_failure() -> None:
+    plan_ = plan({}, preflight.parse_report(mi300x_host(numa_balancing="")))
+    assert plan_.ok and "host-numa-balancing" in {w.rule for w in plan_.warnings}
+
+
+def test_an_unreachable_member_stops_its_cluster_with_the_members_name() -> None:
+    hosts = [HostData("head", (), {**CLUSTER, "ray_role": "head"}), HostData("w1", (), {**CLUSTER, "ray_role": "worker"})]
+    head = preflight.parse_report(mi300x_host(interfaces=interfaces("172.17.0.5")))
+    plans = plan_inventory(hosts, {"head"}, lambda specs: {"head": head, "w1": None})
+    (error,) = plans["head"].errors
+    assert (error.rule, error.host, error.key) == ("host-cluster-member", "head", "ray_cluster") and "w1" in error.message

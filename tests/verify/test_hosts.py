@@ -33,7 +33,7 @@ def managed_files(target: Target) -> dict[str, str | None]:
 
 
 def test_preflight_passes(target: Target) -> None:
-    assert target.plan.ok, f"{target.name} fails preflight: {target.plan.errors}"
+    assert target.plan.ok, f"{target.name} fails preflight: {[e.brief for e in target.plan.errors]}"
 
 
 def test_managed_files_hold_exactly_what_the_deploy_renders(target: Target) -> None:
