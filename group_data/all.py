@@ -65,14 +65,17 @@ image_pull_timeout = 3600
 # Set kernel.numa_balancing=0 now and in /etc/sysctl.d (004, AMD MAD).
 tune_numa_balancing = True
 
-# Add iommu=pt and pci=realloc=off to the kernel command line through a GRUB drop-in.
+# Add iommu=pt and pci=realloc=off to the kernel command line through a GRUB drop-in. No seed
+# has this step: it comes from AMD's MI300X system optimization guide (ROCm documentation, GRUB
+# settings), which the project follows.
 tune_kernel_cmdline = True
 
 # Reboot when the kernel command line changed; when False the deploy reports that a reboot is
 # required.
 tune_reboot = False
 
-# Disable deep CPU C-states (cpupower idle-set -d 2) from a oneshot unit.
+# Disable deep CPU C-states (cpupower idle-set -d 2) from a oneshot unit. Not in the seeds:
+# AMD's MI300X system optimization guide (ROCm documentation), which the project follows.
 tune_cpu_idle = True
 
 # Locked-memory limit for dockerd and the vLLM containers: `True` is unlimited (RCCL pins
@@ -132,7 +135,9 @@ nccl_ib_hca = None
 # RoCE GID index (NCCL_IB_GID_INDEX), usually 3 for RoCE v2.
 nccl_ib_gid_index = None
 
-# GPUDirect RDMA level (NCCL_NET_GDR_LEVEL), e.g. 3 or `PHB`.
+# GPUDirect RDMA level (NCCL_NET_GDR_LEVEL), e.g. 3 or `PHB`. 002 writes `RCCL_NET_GDR_LEVEL=2`;
+# RCCL keeps NCCL's variable names and documents this one as NCCL_NET_GDR_LEVEL, so set 2 here
+# to follow 002.
 nccl_net_gdr_level = None
 
 # NCCL_MIN_NCHANNELS in a cluster: more channels for MI300X collectives (002 RCCL).

@@ -285,7 +285,7 @@ class FleetVars(_Strict):
     )
     tune_kernel_cmdline: StrictBool = Field(
         default=True,
-        description="Add iommu=pt and pci=realloc=off to the kernel command line through a GRUB drop-in.",
+        description="Add iommu=pt and pci=realloc=off to the kernel command line through a GRUB drop-in. No seed has this step: it comes from AMD's MI300X system optimization guide (ROCm documentation, GRUB settings), which the project follows.",
     )
     tune_reboot: StrictBool = Field(
         default=False,
@@ -293,7 +293,7 @@ class FleetVars(_Strict):
     )
     tune_cpu_idle: StrictBool = Field(
         default=True,
-        description="Disable deep CPU C-states (cpupower idle-set -d 2) from a oneshot unit.",
+        description="Disable deep CPU C-states (cpupower idle-set -d 2) from a oneshot unit. Not in the seeds: AMD's MI300X system optimization guide (ROCm documentation), which the project follows.",
     )
     tune_memlock: Memlock = Field(
         default=True,
@@ -349,7 +349,7 @@ class FleetVars(_Strict):
     )
     nccl_net_gdr_level: GdrLevel | None = Field(
         default=None,
-        description="GPUDirect RDMA level (NCCL_NET_GDR_LEVEL), e.g. 3 or `PHB`.",
+        description="GPUDirect RDMA level (NCCL_NET_GDR_LEVEL), e.g. 3 or `PHB`. 002 writes `RCCL_NET_GDR_LEVEL=2`; RCCL keeps NCCL's variable names and documents this one as NCCL_NET_GDR_LEVEL, so set 2 here to follow 002.",
     )
     nccl_min_nchannels: Annotated[StrictInt, Field(ge=1, le=256)] | None = Field(
         default=112,

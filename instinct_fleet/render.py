@@ -339,7 +339,7 @@ def memlock_systemd(setting: bool | int) -> str | None:
 
 def grub_drop_in() -> str:
     args = " ".join(KERNEL_ARGS)
-    return f'# Managed by instinct-fleet: IOMMU pass-through and no PCI BAR reallocation for MI300X (AMD MAD, 002).\nGRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT {args}"\n'
+    return f'# Managed by instinct-fleet: IOMMU pass-through and no PCI BAR reallocation for MI300X (AMD MI300X system optimization guide).\nGRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT {args}"\n'
 
 
 def sysctl_file() -> str:

@@ -98,6 +98,16 @@ _RULES = (
         "error",
         "Instances sharing a GPU must each set --gpu-memory-utilization and together stay at or below 1.0 (002 packing example).",
     ),
+    Rule(
+        "awq-rocm",
+        "error",
+        "AWQ on ROCm runs the Triton kernels (VLLM_USE_TRITON_AWQ=1) with float16 activations (--dtype auto or float16) (002 AWQ).",
+    ),
+    Rule(
+        "spec-tokens",
+        "warning",
+        "More speculative tokens lower the draft acceptance rate and the throughput; 002 advises num_speculative_tokens <= 2.",
+    ),
     Rule("port-overlap", "error", "Two instances on one host cannot listen on the same port."),
     Rule(
         "dp-rocm-settings",
@@ -118,12 +128,12 @@ _RULES = (
     Rule(
         "cluster-nic",
         "error",
-        "A cluster needs `cluster_nic`: otherwise RCCL and Gloo pick an interface themselves, often docker0 or a management NIC (002).",
+        "A cluster needs `cluster_nic`: otherwise RCCL and Gloo pick an interface themselves, often docker0 or a management NIC. The project's choice (RCCL/NCCL documentation of NCCL_SOCKET_IFNAME); 002 does not cover it.",
     ),
     Rule(
         "rccl-unset",
         "warning",
-        "Without NCCL_IB_HCA RCCL sends cross-node traffic over TCP sockets on `cluster_nic`: a fraction of the RDMA bandwidth (002 RCCL).",
+        "Without NCCL_IB_HCA RCCL sends cross-node traffic over TCP sockets on `cluster_nic`: a fraction of the RDMA bandwidth. The project's choice (RCCL documentation); 002 only covers GPUDirect RDMA (RCCL_NET_GDR_LEVEL).",
     ),
     Rule("ray-ports", "error", "Ray's pinned ports must not collide with a vLLM port on the same host."),
     Rule(

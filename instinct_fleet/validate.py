@@ -176,6 +176,8 @@ def _flag_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> l
             found.append(finding("value-domain", host, where, f"is a switch: use true or false, not {value!r}"))
         elif spec.choices and not spec.accepts(str(value)):
             found.append(finding("value-domain", host, where, _not_a_choice(str(value), spec, table.version)))
+        elif flag == "speculative-config" and not isinstance(value, bool):
+            found += _json_config_findings(host, where, str(value), None, table.version)
         elif spec.json_fields is not None and not isinstance(value, bool):
             found += _json_config_findings(host, where, str(value), spec.json_fields, table.version)
     return found
@@ -188,15 +190,19 @@ def _not_a_choice(value: str, spec: knowledge.Flag, version: str) -> str:
     return f"{value!r} is not a choice in vLLM {version}{hint} Choices: {shown}"
 
 
-def _json_config_findings(host: str | None, where: str, value: str, fields: dict[str, knowledge.Flag], version: str) -> list[Finding]:
-    """A JSON config flag: vLLM parses it into a config that forbids unknown keys, at start-up."""
+def _json_config_findings(
+    host: str | None, where: str, value: str, fields: dict[str, knowledge.Flag] | None, version: str
+) -> list[Finding]:
+    """A JSON config flag: vLLM parses it into a config that forbids unknown keys (``fields``; None: any key), at start-up."""
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
         return [finding("value-domain", host, where, f"is not valid JSON ({exc.msg} at character {exc.pos}): {value!r}")]
     if not isinstance(parsed, dict):
         return [finding("value-domain", host, where, f'must be a JSON object such as {{"key": value}}, got {value!r}')]
-    found = []
+    found: list[Finding] = []
+    if fields is None:
+        return found
     for key, item in parsed.items():
         field = fields.get(key)
         if field is None:
@@ -299,6 +305,45 @@ def _parallel_findings(svc: ServiceSpec, gpu_count: int, table: knowledge.VllmKn
     return found
 
 
+MAX_SPECULATIVE_TOKENS = 2  # 002: more draft tokens lower the acceptance rate and the throughput
+AWQ_DTYPES = ("auto", "float16", "half")
+
+
+def _quantization_findings(svc: ServiceSpec) -> list[Finding]:
+    """Settings a quantization method or a draft model needs on ROCm (002 quantization and speculative decoding)."""
+    found: list[Finding] = []
+    host, key = svc.host, f"{svc.name}.args"
+    if str(svc.args.get("quantization", "")).lower() == "awq":
+        dtype = str(svc.args.get("dtype", "auto"))
+        if dtype not in AWQ_DTYPES:
+            found.append(
+                finding(
+                    "awq-rocm", host, f"{key}.--dtype", f"AWQ kernels take float16 activations: use --dtype auto or float16, not {dtype}"
+                )
+            )
+        if svc.env.get("VLLM_USE_TRITON_AWQ") not in TRUE:
+            found.append(
+                finding("awq-rocm", host, f"{svc.name}.env.VLLM_USE_TRITON_AWQ", "set it to 1: ROCm runs AWQ with the Triton kernels")
+            )
+    raw = svc.args.get("speculative-config")
+    if isinstance(raw, str):
+        try:
+            spec = json.loads(raw)
+        except json.JSONDecodeError:
+            spec = None  # a flag that does not parse is value-domain's business
+        tokens = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+        if isinstance(tokens, int) and tokens > MAX_SPECULATIVE_TOKENS:
+            found.append(
+                finding(
+                    "spec-tokens",
+                    host,
+                    f"{key}.--speculative-config.num_speculative_tokens",
+                    f"{tokens} draft tokens: more tokens lower the acceptance rate and the throughput; keep it at {MAX_SPECULATIVE_TOKENS} or below",
+                )
+            )
+    return found
+
+
 def validate_service(svc: ServiceSpec, gpu_count: int) -> list[Finding]:
     try:
         table: knowledge.VllmKnowledge | None = knowledge.load(svc.version)
@@ -308,6 +353,7 @@ def validate_service(svc: ServiceSpec, gpu_count: int) -> list[Finding]:
         *_env_findings(svc, table),
         *_flag_findings(svc, table),
         *_domain_findings(svc),
+        *_quantization_findings(svc),
         *_parallel_findings(svc, gpu_count, table),
     ]
 

@@ -41,6 +41,14 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {**V011, "vllm_env": {"VLLM_USE_AITER_UNIFIED_ATTENTION": "1", "VLLM_ROCM_USE_AITER_MHA": None}},
         {**V011, "vllm_env": {"VLLM_USE_AITER_UNIFIED_ATTENTION": "1", "VLLM_ROCM_USE_AITER_MHA": "0"}},
     ),
+    "awq-rocm": (
+        {"vllm_recipe": "llama-3.1-70b-awq", "vllm_args": {"dtype": "bfloat16"}, "vllm_env": {"VLLM_USE_TRITON_AWQ": None}},
+        {"vllm_recipe": "llama-3.1-70b-awq", "vllm_args": {"dtype": "float16"}},
+    ),
+    "spec-tokens": (
+        {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_args": {"speculative-config": {"method": "eagle3", "num_speculative_tokens": 5}}},
+        {"vllm_recipe": "llama-3.1-8b-eagle3"},
+    ),
     "env-unread": (
         {"vllm_env": {"VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1"}},
         {"vllm_args": {"attention-backend": "ROCM_AITER_UNIFIED_ATTN"}},

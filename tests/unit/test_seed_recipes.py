@@ -57,6 +57,33 @@ SEED_002_DPEP = (
     "--data-parallel-size 8 --enable-expert-parallel --disable-nccl-for-dp-synchronization"
 )
 
+# The five further commands of 002 and the single-node 405B of 004.
+SEED_002_DSA = "VLLM_ROCM_USE_AITER=1 vllm serve deepseek-ai/DeepSeek-V3.2 --block-size 1 --tensor-parallel-size 8"
+SEED_002_VL = (
+    "vllm serve Qwen/Qwen3-VL-235B-A22B-Instruct --tensor-parallel-size 8 --mm-encoder-tp-mode data "
+    "--enable-expert-parallel --max-model-len 32768"
+)
+SEED_002_FA = (
+    "VLLM_ROCM_USE_AITER=1 VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT=1 vllm serve meta-llama/Llama-3.3-70B-Instruct "
+    "--attention-backend ROCM_AITER_FA"
+)
+SEED_002_PTPC = "vllm serve meta-llama/Llama-3.1-70B-Instruct --quantization ptpc_fp8 --dtype auto --tensor-parallel-size 4"
+SEED_002_EAGLE = (
+    "vllm serve meta-llama/Llama-3.1-8B-Instruct --trust-remote-code --swap-space 16 --disable-log-requests "
+    "--tensor-parallel-size 1 --distributed-executor-backend mp --dtype float16 --quantization fp8 --kv-cache-dtype fp8 "
+    "--no-enable-chunked-prefill --max-num-seqs 300 --max-num-batched-tokens 131072 --gpu-memory-utilization 0.8 "
+    '--speculative_config \'{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", '
+    '"num_speculative_tokens": 2, "draft_tensor_parallel_size": 1, "dtype": "float16"}\' --port 8001'
+)
+SEED_002_AWQ = (
+    "VLLM_USE_TRITON_AWQ=1 vllm serve hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4 --quantization awq "
+    "--tensor-parallel-size 1 --dtype auto"
+)
+SEED_004_405B = (
+    "VLLM_RPC_TIMEOUT=30000 VLLM_USE_TRITON_FLASH_ATTN=0 vllm serve meta-llama/Llama-3.1-405B-Instruct-FP8 -tp 8 "
+    "--max-seq-len-to-capture 16384 --enable-chunked-prefill=False --num-scheduler-step 15 --max-num-seqs 1024"
+)
+
 
 def rendered(recipe: str) -> dict[str, object]:
     nodes = all_recipes()[recipe].nodes
@@ -99,7 +126,15 @@ def seed_pairs(command: str) -> tuple[dict[str, str], str | None, dict[str, str 
 
 @pytest.mark.parametrize(
     ("recipe", "command"),
-    [("gpt-oss-120b", SEED_000), ("llama-3.1-405b-pp2", SEED_002_PP), ("deepseek-r1", SEED_002_MLA)],
+    [
+        ("gpt-oss-120b", SEED_000),
+        ("llama-3.1-405b-pp2", SEED_002_PP),
+        ("deepseek-r1", SEED_002_MLA),
+        ("deepseek-v3.2", SEED_002_DSA),
+        ("qwen3-vl", SEED_002_VL),
+        ("llama-3.3-70b-fp8", SEED_002_FA),
+        ("llama-3.1-70b-awq", SEED_002_AWQ),
+    ],
 )
 def test_recipe_contains_seed_exactly(recipe: str, command: str) -> None:
     out = rendered(recipe)
@@ -122,7 +157,13 @@ def test_gpt_oss_120b_is_exactly_the_seed() -> None:
 
 @pytest.mark.parametrize(
     ("recipe", "command"),
-    [("gpt-oss-120b-unified", SEED_001), ("llama-3.1-70b", SEED_004), ("deepseek-r1-dp-ep", SEED_002_DPEP)],
+    [
+        ("gpt-oss-120b-unified", SEED_001),
+        ("llama-3.1-70b", SEED_004),
+        ("deepseek-r1-dp-ep", SEED_002_DPEP),
+        ("llama-3.1-8b-eagle3", SEED_002_EAGLE),
+        ("llama-3.1-405b-fp8", SEED_004_405B),
+    ],
 )
 def test_translated_recipe_keeps_or_documents_every_seed_setting(recipe: str, command: str) -> None:
     out = rendered(recipe)
@@ -139,6 +180,74 @@ def test_translated_recipe_keeps_or_documents_every_seed_setting(recipe: str, co
         full = flag.replace("--no-", "--")
         kept = got.get(flag, "MISSING") == value
         assert kept or flag in translated or full in translated, flag
+
+
+RENDERED = {
+    # recipe -> the exact env and argv it renders (after the model), so a change to a recipe is a change to this table
+    "deepseek-v3.2": (
+        {"VLLM_ROCM_USE_AITER": "1", "NCCL_MIN_NCHANNELS": "112"},
+        "--tensor-parallel-size 8 --block-size 1 --port 8000",
+    ),
+    "qwen3-vl": (
+        {"VLLM_ROCM_USE_AITER": "1", "NCCL_MIN_NCHANNELS": "112"},
+        "--tensor-parallel-size 8 --mm-encoder-tp-mode data --enable-expert-parallel --max-model-len 32768 --port 8000",
+    ),
+    "llama-3.3-70b-fp8": (
+        {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT": "1", "TORCH_BLAS_PREFER_HIPBLASLT": "1"},
+        "--attention-backend ROCM_AITER_FA --quantization ptpc_fp8 --dtype auto --kv-cache-dtype fp8 --tensor-parallel-size 1 "
+        "--gpu-memory-utilization 0.95 --max-model-len 8192 --port 8000",
+    ),
+    "llama-3.1-8b-eagle3": (
+        {},
+        "--trust-remote-code --tensor-parallel-size 1 --distributed-executor-backend mp --dtype float16 --quantization fp8 "
+        "--kv-cache-dtype fp8 --no-enable-chunked-prefill --max-num-seqs 300 --max-num-batched-tokens 131072 "
+        "--gpu-memory-utilization 0.8 --speculative-config "
+        '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 2, '
+        '"draft_tensor_parallel_size": 1, "dtype": "float16"} --port 8001',
+    ),
+    "llama-3.1-70b-awq": (
+        {"VLLM_USE_TRITON_AWQ": "1"},
+        "--quantization awq --tensor-parallel-size 1 --dtype auto --port 8000",
+    ),
+    "llama-3.1-405b-fp8": (
+        {"VLLM_ROCM_USE_AITER": "1", "NCCL_MIN_NCHANNELS": "112", "TORCH_BLAS_PREFER_HIPBLASLT": "1"},
+        "--tensor-parallel-size 8 --attention-backend ROCM_AITER_FA --no-enable-chunked-prefill --max-num-seqs 1024 --port 8000",
+    ),
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(RENDERED))
+def test_new_seed_recipes_render_exactly(recipe: str) -> None:
+    out = rendered(recipe)
+    env, argv = RENDERED[recipe]
+    assert out["env"] == env
+    assert out["vllm_args"] == _split(argv)
+
+
+def _split(argv: str) -> list[str]:
+    """The argv a flag string stands for; the JSON value of --speculative-config is one word."""
+    if "{" not in argv:
+        return argv.split()
+    head, rest = argv.split(" {", 1)
+    body, tail = rest.rsplit("} ", 1)
+    return [*head.split(), "{" + body + "}", *tail.split()]
+
+
+def test_every_recipe_validates_cleanly_on_every_version_it_can_run() -> None:
+    for name, recipe in all_recipes().items():
+        if recipe.nodes > 1:
+            planned = check_cluster({"vllm_recipe": name, "vllm_nodes": recipe.nodes}, recipe.nodes)
+            findings = [f for _, fs in planned for f in fs]
+        else:
+            findings = check({"vllm_recipe": name})[1]
+        assert [str(f) for f in findings] == [], name
+
+
+def test_llama_recipes_select_aiter_flash_attention_explicitly() -> None:
+    # 0.22.0's ROCm backend priority puts ROCM_ATTN first for MHA models, AITER or not.
+    for name in ("llama-3.1-70b", "llama-3.1-405b-fp8", "llama-3.3-70b-fp8"):
+        argv = rendered(name)["vllm_args"]
+        assert argv[argv.index("--attention-backend") + 1] == "ROCM_AITER_FA", name  # type: ignore[union-attr]
 
 
 def test_unified_recipe_uses_the_backend_the_newest_guide_gives() -> None:
@@ -175,6 +284,9 @@ def test_every_recipe_names_its_seed_and_a_reason_for_each_setting() -> None:
         SEED_002_PP,
         SEED_002_MLA,
         SEED_002_DPEP,
+        SEED_002_DSA,
+        SEED_002_PTPC,
+        SEED_004_405B,
         "CUDA_VISIBLE_DEVICES=2,3 vllm serve /path/to/model --dtype float16 --tensor-parallel-size 2 --port 8001",
         "VLLM_ROCM_USE_AITER=1 VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT=1 vllm serve meta-llama/Llama-3.3-70B-Instruct "
         "--attention-backend ROCM_AITER_FA",
