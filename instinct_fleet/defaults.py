@@ -164,6 +164,11 @@ RollingBatch = Annotated[int | str, PlainValidator(_rolling_batch)]
 EnvValue = Annotated[str | None, PlainValidator(_scalar)]
 ArgInput = Annotated[Any, PlainValidator(_arg)]
 Command = Annotated[StrictStr, Field(min_length=1, pattern=r"\S")]
+# docker's --env-file and systemd's EnvironmentFile take one NAME=value per line; the name is a shell identifier.
+EnvName = Annotated[
+    StrictStr, _form(re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$"), "an env name (letters, digits and _, not starting with a digit)")
+]
+FlagName = Annotated[StrictStr, _form(re.compile(r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]*$"), "a flag name such as max-num-seqs")]
 
 
 def _as_written(value: Any) -> Callable[[], Any]:
@@ -208,8 +213,8 @@ class Instance(_Strict):
     model: Model | None = None
     gpus: list[Annotated[StrictInt, Field(ge=0)]] | None = None
     port: Port | None = None
-    env: dict[StrictStr, EnvValue] = Field(default_factory=dict)
-    args: dict[StrictStr, ArgInput] = Field(default_factory=dict)
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    args: dict[FlagName, ArgInput] = Field(default_factory=dict)
 
 
 class FleetVars(_Strict):
@@ -231,11 +236,11 @@ class FleetVars(_Strict):
         default=None,
         description="Model to serve; `None` keeps the recipe's model.",
     )
-    vllm_env: dict[StrictStr, EnvValue] = Field(
+    vllm_env: dict[EnvName, EnvValue] = Field(
         default_factory=dict,
         description="Env vars layered over the recipe's for every instance on the host; a value of `None` removes a recipe variable.",
     )
-    vllm_args: dict[StrictStr, ArgInput] = Field(
+    vllm_args: dict[FlagName, ArgInput] = Field(
         default_factory=dict,
         description='`vllm serve` flags layered over the recipe\'s (`{"max-num-seqs": 256}`); `True` is a bare flag, `False` the `--no-` form, `None` removes.',
     )

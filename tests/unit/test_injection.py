@@ -1,0 +1,108 @@
+"""No value from an inventory can add a line, a directive or a command to any file the deploy writes.
+
+Hypothesis puts adversarial strings (control characters, newlines, quotes, ``$()``,
+backticks, unicode) into every string-valued place of a host's data. Either
+validation refuses the value with the host, the key and a rule, or the host plans
+and every file it would write (units, env files, daemon.json, dockerd's drop-in,
+the nftables ruleset) has exactly the lines and directives that a harmless value
+gives.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from instinct_fleet import preflight
+from instinct_fleet.hostplan import HostPlan
+from instinct_fleet.rules import RULES
+
+from .test_preflight import interfaces, mi300x_host, plan
+
+REPORT = preflight.parse_report(mi300x_host(interfaces=interfaces("10.0.0.5")))
+hostile = st.text(
+    alphabet=st.one_of(st.sampled_from(list("\n\r\t\x00\x1b\"'$()`;\\%&|<>{}[]= #")), st.characters(codec="utf-8")),
+    min_size=1,
+    max_size=16,
+)
+
+# Where a string of host data can go, as a function of the string: each place the deploy renders.
+PLACES: dict[str, Any] = {
+    "vllm_env value": lambda s: {"vllm_env": {"MY_SETTING": s}},
+    "vllm_env name": lambda s: {"vllm_env": {s: "1"}},
+    "vllm_args value": lambda s: {"vllm_args": {"served-model-name": s}},
+    "vllm_args name": lambda s: {"vllm_args": {s: "1"}},
+    "vllm_model": lambda s: {"vllm_model": s},
+    "instance model": lambda s: {"vllm_instances": [{"name": "main", "model": s}]},
+    "instance env": lambda s: {"vllm_instances": [{"name": "main", "env": {"X": s}}]},
+    "instance name": lambda s: {"vllm_instances": [{"name": s}]},
+    "vllm_image": lambda s: {"vllm_image": s},
+    "vllm_shm_size": lambda s: {"vllm_shm_size": s},
+    "hf_cache_dir": lambda s: {"hf_cache_dir": "/data/" + s},
+    "hf_token_path": lambda s: {"hf_token_path": "/etc/" + s},
+    "service_user": lambda s: {"service_user": s},
+    "registry mirror": lambda s: {"docker_registry_mirrors": ["https://" + s]},
+    "insecure registry": lambda s: {"docker_insecure_registries": [s]},
+    "allow_from": lambda s: {"vllm_allow_from": [s]},
+    "hook": lambda s: {"rolling_pre_stop": {"host": s}},
+    "compilation-config": lambda s: {"vllm_args": {"compilation-config": {"cudagraph_mode": s}}},
+}
+
+
+def files(p: HostPlan) -> dict[str, str]:
+    out = {path: text for path, text in p.docker_files().items() if text is not None}
+    for unit in p.unit_files.values():
+        out.update(unit)
+    ruleset = p.firewall()
+    if ruleset is not None:
+        out["firewall"] = ruleset
+    return out
+
+
+def shape(path: str, text: str) -> list[str]:
+    """Each line reduced to what gives it meaning: its directive or variable name, or its first word.
+
+    A JSON file is reduced to its keys and the kinds of its values: a value may change a leaf, never the tree.
+    """
+    if path.endswith(".json"):
+        return [json.dumps(_tree(json.loads(text)))]
+    return [re.split(r"[=\s]", line.strip(), maxsplit=1)[0] for line in text.splitlines()]
+
+
+def _tree(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tree(v) for v in value]
+    return type(value).__name__
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(place=st.sampled_from(sorted(PLACES)), value=hostile)
+def test_a_value_is_refused_or_changes_no_line_structure(place: str, value: str) -> None:
+    base = {"vllm_allow_from": ["10.0.0.0/8"]}
+    planned = plan({**base, **PLACES[place](value)}, REPORT)
+    if not planned.ok:
+        # Refused: every error names the host, a key and a rule of the table; nothing is rendered.
+        assert all(e.host == "h1" and e.key and e.rule in RULES for e in planned.errors)
+        return
+    harmless = plan({**base, **PLACES[place]("a1")}, REPORT)
+    assert harmless.ok, [e.brief for e in harmless.errors]
+    mine, theirs = files(planned), files(harmless)
+    if place == "instance name":  # the name names the unit and its files
+        mine = {path.replace(f"vllm-{value}.", "vllm-a1."): text for path, text in mine.items()}
+    assert set(mine) == set(theirs)
+    for path, text in mine.items():
+        got, want = shape(path, text), shape(path, theirs[path])
+        assert len(got) == len(want), (place, value, path)
+        # A name stands at the start of its own line (VALUE=1, --flag): there, and only there, it differs.
+        assert all(a == b or (place.endswith("name") and a in (value, f"--{value}")) for a, b in zip(got, want, strict=True)), (
+            place,
+            value,
+            path,
+        )
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", text), (place, value, path)
