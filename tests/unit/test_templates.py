@@ -1,0 +1,141 @@
+"""The templates rendered directly, as the deploy renders them: the unit grammar and the directives each case needs.
+
+The fleet runs ``systemd-analyze verify`` on every unit it writes (operations.unit_verified);
+here each template is checked without a host, for every shape it has: single node,
+cluster head and worker, with and without the drop-in and the firewall.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from instinct_fleet import render
+from instinct_fleet.hostplan import HostPlan, plan_inventory
+from instinct_fleet.inventory import HostData
+from instinct_fleet.paths import DOCKER_DROP_IN
+
+from . import test_preflight as pf
+
+ROOT = Path(__file__).resolve().parents[2]
+SECTIONS = {"Unit", "Service", "Install"}
+LINE = re.compile(r"^(#.*|\[(\w+)\]|([A-Za-z]+)=(.*)|\s+\S.*|)$")
+
+
+def parse_unit(text: str) -> dict[str, list[tuple[str, str]]]:
+    """A systemd unit as sections of (key, value), continuation lines joined; any other line fails the test."""
+    sections: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] | None = None
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        match = LINE.match(line)
+        assert match, f"not unit grammar: {line!r}"
+        if match.group(2):
+            assert match.group(2) in SECTIONS
+            current = sections.setdefault(match.group(2), [])
+        elif match.group(3):
+            assert current is not None, f"{line!r} outside a section"
+            value = match.group(4)
+            while value.endswith("\\"):
+                i += 1
+                value = value[:-1].rstrip() + " " + lines[i].strip()
+            current.append((match.group(3), value))
+        else:
+            assert not line.startswith((" ", "\t")), f"a continuation without a backslash before it: {line!r}"
+        i += 1
+    return sections
+
+
+def keys(section: list[tuple[str, str]]) -> list[str]:
+    return [k for k, _ in section]
+
+
+def single() -> HostPlan:
+    report = pf.preflight.parse_report(pf.mi300x_host())
+    return pf.plan({"vllm_instances": [{"name": "main"}, {"name": "b"}], "vllm_args": {"tensor-parallel-size": 4}}, report)
+
+
+def cluster() -> dict[str, HostPlan]:
+    return pf.cluster_plans(pf.interfaces("172.17.0.6"))
+
+
+def test_the_vllm_unit_of_a_single_node_instance() -> None:
+    plan = single()
+    (svc, _) = plan.serves
+    text = plan.unit_files["vllm-main"][render.unit_path("vllm-main")]
+    unit = parse_unit(text)
+    assert keys(unit["Unit"]) == ["Description", "After", "Wants", "Requires"]
+    service = dict(unit["Service"])
+    assert keys(unit["Service"]) == [
+        "Type",
+        "ExecStartPre",
+        "ExecStart",
+        "ExecStop",
+        "ExecStopPost",
+        "Restart",
+        "RestartSec",
+        "TimeoutStartSec",
+        "TimeoutStopSec",
+    ]
+    assert service["ExecStart"].startswith(f"{render.DOCKER} run --rm --name vllm-main")
+    assert "--env-file /etc/instinct-fleet/vllm-main.env" in service["ExecStart"]
+    assert service["ExecStop"] == f"{render.DOCKER} stop --time 90 vllm-main"  # drain 60 s + 30 s
+    assert int(service["TimeoutStopSec"]) == 105 and service["TimeoutStartSec"] == "120"  # ExecStartPre only; health has its own wait
+    assert unit["Install"] == [("WantedBy", "multi-user.target")]
+    # Every flag on its own continuation line, the JSON-free argv split exactly as rendered.
+    assert "--port 8080" in service["ExecStart"] and "--tensor-parallel-size 4" in service["ExecStart"]
+    assert svc.name == "main"
+
+
+def test_the_cluster_head_unit_waits_for_ray_and_the_worker_retries_forever() -> None:
+    plans = cluster()
+    head, worker = plans["head"], plans["w1"]
+    vllm = parse_unit(head.unit_files[render.unit_name(head.serves[0])][render.unit_path(render.unit_name(head.serves[0]))])
+    assert ("After", "ray-head.service") in vllm["Unit"] and ("Requires", "ray-head.service") in vllm["Unit"]
+    pre = [v for k, v in vllm["Service"] if k == "ExecStartPre"]
+    assert " 2 16 600" in pre[0]  # two nodes, sixteen GPUs, ray_ready_timeout
+    ray_head = parse_unit(head.unit_files["ray-head"][render.unit_path("ray-head")])
+    ray_worker = parse_unit(worker.unit_files["ray-worker"][render.unit_path("ray-worker")])
+    assert dict(ray_head["Service"])["Restart"] == "on-failure"
+    assert dict(ray_worker["Service"])["Restart"] == "always" and dict(ray_worker["Service"])["RestartSec"] == "5"
+    assert ("StartLimitIntervalSec", "0") in ray_worker["Unit"] and "StartLimitIntervalSec" not in keys(ray_head["Unit"])
+    assert "--address=172.17.0.5:6379" in dict(ray_worker["Service"])["ExecStart"]
+
+
+@pytest.mark.parametrize(("memlock", "want"), [(True, "infinity"), (8388608, "8388608")])
+def test_the_dockerd_drop_in_raises_memlock(memlock: bool | int, want: str) -> None:
+    text = render.template("docker-limits.conf.j2", memlock=render.memlock_systemd(memlock))
+    assert parse_unit(text) == {"Service": [("LimitMEMLOCK", want)]}
+
+
+def test_no_drop_in_when_memlock_is_left_alone() -> None:
+    report = pf.preflight.parse_report(pf.mi300x_host())
+    plan = pf.plan({"tune_memlock": False}, report)
+    assert plan.docker_files()[DOCKER_DROP_IN] is None
+
+
+@pytest.mark.parametrize("name", ["firewall.service.j2", "cpu-idle.service.j2"])
+def test_static_units_parse_and_install(name: str) -> None:
+    text = render.template(name, cpupower="/usr/bin/cpupower")
+    unit = parse_unit(text)
+    assert dict(unit["Service"])["Type"] == "oneshot" and dict(unit["Service"])["RemainAfterExit"] == "yes"
+    assert unit["Install"] == [("WantedBy", "multi-user.target")]
+    assert "{{" not in text and "{%" not in text
+
+
+def test_every_template_is_rendered_by_a_test_here() -> None:
+    source = Path(__file__).read_text()
+    for path in (ROOT / "templates").glob("*.j2"):
+        assert path.name in source or path.stem.split(".")[0] in ("vllm", "ray"), path.name
+
+
+def test_plan_inventory_is_the_one_entry_point() -> None:
+    # The templates' values come from the plan alone: nothing else is needed to render them.
+    plans = plan_inventory(
+        [HostData("h1", (), {})], {"h1"}, lambda specs: dict.fromkeys(specs, pf.preflight.parse_report(pf.mi300x_host()))
+    )
+    assert set(plans["h1"].unit_files) == {"vllm-main"}
