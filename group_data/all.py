@@ -42,9 +42,6 @@ gpu_count = 8
 # GPU model the host must have: MI300X, MI325X, MI350X or MI355X.
 gpu_model = "MI300X"
 
-# Size of /dev/shm in the vLLM container (`docker run --shm-size`); RCCL uses it for rendezvous.
-vllm_shm_size = "16g"
-
 # File on the host holding the Hugging Face token; it is mounted read-only and never put in a
 # unit, env file or argv.
 hf_token_path = "/etc/instinct-fleet/hf-token"

@@ -44,7 +44,6 @@ IMAGE = re.compile(
     rf"^{_DOMAIN}?{_PATH}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?$"
 )
 MODEL = re.compile(r"^(?:/|[A-Za-z0-9_])[A-Za-z0-9_./-]*$")
-SHM = re.compile(r"^[1-9][0-9]*[bkmgBKMG]?$")
 USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 NIC = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 REGISTRY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?$")
@@ -146,7 +145,6 @@ Port = Annotated[StrictInt, Field(ge=1, le=65535)]
 Image = Annotated[StrictStr, _form(IMAGE, "an image reference docker accepts (lower-case repository, tag, digest)")]
 Model = Annotated[StrictStr, AfterValidator(_model_id)]
 HostPath = Annotated[StrictStr, AfterValidator(_host_path)]
-ShmSize = Annotated[StrictStr, _form(SHM, "a size such as 16g")]
 UserName = Annotated[StrictStr, _form(USER, "a user name (lower case, at most 32 characters)")]
 Nic = Annotated[StrictStr, _form(NIC, "an interface name (at most 15 characters)")]
 IbHca = Annotated[StrictStr, _form(IB_HCA, "a list of RDMA devices such as mlx5_0,mlx5_1")]
@@ -259,10 +257,6 @@ class FleetVars(_Strict):
     gpu_model: GpuModel = Field(
         default="MI300X",
         description="GPU model the host must have: MI300X, MI325X, MI350X or MI355X.",
-    )
-    vllm_shm_size: ShmSize = Field(
-        default="16g",
-        description="Size of /dev/shm in the vLLM container (`docker run --shm-size`); RCCL uses it for rendezvous.",
     )
     hf_token_path: HostPath = Field(
         default="/etc/instinct-fleet/hf-token",
@@ -392,6 +386,15 @@ class FleetVars(_Strict):
         default=None,
         description="Hook after a serving unit's instances passed health, to put them back in a load balancer; same form and variables as `rolling_pre_stop`.",
     )
+
+
+# Variables that are gone, and why: an inventory that still sets one is told, not just "unknown".
+REMOVED: dict[str, str] = {
+    "vllm_shm_size": (
+        "removed: the containers run with --ipc host and share the host's /dev/shm, so docker ignores --shm-size "
+        "(measured on the test fleet: --ipc host --shm-size 1g shows the host's 24G tmpfs). Size /dev/shm on the host"
+    ),
+}
 
 
 @dataclass(frozen=True)

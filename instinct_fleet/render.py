@@ -173,7 +173,9 @@ def vllm_container(
 def docker_run(container: Container, settings: HostSettings, group_ids: list[int], with_token: bool) -> list[str]:
     """The full ``docker run`` argv of a container, in a fixed order so that units only change when inputs do."""
     argv = [DOCKER, "run", "--rm", "--name", container.name, "--label", f"instinct-fleet.unit={container.name}"]
-    argv += ["--network", "host", "--ipc", "host", "--shm-size", settings.shm_size]
+    # --ipc host: the host's /dev/shm and IPC namespace, which PyTorch workers and RCCL share (004's docker run);
+    # docker ignores --shm-size with it, so none is given.
+    argv += ["--network", "host", "--ipc", "host"]
     argv += ["--device", "/dev/kfd"]
     for device in container.devices:
         argv += ["--device", device]

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import TypeAdapter, ValidationError
 
 from instinct_fleet import knowledge
-from instinct_fleet.defaults import DEFAULTS, FleetVars, Hook, Instance, RayPorts
+from instinct_fleet.defaults import DEFAULTS, REMOVED, FleetVars, Hook, Instance, RayPorts
 from instinct_fleet.recipes import ArgValue, Recipe, all_recipes
 from instinct_fleet.rules import Finding, finding
 
@@ -115,7 +115,6 @@ class RollSettings:
 class HostSettings:
     """The host-wide variables the deploy stages read (README, Variables)."""
 
-    shm_size: str
     hf_token_path: str
     hf_cache_dir: str
     health_timeout: int
@@ -221,7 +220,9 @@ def typed_vars(host: str | None, data: Mapping[str, Any]) -> tuple[FleetVars, li
     """
     found: list[Finding] = []
     for key in sorted(data):
-        if key not in FleetVars.model_fields and not key.startswith(PYINFRA_PREFIXES):
+        if key in REMOVED:
+            found.append(finding("unknown-variable", host, key, REMOVED[key]))
+        elif key not in FleetVars.model_fields and not key.startswith(PYINFRA_PREFIXES):
             close = difflib.get_close_matches(key.lower(), list(FleetVars.model_fields), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             found.append(finding("unknown-variable", host, key, f"not an instinct-fleet variable{hint}"))
@@ -328,7 +329,6 @@ def settings_of(v: FleetVars) -> HostSettings:
             infiniband=v.infiniband,
         )
     return HostSettings(
-        shm_size=v.vllm_shm_size,
         hf_token_path=v.hf_token_path,
         hf_cache_dir=v.hf_cache_dir,
         health_timeout=v.health_timeout,

@@ -28,7 +28,7 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"vllm_env": {"FOO": "1\nHF_TOKEN=stolen"}}, "vllm_env.FOO", "unsafe-value"),
     ({"vllm_model": "org/m\nExecStartPre=/bin/sh"}, "vllm_model", "unsafe-value"),
     ({"vllm_args": {"served-model-name": "a\rb"}}, "vllm_args.served-model-name", "unsafe-value"),
-    ({"vllm_shm_size": "16g\nUser=root"}, "vllm_shm_size", "unsafe-value"),
+    ({"hf_cache_dir": "/data\nUser=root"}, "hf_cache_dir", "unsafe-value"),
     ({"vllm_instances": [{"name": "main", "env": {"X": "\x00"}}]}, "vllm_instances[0].env.X", "unsafe-value"),
     ({"rolling_pre_stop": {"host": "drain\nrm -rf /"}}, "rolling_pre_stop.host", "unsafe-value"),
     ({"vllm_env": {"HF_TOKEN": "hf_abc"}}, "vllm_env.HF_TOKEN", "secret-inline"),
@@ -46,7 +46,7 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"vllm_model": ""}, "vllm_model", "value-format"),
     ({"vllm_model": "org/model name"}, "vllm_model", "value-format"),
     ({"vllm_model": "../../etc/passwd"}, "vllm_model", "value-format"),
-    ({"vllm_shm_size": "lots"}, "vllm_shm_size", "value-format"),
+    ({"vllm_shm_size": "16g"}, "vllm_shm_size", "unknown-variable"),
     ({"service_user": "Root User"}, "service_user", "value-format"),
     ({"vllm_env": {"VLLM_ROCM_USE_AITER": "yes"}}, "vllm_env.VLLM_ROCM_USE_AITER", "value-format"),
     ({"gpu_model": "MI250X"}, "gpu_model", "value-format"),
@@ -119,7 +119,7 @@ hostile = st.text(alphabet=st.sampled_from(list("ab=\n\r\t\"'$()`;\\% \x00é")),
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     value=hostile,
-    where=st.sampled_from(["env", "model", "served", "shm", "instance-env", "allow"]),
+    where=st.sampled_from(["env", "model", "served", "cache", "instance-env", "allow"]),
 )
 def test_no_value_ever_adds_a_line_to_a_rendered_file(value: str, where: str) -> None:
     data: dict[str, Any] = {**G}
@@ -129,8 +129,8 @@ def test_no_value_ever_adds_a_line_to_a_rendered_file(value: str, where: str) ->
         data["vllm_model"] = value
     elif where == "served":
         data["vllm_args"] = {"served-model-name": value}
-    elif where == "shm":
-        data["vllm_shm_size"] = value
+    elif where == "cache":
+        data["hf_cache_dir"] = "/data/" + value
     elif where == "instance-env":
         data["vllm_instances"] = [{"name": "main", "env": {"BAR": value}}]
     else:
