@@ -19,7 +19,7 @@ from functools import cached_property
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from instinct_fleet import preflight, render
+from instinct_fleet import desired, preflight, render
 from instinct_fleet.inventory import HostData, hosts_of, plan_hosts
 from instinct_fleet.paths import DAEMON_JSON, DOCKER_DROP_IN
 from instinct_fleet.preflight import HostReport
@@ -194,6 +194,40 @@ class HostPlan:
         if not disrupted:
             return "unchanged"
         return "restart" if disrupted & set(self.report.active_units) else "start"
+
+    @cached_property
+    def desired(self) -> desired.Desired:
+        """Everything this host should have (instinct_fleet/desired.py): the stages act on what differs from it."""
+        return desired.desired(self)
+
+    def drifted(self, *paths: str) -> bool:
+        """Whether any of these managed files or directories differs on the host from what it should be."""
+        want = self.desired
+        for path in paths:
+            match = [f for f in want.files if f.path == path]
+            if match and desired.file_drifts(match[0], self.report):
+                return True
+            directory = [d for d in want.directories if d.path == path]
+            if directory and desired.directory_drifts(directory[0], self.report):
+                return True
+        return False
+
+    def unit_drifted(self, name: str) -> bool:
+        """Whether the unit is not enabled and running (or, for a stale one, not stopped and disabled) on the host."""
+        return any(desired.unit_drifts(u, self.report) for u in self.desired.units if u.name == name)
+
+    def user_drifted(self) -> bool:
+        user = self.desired.user
+        have = self.report.user
+        groups_missing = any(g not in self.report.group_ids for g in self.desired.groups)
+        return groups_missing or have is None or have[0] != user.home or have[1] != user.shell or not set(user.groups) <= set(have[2])
+
+    def serving_in_place(self, unit: str) -> bool:
+        """A unit whose files match, which is enabled and running, and whose instances answered at preflight."""
+        files = self.unit_files.get(unit, {})
+        if self.drifted(*files) or self.unit_drifted(f"{unit}.service"):
+            return False
+        return all(e.port in self.report.healthy_ports for e in self.desired.endpoints if e.unit == f"{unit}.service")
 
     @property
     def defers_docker(self) -> bool:
@@ -404,7 +438,7 @@ def _plan_run(state: Any) -> FleetPlan:
         with ctx_host.use(everyone[name]):
             try:
                 report: HostReport | None = everyone[name].get_fact(
-                    HostReportFact, token_path=spec.settings.hf_token_path, _timeout=timeout
+                    HostReportFact, token_path=spec.settings.hf_token_path, probe=desired.probe(spec), _timeout=timeout
                 )
                 return report
             except ConnectError:  # an unreachable member: its cluster peers fail with a message instead

@@ -13,11 +13,14 @@ import json
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from instinct_fleet.paths import RESTART_FILES
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
+
+if TYPE_CHECKING:
+    from instinct_fleet.desired import Probe
 
 MARK = "@@instinct-fleet:"
 MODELS = ("MI300X", "MI325X", "MI350X", "MI355X")
@@ -52,10 +55,18 @@ SCRIPT = "; ".join(
         ("infiniband", "ls /dev/infiniband 2>/dev/null"),
         ("units", "grep -l 'Managed by instinct-fleet' /etc/systemd/system/vllm-*.service /etc/systemd/system/ray-*.service 2>/dev/null"),
         # What decides a restart: the files a unit runs from, and whether it is running now (roll.py).
-        ("files", f"sha256sum {' '.join(RESTART_FILES)} 2>/dev/null"),
-        ("active", "systemctl list-units --state=active --plain --no-legend 'vllm-*.service' 'ray-*.service' 2>/dev/null"),
     )
 )
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Mode, owner, group and kind (``regular file``, ``directory``) of a path, as ``stat`` prints them."""
+
+    mode: str
+    owner: str
+    group: str
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,13 @@ class HostReport:
     infiniband: tuple[str, ...] = ()
     file_hashes: dict[str, str] = field(default_factory=dict)
     active_units: tuple[str, ...] = ()
+    # The managed state (instinct_fleet/desired.py): what the fact's probe named, as the host has it.
+    stats: dict[str, Stat] = field(default_factory=dict)
+    enabled_units: tuple[str, ...] = ()
+    user: tuple[str, str, tuple[str, ...]] | None = None  # home, shell, groups
+    image_id: str | None = None
+    healthy_ports: tuple[int, ...] = ()
+    firewall_loaded: bool = False
 
     @property
     def missing_kernel_args(self) -> tuple[str, ...]:
@@ -263,13 +281,64 @@ def parse_report(text: str) -> HostReport:
         hf_token=part.get("hf-token") == "present",
         infiniband=tuple(part.get("infiniband", "").split()),
         file_hashes={path: digest for digest, path in (line.split(None, 1) for line in part.get("files", "").splitlines() if " " in line)},
-        active_units=tuple(line.split()[0].removesuffix(".service") for line in part.get("active", "").splitlines() if line.strip()),
+        active_units=_unit_names(part.get("active", "")),
+        stats=_stats(part.get("stat", "")),
+        enabled_units=_unit_names(part.get("enabled", "")),
+        user=_user(part.get("user", "")),
+        image_id=next((w for w in part.get("image", "").split() if w.startswith("sha256:")), None),
+        healthy_ports=tuple(int(p) for p in part.get("healthy", "").split() if p.isdigit()),
+        firewall_loaded=part.get("nft") == "loaded",
     )
 
 
-def script(token_path: str) -> str:
-    """:data:`SCRIPT` plus the probe for this host's Hugging Face token file."""
-    return f"{SCRIPT}; printf '\\n%s\\n' '{MARK}hf-token'; test -r {shlex.quote(token_path)} && echo present; true"
+def _unit_names(text: str) -> tuple[str, ...]:
+    return tuple(line.split()[0].removesuffix(".service") for line in text.splitlines() if line.strip())
+
+
+def _stats(text: str) -> dict[str, Stat]:
+    """``stat -c '%a|%U|%G|%F|%n'`` lines; the path comes last, so it may hold anything but a newline."""
+    found = {}
+    for line in text.splitlines():
+        bits = line.split("|", 4)
+        if len(bits) == 5:
+            found[bits[4]] = Stat(bits[0], bits[1], bits[2], bits[3])
+    return found
+
+
+def _user(text: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """``getent passwd`` then ``id -nG``: the user's home, shell and groups; None when there is no such user."""
+    lines = text.splitlines()
+    fields = lines[0].split(":") if lines else []
+    if len(fields) < 7:
+        return None
+    return fields[5], fields[6], tuple(sorted(lines[1].split())) if len(lines) > 1 else ()
+
+
+def script(token_path: str, probe: Probe) -> str:
+    """:data:`SCRIPT` plus the state of what this host's deploy manages (``probe``), in the same round trip."""
+    q = shlex.quote
+    paths = " ".join(q(p) for p in probe.paths)
+    globs = " ".join(RESTART_FILES)
+    units = " ".join(q(u) for u in probe.units)
+    health = "; ".join(
+        f"curl -fsS -m 3 http://127.0.0.1:{port}/health >/dev/null 2>&1 && "
+        f"curl -fsS -m 3 http://127.0.0.1:{port}/v1/models 2>/dev/null | grep -qF {q(json.dumps(served))} && echo {port}"
+        for port, served in probe.endpoints
+    )
+    probes = (
+        ("hf-token", f"test -r {q(token_path)} && echo present"),
+        # sha256sum and stat of what the deploy manages, and of every unit and env file it ever wrote (stale ones too).
+        ("files", f"sha256sum {paths} {globs} 2>/dev/null"),
+        ("stat", f"stat -c '%a|%U|%G|%F|%n' {paths} {globs} 2>/dev/null"),
+        ("active", f"systemctl list-units --state=active --plain --no-legend 'vllm-*.service' 'ray-*.service' {units} 2>/dev/null"),
+        ("enabled", f"systemctl list-unit-files --state=enabled --plain --no-legend 'vllm-*.service' 'ray-*.service' {units} 2>/dev/null"),
+        ("user", f"getent passwd {q(probe.user)} && id -nG {q(probe.user)}"),
+        ("image", f"docker image inspect --format '{{{{.Id}}}}' {q(probe.image)} 2>/dev/null" if probe.image else "true"),
+        ("healthy", health or "true"),
+        ("nft", "nft list table inet instinct_fleet >/dev/null 2>&1 && echo loaded"),
+    )
+    extra = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {command}" for name, command in probes)
+    return f"{SCRIPT}; {extra}; true"
 
 
 def hard_problems(report: HostReport, spec: HostSpec) -> list[Finding]:

@@ -210,6 +210,19 @@ def template(name: str, **values: Any) -> str:
     return _templates().get_template(name).render(**values)
 
 
+def cpu_idle_unit() -> str:
+    return template("cpu-idle.service.j2", cpupower="/usr/bin/cpupower")
+
+
+def firewall_unit() -> str:
+    return template("firewall.service.j2")
+
+
+def template_bytes(name: str) -> bytes:
+    """A file from ``templates/`` copied as it is (the Ray readiness script)."""
+    return (TEMPLATES / name).read_bytes()
+
+
 def ray_unit(role: str) -> str:
     """``ray-head`` or ``ray-worker``: the unit and its container share the name."""
     return f"ray-{role}"

@@ -36,8 +36,12 @@ class Finding:
 
     @property
     def brief(self) -> str:
-        """The finding without severity and host, for a line that already names the host."""
-        return f"{self.key}: {self.message} [{self.rule}]"
+        """The finding without severity and host, for a line that already names the host.
+
+        A key under ``preflight`` names a probe of the host, not a variable, so it is left out.
+        """
+        key = "" if self.key.startswith("preflight") else f"{self.key}: "
+        return f"{key}{self.message} [{self.rule}]"
 
 
 _RULES = (

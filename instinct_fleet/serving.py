@@ -42,25 +42,40 @@ def docker_settings(plan: HostPlan, gate: Callable[[], bool] = always) -> None:
     """daemon.json and dockerd's limits; dockerd restarts, and its containers with it, only when they changed."""
     written = []
     for path, content in plan.docker_files().items():
+        if not plan.drifted(path):
+            continue
         if content is None:
             written.append(files.file(name=f"No {path}", path=path, present=False, _if=gate))
         else:
             written.append(files.put(name=f"docker settings {path}", src=StringIO(content), dest=path, mode="644", _if=gate))
-    systemd.daemon_reload(name="Reload systemd (dockerd limits)", _if=any_changed(*written))
-    systemd.service(name="docker running and enabled", service="docker.service", running=True, enabled=True, _if=gate)
-    systemd.service(name="Restart docker for its new settings", service="docker.service", restarted=True, _if=any_changed(*written))
+    if written:
+        systemd.daemon_reload(name="Reload systemd (dockerd limits)", _if=any_changed(*written))
+    if written or plan.unit_drifted("docker.service"):
+        systemd.service(name="docker running and enabled", service="docker.service", running=True, enabled=True, _if=gate)
+    if written:
+        systemd.service(name="Restart docker for its new settings", service="docker.service", restarted=True, _if=any_changed(*written))
 
 
 def image(plan: HostPlan, gate: Callable[[], bool] = always) -> None:
-    """The pinned image, pulled only when absent, within image_pull_timeout."""
-    timeout = plan.spec.settings.image_pull_timeout
-    operations.image_present(name="vLLM image present", image=plan.image, _if=gate, _timeout=timeout)
+    """The pinned image, pulled only when the preflight fact did not find it, within image_pull_timeout."""
+    if plan.desired.image is not None and plan.report.image_id is None:
+        timeout = plan.spec.settings.image_pull_timeout
+        operations.image_present(name="vLLM image present", image=plan.image, _if=gate, _timeout=timeout)
 
 
-def healthy(plan: HostPlan, gate: Callable[[], bool] = always, record: Callable[[str, str], None] | None = None) -> None:
-    """The health gate: every instance of the host answers /health and lists its model within health_timeout."""
+def healthy(
+    plan: HostPlan,
+    gate: Callable[[], bool] = always,
+    record: Callable[[str, str], None] | None = None,
+    units: set[str] | None = None,
+) -> None:
+    """The health gate: each instance of ``units`` (default: those that did not answer at preflight) answers
+    /health and lists its model within health_timeout."""
     timeout = plan.spec.settings.health_timeout
     for svc in plan.serves:
+        name = render.unit_name(svc)
+        if (units is not None and name not in units) or (units is None and svc.port in plan.report.healthy_ports):
+            continue
         operations.healthy(
             name=f"{render.unit_name(svc)} healthy",
             unit=f"{render.unit_name(svc)}.service",
@@ -87,7 +102,7 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
         _hooks(plan, fleet, "pre-stop", hooks.pre_stop, gate)
 
     removed = []
-    for stale in plan.stale_units:
+    for stale in [u for u in plan.stale_units if plan.unit_drifted(f"{u}.service") or plan.drifted(render.unit_path(u))]:
         systemd.service(
             name=f"Stop {stale} (no longer in the inventory)", service=f"{stale}.service", running=False, enabled=False, _if=gate
         )
@@ -102,13 +117,18 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
     force = plan.docker_changed or (rolling and plan.role is not None)
     written = []
     for name, unit_files in plan.unit_files.items():
+        if plan.serving_in_place(name) and not force:
+            continue  # its files match, it runs, and its instances answered at preflight
         path = render.unit_path(name)
         ops = []
         for dest, content in unit_files.items():
+            if not plan.drifted(dest):
+                continue
             label = f"{name} unit" if dest == path else f"{name} env file"
             mode = "644" if dest == path else "600"
             ops.append(files.put(name=label, src=StringIO(content), dest=dest, mode=mode, _if=gate))
-        operations.unit_verified(name=f"{name} passes systemd-analyze verify", path=path, _if=[gate, any_changed(*ops)])
+        if ops:
+            operations.unit_verified(name=f"{name} passes systemd-analyze verify", path=path, _if=[gate, any_changed(*ops)])
         written.append((name, ops))
     all_files = [op for _, ops in written for op in ops] + removed
     if all_files:
@@ -118,6 +138,6 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
     for name, ops in written:
         operations.service_converged(name, ops, gate, start_timeout, force=force)
 
-    healthy(plan, gate, roll.note)
+    healthy(plan, gate, roll.note, units={name for name, _ in written})
     if rolling and plan.serves:
         _hooks(plan, fleet, "post-start", hooks.post_start, gate)

@@ -11,5 +11,7 @@ from instinct_fleet.hostplan import plan_for
 
 plan = plan_for(host)
 if plan.role is not None:
-    files.directory(name="Shared Ray session directory", path=render.RAY_TMP)  # Ray sets its own mode (1777)
-    files.put(name="Ray readiness script", src="templates/ray-ready.py", dest=render.RAY_READY_SCRIPT, mode="644")
+    if plan.drifted(render.RAY_TMP):
+        files.directory(name="Shared Ray session directory", path=render.RAY_TMP)  # Ray sets its own mode (1777)
+    if plan.drifted(render.RAY_READY_SCRIPT):
+        files.put(name="Ray readiness script", src="templates/ray-ready.py", dest=render.RAY_READY_SCRIPT, mode="644")

@@ -10,11 +10,19 @@ from instinct_fleet.hostplan import plan_for
 
 plan = plan_for(host)
 ruleset = plan.firewall()
-if ruleset is not None:
+unit_file = render.unit_path(render.FIREWALL_UNIT)
+drift = plan.drifted(render.FIREWALL_FILE, unit_file) or plan.unit_drifted(render.FIREWALL_UNIT) or not plan.report.firewall_loaded
+if ruleset is not None and drift:
     rules = files.put(name="nftables table inet instinct_fleet", src=StringIO(ruleset), dest=render.FIREWALL_FILE, mode="600")
-    unit = files.template(
-        name="Firewall unit", src="templates/firewall.service.j2", dest=render.unit_path(render.FIREWALL_UNIT), mode="644"
-    )
+    unit = files.put(name="Firewall unit", src=StringIO(render.firewall_unit()), dest=unit_file, mode="644")
     systemd.daemon_reload(name="Reload systemd (firewall unit)", _if=unit.did_change)
-    systemd.service(name="Load the new firewall rules", service=render.FIREWALL_UNIT, running=None, reloaded=True, _if=rules.did_change)
+    # A table flushed by hand, under an active unit, is loaded again.
+    loaded = plan.report.firewall_loaded
+    systemd.service(
+        name="Load the new firewall rules",
+        service=render.FIREWALL_UNIT,
+        running=None,
+        reloaded=True,
+        _if=rules.did_change if loaded else None,
+    )
     systemd.service(name="Firewall loaded and enabled", service=render.FIREWALL_UNIT, running=True, enabled=True)

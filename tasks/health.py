@@ -1,7 +1,7 @@
 """Stage 7, health: each instance answers /health and lists its model, within health_timeout.
 
 Instances that rolled passed this gate in their batch already; this is the
-final word for every host, those the roll left alone included.
+final word for the others: every instance that did not answer at preflight.
 """
 
 from pyinfra.context import host

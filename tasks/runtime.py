@@ -3,12 +3,13 @@
 The image is pulled here, on every host at once, before any batch of the roll
 stops anything. New docker settings on a host that is serving wait for its
 batch instead (restarting dockerd stops its containers): see instinct_fleet/serving.py.
+Like every stage, it acts only where the host differs from instinct_fleet/desired.py.
 """
 
 from pyinfra.context import host
 from pyinfra.operations import apt, files
 
-from instinct_fleet import serving
+from instinct_fleet import desired, serving
 from instinct_fleet.hostplan import plan_for
 
 plan = plan_for(host)
@@ -18,9 +19,11 @@ if plan.missing_packages:
     apt.packages(name="Install missing packages", packages=plan.missing_packages, update=True, no_recommends=True)
 
 for registry, ca_file in sorted(settings.registry_ca_certs.items()):
-    files.put(name=f"CA certificate for {registry}", src=ca_file, dest=f"/etc/docker/certs.d/{registry}/ca.crt", mode="644")
-if settings.credentials_file:
-    files.put(name="Registry credentials", src=settings.credentials_file, dest="/root/.docker/config.json", mode="600")
+    dest = f"{desired.CA_DIR}/{registry}/ca.crt"
+    if plan.drifted(dest):
+        files.put(name=f"CA certificate for {registry}", src=ca_file, dest=dest, mode="644")
+if settings.credentials_file and plan.drifted(desired.CREDENTIALS):
+    files.put(name="Registry credentials", src=settings.credentials_file, dest=desired.CREDENTIALS, mode="600")
 
 if not plan.defers_docker:
     serving.docker_settings(plan)

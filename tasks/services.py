@@ -16,8 +16,12 @@ fleet = fleet_plan(host.state)
 plan = fleet.plans[host.name]
 settings = plan.spec.settings
 
-files.directory(name="Config directory", path=render.CONFIG_DIR, mode="755")
-files.directory(name="Hugging Face cache", path=settings.hf_cache_dir, user=settings.service_user, group=settings.service_user, mode="750")
+if plan.drifted(render.CONFIG_DIR):
+    files.directory(name="Config directory", path=render.CONFIG_DIR, mode="755")
+if plan.drifted(settings.hf_cache_dir):
+    files.directory(
+        name="Hugging Face cache", path=settings.hf_cache_dir, user=settings.service_user, group=settings.service_user, mode="750"
+    )
 
 
 def failed() -> set[str]:

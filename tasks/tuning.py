@@ -1,4 +1,8 @@
-"""Stage 2, host tuning: persistent and idempotent; each setting can be switched off in group_data."""
+"""Stage 2, host tuning: persistent and idempotent; each setting can be switched off in group_data.
+
+Every operation here runs only where the host differs from instinct_fleet/desired.py,
+as the preflight fact read it; a tuned host gets no command from this stage.
+"""
 
 from io import StringIO
 
@@ -10,41 +14,39 @@ from instinct_fleet.hostplan import plan_for
 
 plan = plan_for(host)
 settings = plan.spec.settings
+want = plan.desired
 
-if settings.tune_numa_balancing and plan.report.numa_balancing is not None:
+if want.sysctl and plan.report.numa_balancing != want.sysctl["kernel.numa_balancing"]:
     server.sysctl(name="NUMA balancing off now", key="kernel.numa_balancing", value=0)
+if plan.drifted(render.SYSCTL_FILE):
     files.put(name="NUMA balancing off at boot", src=StringIO(render.sysctl_file()), dest=render.SYSCTL_FILE, mode="644")
 
-if settings.tune_kernel_cmdline:
+if plan.drifted(render.GRUB_DROP_IN):
     grub = files.put(
         name="GRUB drop-in: iommu=pt pci=realloc=off", src=StringIO(render.grub_drop_in()), dest=render.GRUB_DROP_IN, mode="644"
     )
     server.shell(name="Regenerate the GRUB configuration", commands=["update-grub"], _if=grub.did_change)
     if settings.tune_reboot:
         server.reboot(name="Reboot for the new kernel command line", _if=grub.did_change)
-    elif plan.report.missing_kernel_args:
-        files.file(name="Report: reboot required", path=render.REBOOT_MARKER, present=True, create_remote_dir=True)
+if plan.drifted(render.REBOOT_MARKER):
+    files.file(name="Report: reboot required", path=render.REBOOT_MARKER, present=True, create_remote_dir=True)
 
-if settings.tune_cpu_idle:
-    idle = files.template(
-        name="CPU idle unit",
-        src="templates/cpu-idle.service.j2",
-        dest=render.unit_path(render.CPU_IDLE_UNIT),
-        mode="644",
-        cpupower="/usr/bin/cpupower",
-    )
+idle_unit = render.unit_path(render.CPU_IDLE_UNIT)
+if settings.tune_cpu_idle and (plan.drifted(idle_unit) or plan.unit_drifted(render.CPU_IDLE_UNIT)):
+    idle = files.put(name="CPU idle unit", src=StringIO(render.cpu_idle_unit()), dest=idle_unit, mode="644")
     systemd.daemon_reload(name="Reload systemd (CPU idle unit)", _if=idle.did_change)
     systemd.service(name="Enable the CPU idle unit", service=render.CPU_IDLE_UNIT, running=None, enabled=True)
     systemd.service(name="Apply the CPU idle setting now", service=render.CPU_IDLE_UNIT, running=True, _if=idle.did_change)
 
-server.group(name="render group", group="render", system=True)
-server.group(name="video group", group="video", system=True)
-server.user(
-    name=f"Service user {settings.service_user}",
-    user=settings.service_user,
-    system=True,
-    groups=["render", "video"],
-    shell="/usr/sbin/nologin",
-    home=settings.hf_cache_dir,
-    create_home=False,
-)
+if plan.user_drifted():
+    server.group(name="render group", group="render", system=True)
+    server.group(name="video group", group="video", system=True)
+    server.user(
+        name=f"Service user {want.user.name}",
+        user=want.user.name,
+        system=True,
+        groups=list(want.user.groups),
+        shell=want.user.shell,
+        home=want.user.home,
+        create_home=False,
+    )

@@ -96,6 +96,8 @@ class SimHost:
     ssh_port: int
     api_port: int
     address: str = ""
+    cluster: str | None = None  # light fleets (up --hosts N): the Ray cluster and role this host is built for
+    role: str | None = None
 
 
 HOSTS = (
@@ -105,6 +107,22 @@ HOSTS = (
     SimHost("sim-c1", True, 2204, 18004),
     SimHost("sim-c2", True, 2205, 18005),
 )
+
+
+CLUSTER_EVERY = 16  # a light fleet has one two-node Ray cluster per 16 hosts
+
+
+def light_hosts(count: int) -> tuple[SimHost, ...]:
+    """``count`` simulated GPU hosts for scale runs: single-node hosts, and a two-node cluster per 16 hosts."""
+    hosts = []
+    clusters = count // CLUSTER_EVERY
+    for i in range(count):
+        name = f"sim-s{i + 1:02d}"
+        cluster = role = None
+        if i < 2 * clusters:
+            cluster, role = f"sim-scale-{i // 2 + 1}", "head" if i % 2 == 0 else "worker"
+        hosts.append(SimHost(name, True, 2301 + i, 18101 + i, cluster=cluster, role=role))
+    return tuple(hosts)
 
 
 def log(message: str) -> None:
@@ -248,21 +266,50 @@ def build_standin(registry: str) -> None:
     run(DOCKER, "push", "-q", standin_ref(registry))
 
 
-def start_registry(address: str) -> None:
+def flat_ref(registry: str) -> str:
+    return f"{registry}/{STANDIN_REPO}:v{STANDIN_VERSION}-flat"
+
+
+def build_flat(registry: str) -> None:
+    """The stand-in image as one layer, for light fleets: each host's dockerd stores images with vfs,
+    which keeps a full copy of the tree per layer, so one layer costs a host 421 MB instead of about 2 GB."""
+    if image_exists(flat_ref(registry)):
+        run(DOCKER, "push", "-q", flat_ref(registry), capture=True)
+        return
+    log("flattening the stand-in image for a light fleet")
+    container = out(DOCKER, "create", standin_ref(registry)).strip()
+    try:
+        export = subprocess.Popen([DOCKER, "export", container], stdout=subprocess.PIPE)
+        changes = ['ENTRYPOINT ["vllm", "serve"]', 'LABEL org.opencontainers.image.title="instinct-fleet vLLM stand-in (not vLLM)"']
+        argv = [DOCKER, "import", *[a for c in changes for a in ("--change", c)], "-", flat_ref(registry)]
+        subprocess.run(argv, stdin=export.stdout, check=True, capture_output=True)
+        export.wait()
+    finally:
+        run(DOCKER, "rm", "-f", container, capture=True)
+    run(DOCKER, "push", "-q", flat_ref(registry), capture=True)
+
+
+def start_registry(address: str, name: str = "registry", proxy: str | None = None) -> None:
+    """Debian's docker-registry on ``address``; with ``proxy``, a pull-through cache of that upstream registry.
+
+    Its access log (``.fleet/<name>.log``) records every blob it serves, which is how the
+    benchmark counts what the upstream registry had to send.
+    """
     if run("curl", "-sf", f"http://{address}/v2/", check=False, capture=True).returncode == 0:
         return
-    log(f"starting docker-registry on {address}")
-    config = STATE / "registry.yml"
-    config.write_text(
-        f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {STATE / 'registry'}\nhttp:\n  addr: {address}\n"
-    )
-    logfile = (STATE / "registry.log").open("ab")
+    log(f"starting docker-registry on {address}" + (f" (pull-through cache of {proxy})" if proxy else ""))
+    config = STATE / f"{name}.yml"
+    text = f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {STATE / name}\nhttp:\n  addr: {address}\n"
+    if proxy:
+        text += f"proxy:\n  remoteurl: http://{proxy}\n"
+    config.write_text(text)
+    logfile = (STATE / f"{name}.log").open("ab")
     subprocess.Popen(["docker-registry", "serve", str(config)], stdout=logfile, stderr=logfile, start_new_session=True)
     for _ in range(30):
         if run("curl", "-sf", f"http://{address}/v2/", check=False, capture=True).returncode == 0:
             return
         time.sleep(0.5)
-    sys.exit(f"fleet: docker-registry did not answer on {address}; see {STATE / 'registry.log'}")
+    sys.exit(f"fleet: docker-registry did not answer on {address}; see {STATE / f'{name}.log'}")
 
 
 def ssh_key() -> Path:
@@ -386,27 +433,34 @@ def ssh_options(key: Path, port: int) -> list[str]:
     ]
 
 
-def up() -> dict[str, object]:
+def up(count: int | None = None) -> dict[str, object]:
+    """The demo fleet, or with ``count`` a light fleet of that many GPU hosts behind a pull-through cache."""
     STATE.mkdir(exist_ok=True)
     started = time.monotonic()
     ensure_dockerd()
     registry = f"{gateway()}:{REGISTRY_PORT}"
     start_registry(registry)
+    cache = f"{gateway()}:{REGISTRY_PORT + 1}"
+    start_registry(cache, "cache", proxy=registry)
     build_base()
     build_host()
     build_standin(registry)
+    if count is not None:
+        build_flat(registry)
     key = ssh_key()
     sysfs = standin_sysfs()
     log("images ready; starting hosts")
     hosts = []
-    for host in HOSTS:
+    for host in HOSTS if count is None else light_hosts(count):
         start_host(host, key, sysfs)
         address = out(DOCKER, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", host.name)
-        hosts.append(SimHost(host.name, host.gpus, host.ssh_port, host.api_port, address))
+        hosts.append(SimHost(host.name, host.gpus, host.ssh_port, host.api_port, address, host.cluster, host.role))
     wait_hosts(hosts, key)
     fleet = {
         "registry": registry,
+        "cache": cache,
         "image": standin_ref(registry),
+        "flat_image": flat_ref(registry) if count is not None else None,
         "vllm_version": STANDIN_VERSION,
         "ssh_key": str(key),
         "hf_token": HF_TOKEN,
@@ -427,7 +481,7 @@ def revive(name: str) -> None:
 
 
 def registry_pids() -> list[int]:
-    found = run("pgrep", "-f", "^docker-registry serve", check=False, capture=True).stdout.decode().split()
+    found = run("pgrep", "-f", f"^docker-registry serve {STATE / 'registry.yml'}", check=False, capture=True).stdout.decode().split()
     return [int(pid) for pid in found]
 
 
@@ -494,11 +548,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["up", "down", "sample", "revive", "registry", "tag"])
     parser.add_argument("argument", nargs="?", help="revive: host name; registry: stop or start; tag: the new tag")
+    parser.add_argument("--hosts", type=int, help="up: a light fleet of this many GPU hosts (one two-node cluster per 16)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("fleet: run as root (dockerd, debootstrap)")
     if args.command == "up":
-        up()
+        up(args.hosts)
     elif args.command == "sample":
         sample()
     elif args.command == "revive":

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet import preflight
+from instinct_fleet import desired, preflight, render
 from instinct_fleet.hostplan import HostPlan, plan_inventory
 from instinct_fleet.inventory import HostData
 from instinct_fleet.spec import resolve_host
@@ -207,8 +207,55 @@ def test_cluster_member_without_the_nic_fails_with_its_interfaces() -> None:
     )
 
 
-def test_script_probes_the_configured_token_path() -> None:
-    assert "test -r '/secrets/hf token'" in preflight.script("/secrets/hf token")
+def test_script_probes_the_configured_token_path_and_what_the_deploy_manages() -> None:
+    host, _ = resolve_host("h1", {"hf_cache_dir": "/data/hf cache"})
+    text = preflight.script("/secrets/hf token", desired.probe(host))
+    assert "test -r '/secrets/hf token'" in text
+    assert "stat -c '%a|%U|%G|%F|%n'" in text and "'/data/hf cache'" in text and "/etc/systemd/system/vllm-main.service" in text
+    assert "http://127.0.0.1:8080/health" in text and "grep -qF '\"openai/gpt-oss-120b\"'" in text
+
+
+def as_found(plan_: HostPlan) -> str:
+    """The fact's output on a host that is exactly what ``plan_.desired`` says."""
+    want = plan_.desired
+    files = [f for f in want.files if f.content is not None]
+    stat = [f"{f.mode}|{f.owner}|{f.group}|regular file|{f.path}" for f in files]
+    stat += [f"{d.mode or '1777'}|{d.owner}|{d.group}|directory|{d.path}" for d in want.directories]
+    running = [u.name for u in want.units if u.running]
+    user = want.user
+    return mi300x_host(
+        numa_balancing="0",
+        cmdline="ro iommu=pt pci=realloc=off",
+        files="\n".join(f"{f.sha256}  {f.path}" for f in files),
+        stat="\n".join(stat),
+        active="\n".join(f"{u} loaded active running" for u in running),
+        enabled="\n".join(f"{u.name} enabled enabled" for u in want.units if u.enabled),
+        user=f"{user.name}:x:999:999::{user.home}:{user.shell}\n{user.name} {' '.join(user.groups)}",
+        image="sha256:" + "a" * 64,
+        healthy=" ".join(str(e.port) for e in want.endpoints),
+        nft="loaded",
+        units="\n".join(render.unit_path(n) for n in plan_.unit_files),
+    )
+
+
+@pytest.mark.parametrize("data", [{}, {"vllm_allow_from": ["10.0.0.0/8"], "vllm_instances": [{"name": "a"}, {"name": "b"}]}])
+def test_a_host_exactly_as_desired_has_nothing_to_do(data: dict[str, object]) -> None:
+    first = plan(data, preflight.parse_report(mi300x_host()))
+    again = plan(data, preflight.parse_report(as_found(first)))
+    want = again.desired
+    assert [f.path for f in want.files if again.drifted(f.path)] == []
+    assert [d.path for d in want.directories if again.drifted(d.path)] == []
+    assert [u.name for u in want.units if again.unit_drifted(u.name)] == []
+    assert not again.user_drifted() and again.report.image_id and again.report.firewall_loaded
+    assert all(again.serving_in_place(unit) for unit in again.unit_files) and again.kind == "unchanged"
+    # ...and each kind of drift is seen.
+    moved = preflight.parse_report(
+        as_found(first).replace("644|root|root|regular file|/etc/sysctl.d", "600|root|root|regular file|/etc/sysctl.d")
+    )
+    assert plan(data, moved).drifted(render.SYSCTL_FILE)
+    stopped = preflight.parse_report(as_found(first).replace("vllm-main.service loaded active running", ""))
+    if "vllm-main" in first.unit_files:
+        assert not plan(data, stopped).serving_in_place("vllm-main")
 
 
 @given(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from conftest import Target
@@ -9,78 +10,58 @@ from conftest import Target
 from instinct_fleet import render
 
 
-def managed_files(target: Target) -> dict[str, str | None]:
-    """Every file the deploy writes from fixed text, with the content it must have (None: absent).
-
-    Units, env files and docker's settings come from the plan's desired state, the
-    same text the deploy writes and the roll hashes.
-    """
-    plan = target.plan
-    settings = plan.spec.settings
-    files: dict[str, str | None] = dict(plan.docker_files())
-    for unit_files in plan.unit_files.values():
-        files.update(unit_files)
-    if settings.tune_numa_balancing and plan.report.numa_balancing is not None:
-        files[render.SYSCTL_FILE] = render.sysctl_file()
-    if settings.tune_kernel_cmdline:
-        files[render.GRUB_DROP_IN] = render.grub_drop_in()
-    if plan.role is not None:
-        files[render.RAY_READY_SCRIPT] = (render.TEMPLATES / "ray-ready.py").read_text()
-    ruleset = plan.firewall()
-    if ruleset is not None:
-        files[render.FIREWALL_FILE] = ruleset
-    return files
-
-
 def test_preflight_passes(target: Target) -> None:
     assert target.plan.ok, f"{target.name} fails preflight: {[e.brief for e in target.plan.errors]}"
 
 
+# What the host must hold comes from instinct_fleet/desired.py, the description the deploy acts on;
+# this module reads the host with testinfra, independently of the deploy's preflight fact.
+
+
 def test_managed_files_hold_exactly_what_the_deploy_renders(target: Target) -> None:
-    for path, content in managed_files(target).items():
-        if content is None:
-            assert not target.host.file(path).exists, f"{target.name}:{path} must not exist"
-        else:
-            assert target.sh(f"cat {path}") == content, f"{target.name}:{path} differs from what the deploy renders"
+    for want in target.plan.desired.files:
+        found = target.host.file(want.path)
+        if want.content is None:
+            assert not found.exists, f"{target.name}:{want.path} must not exist"
+            continue
+        assert found.is_file, f"{target.name}:{want.path} is missing"
+        assert hashlib.sha256(found.content).hexdigest() == want.sha256, f"{target.name}:{want.path} differs from what the deploy renders"
+        assert (f"{found.mode:o}", found.user, found.group) == (want.mode, want.owner, want.group), f"{target.name}:{want.path}"
 
 
-def test_env_files_are_root_only(target: Target) -> None:
-    paths = [render.env_path(svc) for svc in target.plan.serves] + ([render.RAY_ENV] if target.plan.role else [])
-    for path in paths:
-        assert target.sh(f"stat -c '%a %U' {path}").strip() == "600 root"
+def test_managed_directories_exist_with_their_owner(target: Target) -> None:
+    for want in target.plan.desired.directories:
+        found = target.host.file(want.path)
+        assert found.is_directory, f"{target.name}:{want.path} is not a directory"
+        assert (found.user, found.group) == (want.owner, want.group)
+        assert want.mode is None or f"{found.mode:o}" == want.mode
+
+
+def test_units_are_enabled_and_running_as_desired(target: Target) -> None:
+    for want in target.plan.desired.units:
+        service = target.host.service(want.name)
+        assert service.is_enabled == want.enabled, f"{target.name}: {want.name} enabled is {service.is_enabled}"
+        if want.running is not None:
+            assert service.is_running == want.running, f"{target.name}: {want.name} running is {service.is_running}"
+        if want.enabled and target.host.file(render.unit_path(want.name)).exists:
+            target.sh(f"systemd-analyze verify {render.unit_path(want.name)}")
 
 
 def test_host_tuning_is_live(target: Target) -> None:
-    settings = target.plan.spec.settings
-    if settings.tune_numa_balancing and target.plan.report.numa_balancing is not None:
-        assert target.sh("cat /proc/sys/kernel/numa_balancing").strip() == "0"
-    if settings.tune_kernel_cmdline:
+    want = target.plan.desired
+    for key, value in want.sysctl.items():
+        assert target.sh(f"cat /proc/sys/{key.replace('.', '/')}").strip() == value
+    if target.plan.spec.settings.tune_kernel_cmdline:
         generated = target.sh("cat /boot/grub/grub.cfg")
         assert "iommu=pt" in generated and "pci=realloc=off" in generated, "the GRUB config was not regenerated"
-    if settings.tune_cpu_idle:
-        assert target.host.service(render.CPU_IDLE_UNIT).is_enabled
-    groups = target.host.user(settings.service_user).groups
-    assert {"render", "video"} <= set(groups), f"{settings.service_user} is in {groups}"
+    user = target.host.user(want.user.name)
+    assert user.exists and user.home == want.user.home and user.shell == want.user.shell
+    assert set(want.user.groups) <= set(user.groups), f"{want.user.name} is in {user.groups}"
 
 
-def test_docker_runs_with_the_pinned_image(target: Target) -> None:
-    docker = target.host.service("docker")
-    assert docker.is_running and docker.is_enabled
-    images = {svc.image for svc in target.plan.spec.services}
-    for image in images:
-        target.sh(f"docker image inspect {image} >/dev/null")
-
-
-def test_units_pass_systemd_analyze_and_run(target: Target) -> None:
-    units = [render.unit_name(svc) for svc in target.plan.serves]
-    if target.plan.role is not None:
-        units.append(render.ray_unit(target.plan.role))
-    if target.plan.firewall() is not None:
-        units.append(render.FIREWALL_UNIT.removesuffix(".service"))
-    for unit in units:
-        target.sh(f"systemd-analyze verify {render.unit_path(unit)}")
-        service = target.host.service(unit)
-        assert service.is_enabled and service.is_running, f"{target.name}: {unit} is not enabled and running"
+def test_docker_has_the_pinned_image(target: Target) -> None:
+    if target.plan.desired.image is not None:
+        target.sh(f"docker image inspect {target.plan.desired.image} >/dev/null")
 
 
 def _containers(target: Target) -> list[tuple[str, list[str], str]]:
@@ -111,10 +92,10 @@ def test_containers_run_exactly_the_rendered_env_and_args(target: Target) -> Non
 
 
 def test_endpoints_answer_with_the_model(target: Target) -> None:
-    for svc in target.plan.serves:
-        assert target.sh(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{svc.port}/health") == "200"
-        models = json.loads(target.sh(f"curl -s http://127.0.0.1:{svc.port}/v1/models"))
-        assert render.served_model(svc) in [card["id"] for card in models["data"]]
+    for want in target.plan.desired.endpoints:
+        assert target.sh(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{want.port}/health") == "200"
+        models = json.loads(target.sh(f"curl -s http://127.0.0.1:{want.port}/v1/models"))
+        assert want.served in [card["id"] for card in models["data"]]
 
 
 def test_token_never_leaves_its_file(target: Target) -> None:

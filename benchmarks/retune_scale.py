@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""What a re-tune costs as the fleet grows: N = 8, 16 and 32 simulated hosts, in one run.
+
+For each N it starts a light fleet (``tests/fleet/fleet.py up --hosts N``) and measures:
+
+* first converge: wall time of ``pyinfra -y benchmarks/scale_inventory.py deploy.py``;
+* upstream image fetches: blob requests, and bytes, that the upstream registry
+  served while the fleet pulled through the pull-through cache (which starts empty);
+* no-op re-tune: the median of 5 runs, against the SSH floor (``ssh true`` to
+  every host in parallel, median of 5) measured in the same run;
+* commands per host on a no-op, counted from pyinfra's ``--debug`` log;
+* peak memory (max RSS) of the pyinfra process, first converge and no-op;
+* memory per simulated host, from each host container's cgroup.
+
+It writes ``benchmarks/RESULTS.md`` with the machine it ran on and prints how each
+figure grows with N. Needs root (dockerd) and takes about half an hour; it is not
+part of ``make test``. Usage: ``sudo .venv/bin/python benchmarks/retune_scale.py [N ...]``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = ROOT / ".fleet"
+FLEET = [sys.executable, str(ROOT / "tests" / "fleet" / "fleet.py")]
+PYINFRA = [sys.executable, "-m", "pyinfra", "-y", "benchmarks/scale_inventory.py", "deploy.py"]
+DOCKER = "/usr/bin/docker"
+BLOB = re.compile(r'"GET /v2/\S+/blobs/sha256:[0-9a-f]+ HTTP/[\d.]+" 200 (\d+)')
+
+
+def timed(argv: list[str], check: bool = True) -> tuple[float, int, str]:
+    """Wall seconds, peak RSS in MiB of that process (from wait4), and its output."""
+    with tempfile.TemporaryFile("w+") as sink:
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.monotonic() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        sink.seek(0)
+        output = sink.read()
+    if check and proc.returncode != 0:
+        sys.exit(f"{' '.join(argv)} exited {proc.returncode}:\n{output[-3000:]}")
+    return elapsed, int(usage.ru_maxrss / 1024), output
+
+
+def ssh_floor(hosts: list[dict], key: str) -> float:
+    """One `ssh true` per host, all at once: the least any tool needs to reach every host once."""
+
+    def one(port: int) -> None:
+        subprocess.run(
+            [
+                "ssh",
+                "-i",
+                key,
+                "-p",
+                str(port),
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "LogLevel=ERROR",
+                "-o",
+                "BatchMode=yes",
+                "root@127.0.0.1",
+                "true",
+            ],
+            check=True,
+        )
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(len(hosts)) as pool:
+        list(pool.map(one, [h["ssh_port"] for h in hosts]))
+    return time.monotonic() - started
+
+
+def upstream_blobs() -> tuple[int, int]:
+    log = STATE / "registry.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    sizes = [int(m.group(1)) for m in BLOB.finditer(text)]
+    return len(sizes), sum(sizes)
+
+
+def host_memory_mib(hosts: list[dict]) -> float:
+    """Mean memory of a host container (systemd, sshd, dockerd and its containers), from its cgroup."""
+    values = []
+    for h in hosts:
+        cid = subprocess.run([DOCKER, "inspect", "-f", "{{.Id}}", h["name"]], capture_output=True, text=True, check=True).stdout.strip()
+        for path in (f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.current", f"/sys/fs/cgroup/docker/{cid}/memory.current"):
+            if Path(path).exists():
+                values.append(int(Path(path).read_text()) / 2**20)
+                break
+    return statistics.mean(values) if values else float("nan")
+
+
+def reset_cache() -> None:
+    """An empty pull-through cache, so that the first converge shows what the upstream registry sends."""
+    subprocess.run(["pkill", "-f", f"docker-registry serve {STATE / 'cache.yml'}"], check=False)
+    time.sleep(1)
+    subprocess.run(["rm", "-rf", str(STATE / "cache")], check=True)
+
+
+def measure(count: int) -> dict[str, float | int | str]:
+    subprocess.run([*FLEET, "down"], check=True)
+    reset_cache()
+    started = time.monotonic()
+    subprocess.run([*FLEET, "up", "--hosts", str(count)], check=True)
+    up_seconds = time.monotonic() - started
+    fleet = json.loads((STATE / "fleet.json").read_text())
+    hosts = fleet["hosts"]
+    blobs_before, bytes_before = upstream_blobs()
+    first, first_rss, output = timed(PYINFRA)
+    blobs_after, bytes_after = upstream_blobs()
+    noops, rss = [], []
+    for _ in range(5):
+        seconds, peak, _ = timed(PYINFRA)
+        noops.append(seconds)
+        rss.append(peak)
+    floors = [ssh_floor(hosts, fleet["ssh_key"]) for _ in range(5)]
+    _, _, debug = timed([*PYINFRA, "--debug"])
+    commands = Counter(re.findall(r"Running command on (sim-[\w-]+):", debug))
+    cli = subprocess.run(
+        [str(Path(sys.executable).parent / "instinct-fleet"), "deploy", "benchmarks/scale_inventory.py", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    results = json.loads(cli.stdout)["results"] or {}
+    return {
+        "hosts": count,
+        "fleet_up_s": round(up_seconds, 1),
+        "host_mem_mib": round(host_memory_mib(hosts)),
+        "first_converge_s": round(first, 1),
+        "first_peak_rss_mib": first_rss,
+        "upstream_blob_fetches": blobs_after - blobs_before,
+        "upstream_mib": round((bytes_after - bytes_before) / 2**20),
+        "noop_median_s": round(statistics.median(noops), 2),
+        "ssh_floor_s": round(statistics.median(floors), 2),
+        "noop_over_floor": round(statistics.median(noops) / statistics.median(floors), 1),
+        "noop_peak_rss_mib": max(rss),
+        "commands_per_host_max": max(commands.values()) if commands else 0,
+        "changed_ops_on_noop": results.get("totals", {}).get("success", "?"),
+        "first_converge_tail": output.strip().splitlines()[-1] if output.strip() else "",
+    }
+
+
+def machine() -> str:
+    cpus = os.cpu_count()
+    mem = int(Path("/proc/meminfo").read_text().split()[1]) // 2**20
+    pyinfra = subprocess.run([sys.executable, "-m", "pyinfra", "--version"], capture_output=True, text=True).stdout.strip()
+    return f"{cpus} CPUs, {mem} GiB RAM, Linux {platform.release()}, Python {platform.python_version()}, {pyinfra}"
+
+
+def growth(rows: list[dict], key: str) -> str:
+    first, last = rows[0], rows[-1]
+    if not first[key]:
+        return "n/a"
+    ratio = float(last[key]) / float(first[key])
+    return f"x{ratio:.1f} for x{last['hosts'] / first['hosts']:.0f} hosts"
+
+
+def main() -> None:
+    counts = [int(a) for a in sys.argv[1:]] or [8, 16, 32]
+    rows = [measure(n) for n in counts]
+    subprocess.run([*FLEET, "down"], check=True)
+    keys = [k for k in rows[0] if k != "first_converge_tail"]
+    table = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
+    table += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows]
+    grows = [
+        f"- `{k}`: {growth(rows, k)}" for k in ("first_converge_s", "noop_median_s", "ssh_floor_s", "noop_peak_rss_mib", "upstream_mib")
+    ]
+    text = "\n".join(
+        [
+            "# Re-tune at fleet scale",
+            "",
+            f"Measured by `benchmarks/retune_scale.py` on {time.strftime('%Y-%m-%d')}: {machine()}.",
+            "Simulated hosts (tests/fleet/fleet.py, light fleet); the stand-in vLLM image is 421 MB in one layer,",
+            "pulled through a pull-through cache that starts empty.",
+            "",
+            *table,
+            "",
+            "How each figure grows:",
+            *grows,
+            "",
+        ]
+    )
+    (ROOT / "benchmarks" / "RESULTS.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
