@@ -241,3 +241,19 @@ def test_limit_to_one_member_still_refuses_a_peer_with_bad_data(tmp_path: Path) 
         )
     assert done.returncode == 1 and "w1: cluster_nic" in done.stderr and "[value-format]" in done.stderr, done.stderr[-2000:]
     assert not contacted and "Traceback" not in done.stderr
+
+
+def test_every_bad_value_is_refused_by_the_cli_before_any_contact(tmp_path: Path) -> None:
+    """All of BAD at once, one host each, through `instinct-fleet deploy`: each host named with its key and rule."""
+    inventory = tmp_path / "inventories" / "bad.py"
+    inventory.parent.mkdir()
+    with ssh_port() as (port, contacted):
+        hosts = [(f"bad-{i}", {"ssh_hostname": "127.0.0.1", "ssh_port": port, **G, **data}) for i, (data, _, _) in enumerate(BAD)]
+        inventory.write_text(f"hosts = {hosts!r}\n")
+        done = subprocess.run(
+            [sys.executable, "-m", "instinct_fleet.cli", "deploy", str(inventory)], cwd=ROOT, capture_output=True, text=True
+        )
+    assert done.returncode == 1 and "Traceback" not in done.stderr and not contacted
+    lines = done.stderr.splitlines()
+    for i, (_, key, rule) in enumerate(BAD):
+        assert any(line.startswith(f"error: bad-{i}: {key}: ") and line.endswith(f"[{rule}]") for line in lines), (i, key, rule)
