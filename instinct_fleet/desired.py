@@ -165,7 +165,7 @@ def desired(plan: HostPlan) -> Desired:
             files.append(File(path, content.encode(), "644" if path.endswith(".service") else "600"))
         units.append(Unit(f"{name}.service"))
     for stale in plan.stale_units:
-        files += [File(render.unit_path(stale), None), File(f"{CONFIG_DIR}/{stale}.env", None)]
+        files += [File(render.unit_path(stale), None), File(render.unit_env_path(stale), None)]
         units.append(Unit(f"{stale}.service", enabled=False, running=False))
     endpoints = tuple(Endpoint(f"{render.unit_name(s)}.service", s.port, render.served_model(s)) for s in plan.serves)
     return Desired(

@@ -86,7 +86,12 @@ def unit_name(svc: ServiceSpec) -> str:
 
 
 def env_path(svc: ServiceSpec) -> str:
-    return f"{CONFIG_DIR}/{unit_name(svc)}.env"
+    return unit_env_path(unit_name(svc))
+
+
+def unit_env_path(unit: str) -> str:
+    """The env file of a vLLM or Ray unit this tool writes (a stale one included); both Ray roles use ray.env."""
+    return RAY_ENV if unit.startswith("ray-") else f"{CONFIG_DIR}/{unit}.env"
 
 
 def served_model(svc: ServiceSpec) -> str:

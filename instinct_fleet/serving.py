@@ -18,7 +18,6 @@ from pyinfra.operations.util import any_changed
 from instinct_fleet import operations, render
 from instinct_fleet.defaults import Hook
 from instinct_fleet.hostplan import FleetPlan, HostPlan
-from instinct_fleet.paths import CONFIG_DIR
 
 
 def _hooks(plan: HostPlan, fleet: FleetPlan, which: str, hook: Hook | None, gate: Callable[[], bool]) -> None:
@@ -107,7 +106,7 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
             name=f"Stop {stale} (no longer in the inventory)", service=f"{stale}.service", running=False, enabled=False, _if=gate
         )
         removed.append(files.file(name=f"Remove {stale}", path=render.unit_path(stale), present=False, _if=gate))
-        files.file(name=f"Remove {stale} env", path=f"{CONFIG_DIR}/{stale}.env", present=False, _if=gate)
+        files.file(name=f"Remove {stale} env", path=render.unit_env_path(stale), present=False, _if=gate)
 
     if plan.defers_docker:
         docker_settings(plan, gate)
