@@ -164,8 +164,9 @@ def desired(plan: HostPlan) -> Desired:
         for path, content in unit_files.items():
             files.append(File(path, content.encode(), "644" if path.endswith(".service") else "600"))
         units.append(Unit(f"{name}.service"))
+    wanted = {f.path for f in files}
     for stale in plan.stale_units:
-        files += [File(render.unit_path(stale), None), File(render.unit_env_path(stale), None)]
+        files += [File(path, None) for path in (render.unit_path(stale), render.unit_env_path(stale)) if path not in wanted]
         units.append(Unit(f"{stale}.service", enabled=False, running=False))
     endpoints = tuple(Endpoint(f"{render.unit_name(s)}.service", s.port, render.served_model(s)) for s in plan.serves)
     return Desired(

@@ -106,7 +106,8 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
             name=f"Stop {stale} (no longer in the inventory)", service=f"{stale}.service", running=False, enabled=False, _if=gate
         )
         removed.append(files.file(name=f"Remove {stale}", path=render.unit_path(stale), present=False, _if=gate))
-        files.file(name=f"Remove {stale} env", path=render.unit_env_path(stale), present=False, _if=gate)
+        if render.unit_env_path(stale) not in {p for unit in plan.unit_files.values() for p in unit}:  # a role switch keeps ray.env
+            files.file(name=f"Remove {stale} env", path=render.unit_env_path(stale), present=False, _if=gate)
 
     if plan.defers_docker:
         docker_settings(plan, gate)
