@@ -18,7 +18,7 @@ from instinct_fleet.defaults import DEFAULTS
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
 
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # C0, DEL, C1 (NEL) and the Unicode line separators
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN", "HUGGINGFACEHUB_API_TOKEN")
 SECRET_FLAGS = ("hf-token",)
 

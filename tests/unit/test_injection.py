@@ -105,4 +105,4 @@ def test_a_value_is_refused_or_changes_no_line_structure(place: str, value: str)
             value,
             path,
         )
-        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", text), (place, value, path)
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]", text), (place, value, path)

@@ -29,6 +29,8 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"vllm_model": "org/m\nExecStartPre=/bin/sh"}, "vllm_model", "unsafe-value"),
     ({"vllm_args": {"served-model-name": "a\rb"}}, "vllm_args.served-model-name", "unsafe-value"),
     ({"hf_cache_dir": "/data\nUser=root"}, "hf_cache_dir", "unsafe-value"),
+    ({"vllm_args": {"served-model-name": "a\x85b"}}, "vllm_args.served-model-name", "unsafe-value"),
+    ({"vllm_env": {"X": "a\u2028b"}}, "vllm_env.X", "unsafe-value"),
     ({"vllm_instances": [{"name": "main", "env": {"X": "\x00"}}]}, "vllm_instances[0].env.X", "unsafe-value"),
     ({"rolling_pre_stop": {"host": "drain\nrm -rf /"}}, "rolling_pre_stop.host", "unsafe-value"),
     ({"vllm_env": {"HF_TOKEN": "hf_abc"}}, "vllm_env.HF_TOKEN", "secret-inline"),
