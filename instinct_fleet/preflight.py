@@ -301,7 +301,8 @@ def _stats(text: str) -> dict[str, Stat]:
     for line in text.splitlines():
         bits = line.split("|", 4)
         if len(bits) == 5:
-            found[bits[4]] = Stat(bits[0], bits[1], bits[2], bits[3])
+            kind = "regular file" if bits[3] == "regular empty file" else bits[3]  # stat's %F for an empty file
+            found[bits[4]] = Stat(bits[0], bits[1], bits[2], kind)
     return found
 
 

@@ -152,8 +152,14 @@ def streamed_deploy(inventory_path: str, when: str, fault: list[str]) -> tuple[i
     return rc, "".join(lines), time.monotonic() - started
 
 
+def give_work(fleet: dict[str, Any], host: str) -> None:
+    """A converged host runs no operation at all; a drifted file gives it one to hang or die in."""
+    ssh(fleet, host, "sed -i 's/= 0/= 1/' /etc/sysctl.d/90-instinct-fleet.conf")
+
+
 def test_a_host_that_hangs_mid_run_fails_alone(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
     short = inventory(tmp_path, "short", {**BASELINE, "command_timeout": 20})
+    give_work(fleet, "sim-gpu-2")
     try:
         rc, output, seconds = streamed_deploy(short, "Beginning operation run", ["/usr/bin/docker", "pause", "sim-gpu-2"])
     finally:
@@ -167,6 +173,7 @@ def test_a_host_that_hangs_mid_run_fails_alone(baseline: str, fleet: dict[str, A
 
 
 def test_a_host_killed_mid_run_fails_alone_and_converges_when_back(baseline: str, fleet: dict[str, Any]) -> None:
+    give_work(fleet, "sim-gpu-2")
     try:
         rc, output, _ = streamed_deploy(baseline, "Beginning operation run", ["/usr/bin/docker", "kill", "sim-gpu-2"])
     finally:

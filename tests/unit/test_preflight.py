@@ -219,7 +219,7 @@ def as_found(plan_: HostPlan) -> str:
     """The fact's output on a host that is exactly what ``plan_.desired`` says."""
     want = plan_.desired
     files = [f for f in want.files if f.content is not None]
-    stat = [f"{f.mode}|{f.owner}|{f.group}|regular file|{f.path}" for f in files]
+    stat = [f"{f.mode}|{f.owner}|{f.group}|regular {'empty ' if not f.content else ''}file|{f.path}" for f in files]
     stat += [f"{d.mode or '1777'}|{d.owner}|{d.group}|directory|{d.path}" for d in want.directories]
     running = [u.name for u in want.units if u.running]
     user = want.user
