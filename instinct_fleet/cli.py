@@ -249,6 +249,21 @@ def cmd_verify(opts: argparse.Namespace) -> int:
     return subprocess.call([*argv, *opts.passthrough], cwd=project)
 
 
+def cmd_report(opts: argparse.Namespace) -> int:
+    """Write report.md and PNG plots from a directory of vLLM benchmark results, and print the fleet table."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("report draws its plots with matplotlib, which is not installed: pip install 'instinct-fleet[report]'")
+    from instinct_fleet import report
+
+    try:
+        path, terminal = report.write(Path(opts.results))
+    except report.ReportError as exc:
+        raise UsageError(str(exc)) from exc
+    print(terminal)
+    print(f"\nwrote {path} and its plots")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="instinct-fleet", description="Tuned vLLM serving on AMD Instinct fleets.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -288,6 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.add_argument("--json", action="store_true", help="pyinfra's JSON results (operations, totals, failed hosts)")
     deploy.set_defaults(func=cmd_deploy)
     verify.set_defaults(func=cmd_verify)
+
+    report = sub.add_parser(
+        "report", help="report.md, plots and a table from vllm bench serve results (RESULTS_DIR/<host>/<instance>/*.json)"
+    )
+    report.add_argument("results", metavar="RESULTS_DIR")
+    report.set_defaults(func=cmd_report)
     return parser
 
 

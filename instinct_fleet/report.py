@@ -1,0 +1,269 @@
+"""Benchmark reports: ``vllm bench serve`` result files in, a markdown report, PNG plots and a terminal table out.
+
+A results directory holds one JSON file per run, as vLLM writes it with
+``--save-result``, under ``<host>/<instance>/`` (``instinct-fleet bench`` lays
+them out so; any tree with that shape works). The field names are vLLM's own
+(``vllm/benchmarks/serve.py``): ``output_throughput``, ``median_ttft_ms``,
+``p99_tpot_ms`` and so on; ``label`` names the profile a run used.
+
+Why a report and not the raw files: a fleet's question is whether every
+instance performs as the guide says and as its peers do. The report therefore
+compares each run with the seed's published figures for the same profile (as a
+ratio) and flags an instance more than 10% below the median of the instances
+that ran the same model, profile and concurrency.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+STATS = ("mean", "median", "p99")
+OUTLIER_BELOW = 0.10  # an instance this far under its peers' median output throughput is flagged
+
+# What the seeds publish for a profile, with where. Keys are vLLM's result fields.
+REFERENCES: dict[str, dict[str, Any]] = {
+    "seed-001-gpt-oss": {
+        "source": "001_81014cdf3d7b3637.txt: gpt-oss-120b on one MI300X, random 4096/1024, 80 prompts, concurrency 8",
+        "output_throughput": 479.07,
+        "total_token_throughput": 2394.07,
+        "median_ttft_ms": 833.79,
+        "p99_ttft_ms": 2091.68,
+        "median_tpot_ms": 15.85,
+    },
+}
+
+
+class ReportError(Exception):
+    """The results directory cannot be reported on; the message says why."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One benchmark run of one instance."""
+
+    host: str
+    instance: str
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def profile(self) -> str:
+        return str(self.data.get("label") or "unlabelled")
+
+    @property
+    def concurrency(self) -> int:
+        value = self.data.get("max_concurrency")
+        return int(value) if isinstance(value, (int, float)) else 0
+
+    @property
+    def model(self) -> str:
+        return str(self.data.get("model_id", "?"))
+
+    def value(self, key: str) -> float | None:
+        value = self.data.get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def load(results: Path) -> list[Run]:
+    """Every run under ``results``: ``<host>/<instance>/<file>.json`` at any depth below it."""
+    if not results.is_dir():
+        raise ReportError(f"{results} is not a directory of benchmark results")
+    runs = []
+    for path in sorted(results.rglob("*.json")):
+        if path.name == "config.json":
+            continue  # the rendered config bench stores beside the results
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ReportError(f"{path} is not a vLLM result file: {exc}") from None
+        if not isinstance(data, dict) or "output_throughput" not in data:
+            continue
+        parts = path.relative_to(results).parts
+        if len(parts) < 3:
+            raise ReportError(f"{path}: expected <host>/<instance>/<result>.json under {results}")
+        runs.append(Run(parts[-3], parts[-2], path, data))
+    if not runs:
+        raise ReportError(f"no vLLM result files (--save-result JSON) under {results}")
+    return runs
+
+
+def outliers(runs: list[Run]) -> list[tuple[Run, float, float]]:
+    """(run, its output throughput, its group's median) for runs more than 10% below their group's median."""
+    groups: dict[tuple[str, str, int], list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[(run.model, run.profile, run.concurrency)].append(run)
+    found = []
+    for members in groups.values():
+        values = [v for r in members if (v := r.value("output_throughput")) is not None]
+        if len(values) < 2:
+            continue
+        median = statistics.median(values)
+        for run in members:
+            value = run.value("output_throughput")
+            if value is not None and value < (1 - OUTLIER_BELOW) * median:
+                found.append((run, value, median))
+    return found
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def run_rows(runs: list[Run]) -> list[list[str]]:
+    header = ["host", "instance", "profile", "conc", "req/s", "out tok/s", "total tok/s"]
+    header += [f"{s} {m} ms" for m in METRICS for s in STATS]
+    rows = [header]
+    for run in sorted(runs, key=lambda r: (r.profile, r.concurrency, r.host, r.instance)):
+        row = [run.host, run.instance, run.profile, str(run.concurrency)]
+        row += [_fmt(run.value(k)) for k in ("request_throughput", "output_throughput", "total_token_throughput")]
+        row += [_fmt(run.value(f"{s}_{m}_ms")) for m in METRICS for s in STATS]
+        rows.append(row)
+    return rows
+
+
+def fleet_rows(runs: list[Run]) -> list[list[str]]:
+    """Per profile and concurrency: instances, summed throughput, median latencies across instances."""
+    rows = [["profile", "conc", "instances", "sum out tok/s", "sum total tok/s", "median TTFT ms", "median TPOT ms", "p99 TTFT ms (worst)"]]
+    groups: dict[tuple[str, int], list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[(run.profile, run.concurrency)].append(run)
+    for (profile, conc), members in sorted(groups.items()):
+
+        def values(key: str, members: list[Run] = members) -> list[float]:
+            return [v for r in members if (v := r.value(key)) is not None]
+
+        rows.append(
+            [
+                profile,
+                str(conc),
+                str(len(members)),
+                _fmt(sum(values("output_throughput"))),
+                _fmt(sum(values("total_token_throughput"))),
+                _fmt(statistics.median(values("median_ttft_ms"))) if values("median_ttft_ms") else "-",
+                _fmt(statistics.median(values("median_tpot_ms"))) if values("median_tpot_ms") else "-",
+                _fmt(max(values("p99_ttft_ms"), default=None)),
+            ]
+        )
+    return rows
+
+
+def reference_rows(runs: list[Run]) -> list[list[str]]:
+    """Each run of a profile with published figures, as a ratio to them (throughput: higher is better; latency: lower)."""
+    rows = [["host", "instance", "profile", "figure", "seed", "measured", "ratio"]]
+    for run in sorted(runs, key=lambda r: (r.profile, r.host, r.instance)):
+        reference = REFERENCES.get(run.profile)
+        if reference is None:
+            continue
+        for key, published in reference.items():
+            if key == "source":
+                continue
+            measured = run.value(key)
+            ratio = "-" if measured is None else f"{measured / published:.2f}"
+            rows.append([run.host, run.instance, run.profile, key, _fmt(published), _fmt(measured), ratio])
+    return rows
+
+
+def table(rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows[1:]])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def plots(runs: list[Run], out: Path) -> list[Path]:
+    """Throughput and latency percentiles against concurrency, and one bar per instance (PNG, matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a control machine
+    from matplotlib import pyplot as plt
+
+    written = []
+    series: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        series[f"{run.host}/{run.instance}"].append(run)
+
+    def line_plot(name: str, keys: list[tuple[str, str]], ylabel: str) -> None:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for label, members in sorted(series.items()):
+            members = sorted(members, key=lambda r: r.concurrency)
+            for key, suffix in keys:
+                points = [(r.concurrency, v) for r in members if (v := r.value(key)) is not None]
+                if points:
+                    ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{label} {suffix}".strip())
+        ax.set_xlabel("concurrency (max_concurrency)")
+        ax.set_ylabel(ylabel)
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+        path = out / name
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+
+    line_plot("throughput.png", [("output_throughput", "")], "output tokens/s")
+    line_plot("ttft.png", [("median_ttft_ms", "median"), ("p99_ttft_ms", "p99")], "TTFT (ms)")
+    line_plot("tpot.png", [("median_tpot_ms", "median"), ("p99_tpot_ms", "p99")], "TPOT (ms)")
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    names = sorted(series)
+    best = [max((r.value("output_throughput") or 0.0) for r in series[n]) for n in names]
+    ax.bar(range(len(names)), best)
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize="small")
+    ax.set_ylabel("output tokens/s (best run)")
+    path = out / "instances.png"
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+def write(results: Path) -> tuple[Path, str]:
+    """Write report.md and the plots into ``results``; return the report's path and the terminal table."""
+    runs = load(results)
+    images = plots(runs, results)
+    flagged = outliers(runs)
+    lines = [
+        f"# Benchmark report: {results.name}",
+        "",
+        f"{len(runs)} runs of {len({(r.host, r.instance) for r in runs})} instances. Field names are vLLM's (`vllm bench serve --save-result`).",
+        "",
+        "## Fleet",
+        "",
+        table(fleet_rows(runs), markdown=True),
+        "",
+        "## Per instance",
+        "",
+        table(run_rows(runs), markdown=True),
+        "",
+        "## Against the seeds",
+        "",
+    ]
+    reference = reference_rows(runs)
+    if len(reference) > 1:
+        sources = sorted({REFERENCES[r.profile]["source"] for r in runs if r.profile in REFERENCES})
+        lines += [table(reference, markdown=True), "", *[f"- {s}" for s in sources], ""]
+    else:
+        lines += ["No run used a profile with published figures (`seed-001-gpt-oss` has them).", ""]
+    lines += ["## Outliers", ""]
+    if flagged:
+        lines += [
+            f"- **{r.host}** {r.instance} ({r.profile}, concurrency {r.concurrency}): {v:.1f} output tok/s, "
+            f"{(1 - v / m) * 100:.0f}% below the median {m:.1f} of its peers"
+            for r, v, m in flagged
+        ]
+    else:
+        lines.append(f"None: no instance is more than {OUTLIER_BELOW:.0%} below the median of its peers.")
+    lines += ["", "## Plots", "", *[f"![{p.stem}]({p.name})" for p in images], ""]
+    report = results / "report.md"
+    report.write_text("\n".join(lines))
+    terminal = table(fleet_rows(runs), markdown=False)
+    if flagged:
+        terminal += "\n\nOutliers: " + ", ".join(f"{r.host}/{r.instance} ({v:.1f} vs median {m:.1f})" for r, v, m in flagged)
+    return report, terminal

@@ -1,0 +1,76 @@
+"""The benchmark report on vLLM result files: tables, the seed comparison, outliers and the plots."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from instinct_fleet import report
+from instinct_fleet.cli import main
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json"
+
+
+def results(tmp_path: Path, throughput: dict[tuple[str, str], float]) -> Path:
+    """A results tree as `instinct-fleet bench` lays it out, one seed-001 run per instance."""
+    base = json.loads(FIXTURE.read_text())
+    for (host, instance), value in throughput.items():
+        where = tmp_path / "20261123T000000Z" / host / instance
+        where.mkdir(parents=True)
+        (where / "vllm-8qps-gpt-oss-120b.json").write_text(json.dumps({**base, "output_throughput": value}))
+        (where / "config.json").write_text(json.dumps({"recipe": "gpt-oss-120b"}))
+    return tmp_path / "20261123T000000Z"
+
+
+def test_the_seed_run_matches_its_published_figures_exactly(tmp_path: Path) -> None:
+    where = tmp_path / "r" / "gpu-1" / "main"
+    where.mkdir(parents=True)
+    shutil.copy(FIXTURE, where / "run.json")
+    runs = report.load(tmp_path / "r")
+    rows = report.reference_rows(runs)
+    assert {row[3]: row[6] for row in rows[1:]} == {
+        "output_throughput": "1.00",
+        "total_token_throughput": "1.00",
+        "median_ttft_ms": "1.00",
+        "p99_ttft_ms": "1.00",
+        "median_tpot_ms": "1.00",
+    }
+    assert runs[0].profile == "seed-001-gpt-oss" and runs[0].concurrency == 8
+
+
+def test_an_instance_more_than_ten_percent_below_its_peers_is_flagged_with_its_host(tmp_path: Path) -> None:
+    tree = results(tmp_path, {("gpu-1", "main"): 480.0, ("gpu-2", "main"): 470.0, ("gpu-3", "main"): 400.0, ("gpu-4", "main"): 440.0})
+    flagged = report.outliers(report.load(tree))
+    assert [(r.host, round(v), round(m)) for r, v, m in flagged] == [("gpu-3", 400, 455)]
+
+
+def test_report_writes_markdown_plots_and_prints_the_fleet_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = results(tmp_path, {("gpu-1", "main"): 479.07, ("gpu-2", "main"): 300.0})
+    assert main(["report", str(tree)]) == 0
+    out = capsys.readouterr().out
+    assert "seed-001-gpt-oss" in out and "779.07" in out  # two instances' output throughput, summed
+    text = (tree / "report.md").read_text()
+    assert "**gpu-2** main" in text and "| gpu-1 | main | seed-001-gpt-oss | output_throughput | 479.07 | 479.07 | 1.00 |" in text
+    for name in ("throughput", "ttft", "tpot", "instances"):
+        png = tree / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"![{name}]({name}.png)" in text
+
+
+@pytest.mark.parametrize(
+    ("setup", "says"),
+    [
+        (lambda p: None, "is not a directory"),
+        (lambda p: p.mkdir(), "no vLLM result files"),
+        (lambda p: (p.mkdir(), (p / "x.json").write_text('{"output_throughput": 1}')), "expected <host>/<instance>/<result>.json"),
+        (lambda p: (p.mkdir(), (p / "a").mkdir(), (p / "a" / "b").mkdir(), (p / "a" / "b" / "r.json").write_text("{")), "not a vLLM"),
+    ],
+)
+def test_bad_results_directories_fail_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str], setup, says: str) -> None:  # type: ignore[no-untyped-def]
+    target = tmp_path / "results"
+    setup(target)
+    assert main(["report", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
