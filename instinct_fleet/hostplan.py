@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from instinct_fleet import desired, preflight, render
 from instinct_fleet.inventory import HostData, hosts_of, plan_hosts
@@ -414,9 +413,9 @@ class FleetPlan:
     roll: Roll
 
 
-# One plan per pyinfra run (its State), made by the first host that asks; pyinfra loads the
-# deploy file for every host at once in greenlets, so the others wait for that one.
-_RUNS: WeakKeyDictionary[Any, Any] = WeakKeyDictionary()
+# One plan per pyinfra run, kept on the run's State itself, made by the first host that asks;
+# pyinfra loads the deploy file for every host at once in greenlets, so the others wait for it.
+_PLAN_ATTRIBUTE = "instinct_fleet_plan"
 
 
 def _plan_run(state: Any) -> FleetPlan:
@@ -460,12 +459,13 @@ def fleet_plan(state: Any) -> FleetPlan:
     """The plan of this pyinfra run (its State), made once."""
     from gevent.event import AsyncResult
 
-    pending = _RUNS.get(state)
+    pending = getattr(state, _PLAN_ATTRIBUTE, None)
     if pending is None:
         from instinct_fleet.runreport import RollReporter
         from instinct_fleet.watchdog import ContainedPool, Watchdog
 
-        pending = _RUNS[state] = AsyncResult()
+        pending = AsyncResult()
+        setattr(state, _PLAN_ATTRIBUTE, pending)
         try:
             fleet = _plan_run(state)
         except BaseException as exc:
