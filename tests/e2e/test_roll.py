@@ -169,6 +169,8 @@ def test_a_host_that_hangs_mid_run_fails_alone(baseline: str, fleet: dict[str, A
     assert "Traceback" not in output
     summary = output.split("Roll summary:")[-1]
     assert "sim-gpu-2" in summary and "failed" in summary.split("sim-gpu-2", 1)[1].splitlines()[0]
+    repaired = deploy(inventory=short)  # the work the hung host never did
+    assert {(h, names.split(" | ")[-1]) for h, names in repaired.changed()} == {("sim-gpu-2", "NUMA balancing off at boot")}
     quiet(deploy(inventory=short))
 
 
