@@ -94,15 +94,26 @@ def upstream_blobs() -> tuple[int, int]:
 
 
 def host_memory_mib(hosts: list[dict]) -> float:
-    """Mean memory of a host container (systemd, sshd, dockerd and its containers), from its cgroup."""
+    """Mean resident memory of a host container (systemd, sshd, dockerd and its containers), from its cgroup.
+
+    cgroup v1: total_rss of memory.stat (page cache, which the kernel reclaims, left out);
+    cgroup v2: anon of memory.stat.
+    """
     values = []
     for h in hosts:
         cid = subprocess.run([DOCKER, "inspect", "-f", "{{.Id}}", h["name"]], capture_output=True, text=True, check=True).stdout.strip()
-        for path in (f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.current", f"/sys/fs/cgroup/docker/{cid}/memory.current"):
+        for path, key in (
+            (f"/sys/fs/cgroup/memory/docker/{cid}/memory.stat", "total_rss"),
+            (f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.stat", "anon"),
+            (f"/sys/fs/cgroup/docker/{cid}/memory.stat", "anon"),
+        ):
             if Path(path).exists():
-                values.append(int(Path(path).read_text()) / 2**20)
+                stat = dict(line.split() for line in Path(path).read_text().splitlines())
+                values.append(int(stat[key]) / 2**20)
                 break
-    return statistics.mean(values) if values else float("nan")
+    if not values:
+        sys.exit("retune_scale: no memory cgroup found for the host containers")
+    return statistics.mean(values)
 
 
 def reset_cache() -> None:
@@ -174,8 +185,15 @@ def growth(rows: list[dict], key: str) -> str:
 
 def main() -> None:
     counts = [int(a) for a in sys.argv[1:]] or [8, 16, 32]
-    rows = [measure(n) for n in counts]
+    rows = []
+    for n in counts:
+        rows.append(measure(n))
+        print(json.dumps(rows[-1]), flush=True)
+        write_results(rows)
     subprocess.run([*FLEET, "down"], check=True)
+
+
+def write_results(rows: list[dict]) -> None:
     keys = [k for k in rows[0] if k != "first_converge_tail"]
     table = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
     table += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows]
@@ -198,7 +216,6 @@ def main() -> None:
         ]
     )
     (ROOT / "benchmarks" / "RESULTS.md").write_text(text)
-    print(text)
 
 
 if __name__ == "__main__":

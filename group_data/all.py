@@ -151,6 +151,10 @@ firewall = True
 # cluster members; `None` leaves them open.
 vllm_allow_from = None
 
+# Address Prometheus scrapes this host's vLLM `/metrics` at (`instinct-fleet targets`); `None`
+# uses `ssh_hostname`, else the inventory name.
+scrape_address = None
+
 # Serving units (a single-node host, or a whole Ray cluster) that may restart at once during a
 # re-tune: a number, or a percentage of the fleet's serving units such as `"25%"`. One value for
 # the whole fleet.

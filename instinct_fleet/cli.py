@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import knowledge
+from instinct_fleet import knowledge, monitoring
 from instinct_fleet.defaults import DEFAULTS, default_image
 from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts, select, with_cluster_peers
 from instinct_fleet.recipes import all_recipes
@@ -249,6 +249,23 @@ def cmd_verify(opts: argparse.Namespace) -> int:
     return subprocess.call([*argv, *opts.passthrough], cwd=project)
 
 
+def cmd_targets(opts: argparse.Namespace) -> int:
+    """Prometheus file_sd JSON for the vLLM endpoints of the chosen hosts (validated first, nothing contacted)."""
+    planned = _plan_limited(opts)
+    errors = [f for _, fs in planned for f in fs if f.severity == "error"]
+    for f in errors:
+        print(str(f), file=sys.stderr)
+    if errors:
+        print(f"{len(errors)} error(s): no targets written", file=sys.stderr)
+        return EXIT_INVALID
+    text = json.dumps(monitoring.file_sd([spec for spec, _ in planned]), indent=2) + "\n"
+    if opts.output:
+        Path(opts.output).write_text(text)
+    else:
+        print(text, end="")
+    return 0
+
+
 def cmd_report(opts: argparse.Namespace) -> int:
     """Write report.md and PNG plots from a directory of vLLM benchmark results, and print the fleet table."""
     if importlib.util.find_spec("matplotlib") is None:
@@ -303,6 +320,13 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.add_argument("--json", action="store_true", help="pyinfra's JSON results (operations, totals, failed hosts)")
     deploy.set_defaults(func=cmd_deploy)
     verify.set_defaults(func=cmd_verify)
+
+    targets = sub.add_parser("targets", help="Prometheus file_sd JSON for every vLLM /metrics endpoint of an inventory")
+    targets.add_argument("inventory")
+    targets.add_argument("--limit", help="host or group name (glob)")
+    targets.add_argument("--project-dir", help="directory holding group_data/ (default: the inventory's parent's parent)")
+    targets.add_argument("-o", "--output", help="write to this file (Prometheus re-reads it) instead of printing")
+    targets.set_defaults(func=cmd_targets)
 
     report = sub.add_parser(
         "report", help="report.md, plots and a table from vllm bench serve results (RESULTS_DIR/<host>/<instance>/*.json)"

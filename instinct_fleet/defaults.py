@@ -366,6 +366,10 @@ class FleetVars(_Strict):
         default=None,
         description='Addresses or networks allowed to reach the vLLM ports (`["10.0.0.0/8"]`), besides loopback and cluster members; `None` leaves them open.',
     )
+    scrape_address: Annotated[StrictStr, _form(re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$"), "a host name or IP address")] | None = Field(
+        default=None,
+        description="Address Prometheus scrapes this host's vLLM `/metrics` at (`instinct-fleet targets`); `None` uses `ssh_hostname`, else the inventory name.",
+    )
     rolling_batch: RollingBatch = Field(
         default=1,
         description='Serving units (a single-node host, or a whole Ray cluster) that may restart at once during a re-tune: a number, or a percentage of the fleet\'s serving units such as `"25%"`. One value for the whole fleet.',

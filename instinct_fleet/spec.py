@@ -147,6 +147,7 @@ class HostSpec:
     settings: HostSettings
     data: dict[str, Any]
     vars: FleetVars
+    address: str | None = None  # where pyinfra connects: ssh_hostname, else the inventory name
 
 
 # pyinfra's own host data: connection settings and operation arguments (_sudo, _timeout, ...).
@@ -405,4 +406,5 @@ def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, l
             ServiceSpec(inst.name, host, recipe.name, v.vllm_image, v.vllm_version, model, env, args, gpus, port, v.vllm_nodes, reasons)
         )
     merged = {**DEFAULTS, **{k: val for k, val in data.items() if k in DEFAULTS}}
-    return HostSpec(host, v.gpu_count, v.gpu_model, tuple(services), settings_of(v), merged, v), found
+    address = data.get("ssh_hostname") if isinstance(data.get("ssh_hostname"), str) else host
+    return HostSpec(host, v.gpu_count, v.gpu_model, tuple(services), settings_of(v), merged, v, address), found

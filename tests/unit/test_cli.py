@@ -169,3 +169,38 @@ def test_empty_and_raising_inventories_say_why(tmp_path: Path, capsys: pytest.Ca
     assert main(["plan", str(tmp_path / "raising.py")]) == 2
     err = capsys.readouterr().err
     assert "FileNotFoundError: .fleet/fleet.json is missing" in err and "limit" not in err and "Traceback" not in err
+
+
+def test_targets_lists_every_vllm_endpoint_with_its_labels(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    code, out, _ = run(capsys, "targets", "inventories/prod.py")
+    groups = json.loads(out)
+    assert code == 0 and len(groups) == 8 + 1 + 2 + 1  # a cluster's worker has no endpoint
+    by_target = {g["targets"][0]: g["labels"] for g in groups}
+    assert by_target["mi300x-a01.example.net:8083"] == {
+        "job": "vllm",
+        "host": "mi300x-a01.example.net",
+        "instance": "gpt-oss-3",
+        "model": "openai/gpt-oss-120b",
+        "recipe": "gpt-oss-120b",
+        "cluster": "",
+        "role": "single",
+    }
+    head = by_target["mi300x-c01.example.net:8000"]
+    assert (head["cluster"], head["role"], head["recipe"]) == ("llama405", "head", "llama-3.1-405b-pp2")
+    assert not any(t.startswith("mi300x-c02") for t in by_target)
+
+
+def test_targets_use_the_scrape_address_and_refuse_invalid_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "inventories").mkdir()
+    (tmp_path / "group_data").mkdir()
+    inventory = tmp_path / "inventories" / "t.py"
+    inventory.write_text(
+        'hosts = [("h1", {"ssh_hostname": "10.0.0.9", "scrape_address": "10.1.0.9"}), ("h2", {"ssh_hostname": "10.0.0.8"})]\n'
+    )
+    out_file = tmp_path / "vllm.json"
+    code, _, _ = run(capsys, "targets", str(inventory), "-o", str(out_file))
+    assert code == 0 and [g["targets"] for g in json.loads(out_file.read_text())] == [["10.1.0.9:8080"], ["10.0.0.8:8080"]]
+    inventory.write_text('hosts = [("h1", {"scrape_address": "10.1.0.9; rm -rf /"})]\n')
+    code, out, err = run(capsys, "targets", str(inventory))
+    assert code == 1 and out == "" and "h1: scrape_address" in err and "[value-format]" in err

@@ -1,0 +1,40 @@
+"""Prometheus file_sd targets for every vLLM ``/metrics`` endpoint of an inventory.
+
+Why generated: the endpoints follow from the inventory (instances, ports, cluster
+roles), so the scrape configuration follows it too instead of being a second list
+to keep in step. A cluster serves from its head only; its workers have no vLLM
+endpoint. Labels say which host, instance, model, recipe, cluster and role a
+series belongs to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from instinct_fleet.spec import HostSpec
+
+
+def scrape_address(spec: HostSpec) -> str:
+    """``scrape_address``, else the SSH address pyinfra uses, else the inventory name."""
+    return str(spec.vars.scrape_address or spec.address or spec.host)
+
+
+def file_sd(specs: list[HostSpec]) -> list[dict[str, Any]]:
+    """One file_sd group per vLLM instance: ``[{"targets": ["addr:port"], "labels": {...}}]``, sorted."""
+    groups = []
+    for spec in specs:
+        cluster = spec.settings.cluster
+        if cluster is not None and cluster.role == "worker":
+            continue
+        for svc in spec.services:
+            labels = {
+                "job": "vllm",
+                "host": str(spec.host),
+                "instance": svc.name,
+                "model": svc.model,
+                "recipe": svc.recipe,
+                "cluster": cluster.name if cluster else "",
+                "role": cluster.role if cluster else "single",
+            }
+            groups.append({"targets": [f"{scrape_address(spec)}:{svc.port}"], "labels": labels})
+    return sorted(groups, key=lambda g: (g["labels"]["host"], g["labels"]["instance"]))
