@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StrictBool, StrictInt, StrictStr
 from pydantic_core import PydanticCustomError
 
 DEFAULT_VLLM_VERSION = "0.22.0"
@@ -59,7 +59,7 @@ def _form(pattern: re.Pattern[str], what: str) -> AfterValidator:
 
     def check(value: str) -> str:
         if not pattern.match(value):
-            raise PydanticCustomError("value_format", "{value!r} is not {what}", {"value": value, "what": what})
+            raise PydanticCustomError("value_format", "{shown} is not {what}", {"shown": repr(value), "what": what})
         return value
 
     return AfterValidator(check)
@@ -69,15 +69,15 @@ def _host_path(value: str) -> str:
     if not value.startswith("/") or value == "/" or posixpath.normpath(value) != value.rstrip("/"):
         raise PydanticCustomError(
             "value_format",
-            "{value!r} must be an absolute, normalised path (a relative one becomes a docker volume name)",
-            {"value": value},
+            "{shown} must be an absolute, normalised path (a relative one becomes a docker volume name)",
+            {"shown": repr(value)},
         )
     return value
 
 
 def _model_id(value: str) -> str:
     if not MODEL.match(value) or ".." in value.split("/"):
-        raise PydanticCustomError("value_format", "{value!r} is not a model id such as org/name, or an absolute path", {"value": value})
+        raise PydanticCustomError("value_format", "{shown} is not a model id such as org/name, or an absolute path", {"shown": repr(value)})
     return value
 
 
@@ -85,7 +85,7 @@ def _network(value: str) -> str:
     try:
         ipaddress.ip_network(value, strict=False)
     except ValueError:
-        raise PydanticCustomError("allow_from", "{value!r} is not an IP address or network", {"value": value}) from None
+        raise PydanticCustomError("allow_from", "{shown} is not an IP address or network", {"shown": repr(value)}) from None
     return value
 
 
@@ -93,7 +93,9 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
         if not isinstance(text, str) or text not in choices:
-            raise PydanticCustomError("value_format", "{value!r} is not one of {choices}", {"value": value, "choices": ", ".join(choices)})
+            raise PydanticCustomError(
+                "value_format", "{shown} is not one of {choices}", {"shown": repr(value), "choices": ", ".join(choices)}
+            )
         return text
 
     return check
@@ -102,7 +104,7 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[Any], str]:
 def _memlock(value: Any) -> bool | int:
     if isinstance(value, bool) or (isinstance(value, int) and value > 0):
         return value
-    raise PydanticCustomError("schema", "expected True, False or a positive number of bytes, got {value!r}", {"value": value})
+    raise PydanticCustomError("schema", "expected True, False or a positive number of bytes, got {shown}", {"shown": repr(value)})
 
 
 def _rolling_batch(value: Any) -> int | str:
@@ -111,7 +113,7 @@ def _rolling_batch(value: Any) -> int | str:
     if isinstance(value, str) and ROLLING_PERCENT.match(value.strip()):
         return value.strip()
     raise PydanticCustomError(
-        "schema", 'expected a number of serving units (1 or more) or a percentage from "1%" to "100%", got {value!r}', {"value": value}
+        "schema", 'expected a number of serving units (1 or more) or a percentage from "1%" to "100%", got {shown}', {"shown": repr(value)}
     )
 
 
@@ -135,7 +137,9 @@ def _arg(value: Any) -> Any:
 def _hook(value: Any) -> Any:
     if isinstance(value, str):
         raise PydanticCustomError(
-            "schema", 'say where the command runs: {{"host": {value!r}}} or {{"control": {value!r}}}', {"value": value}
+            "schema",
+            "say where the command runs: {host} or {control}",
+            {"host": f'{{"host": {value!r}}}', "control": f'{{"control": {value!r}}}'},
         )
     return value
 
@@ -213,6 +217,9 @@ class Instance(_Strict):
     port: Port | None = None
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
     args: dict[FlagName, ArgInput] = Field(default_factory=dict)
+
+
+HookSetting = Annotated[Hook | None, BeforeValidator(_hook)]
 
 
 class FleetVars(_Strict):
@@ -382,11 +389,11 @@ class FleetVars(_Strict):
         default=60,
         description="Seconds a stopping instance gets to finish in-flight requests: vLLM's `--shutdown-timeout` where the pinned version has it, and the `docker stop` grace (plus 30 s) in any case.",
     )
-    rolling_pre_stop: Hook | None = Field(
+    rolling_pre_stop: HookSetting = Field(
         default=None,
         description='Hook before a serving unit\'s instances stop, to take them out of a load balancer: `{"host": "cmd"}` runs on the serving host, `{"control": "cmd"}` on the machine running the deploy. The command sees INSTINCT_FLEET_HOST, INSTINCT_FLEET_UNITS and INSTINCT_FLEET_PORTS; a failure stops that unit\'s roll.',
     )
-    rolling_post_start: Hook | None = Field(
+    rolling_post_start: HookSetting = Field(
         default=None,
         description="Hook after a serving unit's instances passed health, to put them back in a load balancer; same form and variables as `rolling_pre_stop`.",
     )

@@ -201,6 +201,7 @@ def test_targets_use_the_scrape_address_and_refuse_invalid_input(tmp_path: Path,
     out_file = tmp_path / "vllm.json"
     code, _, _ = run(capsys, "targets", str(inventory), "-o", str(out_file))
     assert code == 0 and [g["targets"] for g in json.loads(out_file.read_text())] == [["10.1.0.9:8080"], ["10.0.0.8:8080"]]
-    inventory.write_text('hosts = [("h1", {"scrape_address": "10.1.0.9; rm -rf /"})]\n')
-    code, out, err = run(capsys, "targets", str(inventory))
+    bad = tmp_path / "inventories" / "bad.py"
+    bad.write_text('hosts = [("h1", {"scrape_address": "10.1.0.9; rm -rf /"})]\n')
+    code, out, err = run(capsys, "targets", str(bad))
     assert code == 1 and out == "" and "h1: scrape_address" in err and "[value-format]" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -62,6 +63,7 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"vllm_instances": [{"name": "Main"}]}, "vllm_instances[0].name", "value-format"),
     ({"vllm_instances": [{"name": "a", "gpu": [0]}]}, "vllm_instances[0].gpu", "unknown-variable"),
     ({"rolling_pre_stop": "drain.sh"}, "rolling_pre_stop", "schema"),
+    ({"scrape_address": "10.0.0.1; reboot"}, "scrape_address", "value-format"),
     ({"rolling_pre_stop": {"hots": "drain.sh"}}, "rolling_pre_stop.hots", "unknown-variable"),
     ({"vllm_allow_from": ["10.0.0.0/33"]}, "vllm_allow_from[0]", "allow-from"),
     ({"vllm_instances": [{"name": "a", "gpus": [0]}, {"name": "a", "gpus": [1]}]}, "vllm_instances", "instance-unique"),
@@ -92,6 +94,8 @@ def test_each_bad_value_names_the_host_the_key_and_the_rule(data: dict[str, Any]
     _, findings = check({**G, **data})
     hits = [f for f in findings if f.rule == rule and f.key == key]
     assert hits, [str(f) for f in findings]
+    # Messages are filled in: no template placeholder such as {shown} is left for the user to read.
+    assert not [f.message for f in findings if re.search(r"\{[a-z_!]+\}", f.message)]
     assert all(f.host == "h1" and f.severity == "error" and f"[{rule}]" in str(f) for f in hits)
 
 

@@ -67,6 +67,7 @@ def test_validation_never_raises(data: dict[str, Any]) -> None:
     spec, findings = check(data)
     for f in findings:
         assert f.rule in RULES and f.host == "h1" and f.key and f.message
+        assert "{shown}" not in f.message and "{what}" not in f.message, f.message  # templates filled in
     for svc in spec.services:
         assert isinstance(svc.port, int) and all(isinstance(g, int) for g in svc.gpus)
 
