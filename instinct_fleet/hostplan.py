@@ -412,6 +412,24 @@ class FleetPlan:
     plans: dict[str, HostPlan]
     roll: Roll
 
+    def seeds_image(self, host: str) -> bool:
+        """Whether this host pulls its image before the others that lack it (see :func:`image_seeds`)."""
+        return host in image_seeds(self.plans)
+
+
+def image_seeds(plans: dict[str, HostPlan]) -> set[str]:
+    """One host per image that is missing somewhere: the first, by name, of those that need to pull it.
+
+    A pull-through cache fetches a layer from upstream for every request it cannot answer yet,
+    so N hosts pulling at once can cost N upstream fetches of a 20+ GB image. The seed pulls
+    first and fills the cache; the rest pull after it, from the cache.
+    """
+    missing: dict[str, list[str]] = {}
+    for name, plan in sorted(plans.items()):
+        if plan.ok and plan.desired.image is not None and plan.report.image_id is None:
+            missing.setdefault(plan.desired.image, []).append(name)
+    return {hosts[0] for hosts in missing.values()}
+
 
 # One plan per pyinfra run, kept on the run's State itself, made by the first host that asks;
 # pyinfra loads the deploy file for every host at once in greenlets, so the others wait for it.

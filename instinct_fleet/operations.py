@@ -40,9 +40,10 @@ def image_present(image: str) -> Generator[str, None, None]:
 
 
 @operation()
-def batch_barrier(batch: int) -> Generator[str, None, None]:
-    """Changes nothing. Every host has one per batch, so pyinfra finishes batch N on its hosts before batch N+1 starts."""
-    host.noop(f"roll batch {batch}")
+def barrier(note: str) -> Generator[str, None, None]:
+    """Changes nothing. pyinfra finishes an operation on every host before the next, so the operations
+    before a barrier (a roll batch, the first image pull) are done everywhere before those after it start."""
+    host.noop(note)
     yield from ()
 
 

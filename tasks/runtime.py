@@ -9,10 +9,11 @@ Like every stage, it acts only where the host differs from instinct_fleet/desire
 from pyinfra.context import host
 from pyinfra.operations import apt, files
 
-from instinct_fleet import desired, serving
-from instinct_fleet.hostplan import plan_for
+from instinct_fleet import desired, operations, serving
+from instinct_fleet.hostplan import fleet_plan
 
-plan = plan_for(host)
+fleet = fleet_plan(host.state)
+plan = fleet.plans[host.name]
 settings = plan.spec.settings
 
 if plan.missing_packages:
@@ -27,4 +28,11 @@ if settings.credentials_file and plan.drifted(desired.CREDENTIALS):
 
 if not plan.defers_docker:
     serving.docker_settings(plan)
-    serving.image(plan)
+    # One host per missing image pulls first (filling a pull-through cache), then the rest pull from the cache.
+    # pyinfra finishes an operation on every host before the next, so the barrier orders the two waves.
+    if plan.report.image_id is None:
+        if fleet.seeds_image(host.name):
+            serving.image(plan)
+        operations.barrier(name="Image: the first pull of each image is done", note="seed pulls done")
+        if not fleet.seeds_image(host.name):
+            serving.image(plan)

@@ -30,6 +30,6 @@ def failed() -> set[str]:
 
 mine = fleet.roll.batch_of(host.name) or 0  # an unchanged host checks its units in batch 0
 for batch in host.loop(range(len(fleet.roll.batches))):
-    operations.batch_barrier(name=f"Roll: batch {batch}", batch=batch)
+    operations.barrier(name=f"Roll: batch {batch}", note=f"roll batch {batch}")
     if batch == mine:
         serving.converge(plan, fleet, batch, failed)

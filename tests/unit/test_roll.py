@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from instinct_fleet import preflight
-from instinct_fleet.hostplan import HostPlan, plan_inventory, plan_roll
+from instinct_fleet.hostplan import HostPlan, image_seeds, plan_inventory, plan_roll
 from instinct_fleet.inventory import HostData
 from instinct_fleet.roll import Roll, ServingUnit, batch_size, batches, format_summary
 
@@ -163,3 +163,14 @@ def test_control_hooks_run_with_the_roll_env_and_fail_their_host_with_its_words(
     assert out.read_text() == "h1\n" and not notes
     assert not operations._control_hook(None, host, "echo drained badly >&2; exit 3", env, lambda *n: notes.append(n))
     assert notes == [("h1", "rolling hook on the control machine exited 3: 'echo drained badly >&2; exit 3': drained badly")]
+
+
+def test_one_host_per_missing_image_pulls_first() -> None:
+    """The seed fills a pull-through cache; hosts that have the image, or failed preflight, are never seeds."""
+    report = preflight.parse_report(mi300x_host())
+    have = preflight.parse_report(mi300x_host(image="sha256:" + "b" * 64))
+    hosts = [HostData(n, (), DATA) for n in ("gpu-3", "gpu-1", "gpu-2")]
+    hosts.append(HostData("other", (), {**DATA, "vllm_image": "vllm/vllm-openai-rocm:v0.22.0-rc2"}))
+    reports = {"gpu-1": have, "gpu-2": report, "gpu-3": report, "other": report}
+    plans = plan_inventory(hosts, {h.name for h in hosts}, lambda specs: {n: reports[n] for n in specs})
+    assert image_seeds(plans) == {"gpu-2", "other"}
