@@ -450,6 +450,12 @@ def up(count: int | None = None) -> dict[str, object]:
     key = ssh_key()
     sysfs = standin_sysfs()
     log("images ready; starting hosts")
+    # systemd in each host takes inotify instances from the machine's per-user pool (128 on
+    # Debian); past about 18 hosts the next one's systemd exits at once without it.
+    inotify = Path("/proc/sys/fs/inotify/max_user_instances")
+    wanted = 64 * len(HOSTS if count is None else light_hosts(count))
+    if int(inotify.read_text()) < wanted:
+        inotify.write_text(str(wanted))
     hosts = []
     for host in HOSTS if count is None else light_hosts(count):
         start_host(host, key, sysfs)
