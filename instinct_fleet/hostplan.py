@@ -412,9 +412,14 @@ class FleetPlan:
     plans: dict[str, HostPlan]
     roll: Roll
 
+    @cached_property
+    def image_seeds(self) -> set[str]:
+        """Computed once per run; every host's runtime stage asks."""
+        return image_seeds(self.plans)
+
     def seeds_image(self, host: str) -> bool:
         """Whether this host pulls its image before the others that lack it (see :func:`image_seeds`)."""
-        return host in image_seeds(self.plans)
+        return host in self.image_seeds
 
 
 def image_seeds(plans: dict[str, HostPlan]) -> set[str]:

@@ -306,14 +306,19 @@ def unknown_recipe_message(name: str) -> str:
     return f"no built-in recipe {name!r}{hint} Known: {', '.join(names)}"
 
 
+def _hook(hook: Hook | None) -> Hook | None:
+    """A hook with no command in either place is no hook."""
+    return hook if hook is not None and (hook.host or hook.control) else None
+
+
 def settings_of(v: FleetVars) -> HostSettings:
     """The host-wide variables the deploy stages read, from the validated model."""
     rolling = RollSettings(
         batch=v.rolling_batch,
         max_failures=v.rolling_max_failures,
         drain_timeout=v.rolling_drain_timeout,
-        pre_stop=v.rolling_pre_stop if v.rolling_pre_stop and (v.rolling_pre_stop.host or v.rolling_pre_stop.control) else None,
-        post_start=v.rolling_post_start if v.rolling_post_start and (v.rolling_post_start.host or v.rolling_post_start.control) else None,
+        pre_stop=_hook(v.rolling_pre_stop),
+        post_start=_hook(v.rolling_post_start),
     )
     cluster = None
     if v.ray_cluster is not None:

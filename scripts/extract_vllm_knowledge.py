@@ -174,7 +174,8 @@ class _Types:
                     if choices:
                         self.literals[target.id] = choices
 
-    def field(self, cls: str, name: str) -> ast.expr | None:
+    def owner(self, cls: str, name: str) -> str | None:
+        """The class, ``cls`` or one of its bases, that declares field ``name``."""
         seen: set[str] = set()
         todo = [cls]
         while todo:
@@ -183,22 +184,18 @@ class _Types:
                 continue
             seen.add(current)
             if name in self.fields.get(current, {}):
-                return self.fields[current][name]
+                return current
             todo.extend(self.bases.get(current, []))
         return None
 
+    def field(self, cls: str, name: str) -> ast.expr | None:
+        owner = self.owner(cls, name)
+        return None if owner is None else self.fields[owner][name]
+
     def default(self, cls: str, name: str) -> object | None:
         """The field's default when it is a plain constant (None otherwise, or when it is None)."""
-        todo, seen = [cls], set()
-        while todo:
-            current = todo.pop(0)
-            if current in seen:
-                continue
-            seen.add(current)
-            if name in self.fields.get(current, {}):
-                return self.defaults.get(current, {}).get(name)
-            todo.extend(self.bases.get(current, []))
-        return None
+        owner = self.owner(cls, name)
+        return None if owner is None else self.defaults.get(owner, {}).get(name)
 
     def all_fields(self, cls: str) -> list[str]:
         names: list[str] = []
