@@ -151,9 +151,50 @@ firewall = True
 # cluster members; `None` leaves them open.
 vllm_allow_from = None
 
-# Address Prometheus scrapes this host's vLLM `/metrics` at (`instinct-fleet targets`); `None`
+# Address other machines reach this host at: Prometheus scrapes its vLLM `/metrics` and exporter
+# there (`instinct-fleet targets`), and `instinct-fleet bench --client` sends load there; `None`
 # uses `ssh_hostname`, else the inventory name.
 scrape_address = None
+
+# Addresses or networks of the Prometheus servers allowed to scrape the vLLM `/metrics` ports
+# and the device metrics exporter, when the firewall is on; `None` adds no rule.
+prometheus_allow_from = None
+
+# Run AMD's device-metrics-exporter as the systemd unit `amd-metrics-exporter.service` (GPU
+# utilisation, power, temperatures, VRAM, ECC).
+metrics_exporter = False
+
+# The device-metrics-exporter image, pinned like the vLLM image.
+metrics_exporter_image = "rocm/device-metrics-exporter:v1.2.0"
+
+# Port the exporter serves `/metrics` on (its config file's `ServerPort`).
+metrics_exporter_port = 5000
+
+# The exporter's `GPUConfig.Fields`: which GPU metrics it exports (names as in its
+# documentation, for example `GPU_GFX_ACTIVITY` becomes `gpu_gfx_activity`).
+metrics_exporter_fields = [
+    "GPU_GFX_ACTIVITY",
+    "GPU_UMC_ACTIVITY",
+    "GPU_PACKAGE_POWER",
+    "GPU_JUNCTION_TEMPERATURE",
+    "GPU_HBM_TEMPERATURE",
+    "GPU_USED_VRAM",
+    "GPU_TOTAL_VRAM",
+    "GPU_ECC_UNCORRECT_TOTAL",
+]
+
+# A directory on every host holding a Hugging Face cache (`hub/models--org--name`), typically a
+# shared mount: each model is copied from it into `hf_cache_dir` before its first start. `None`:
+# vLLM downloads on first start.
+weights_source = None
+
+# With `weights_source`: a model missing there is downloaded into it once, by one host, from the
+# instance's image; `False` fails such hosts instead (a fleet without internet access).
+weights_download = True
+
+# Your own `instinct-fleet bench` profiles beside the built-in ones, e.g. `{"long-ctx":
+# {"input_len": 32768, "output_len": 512, "num_prompts": 40, "concurrency": [4]}}`.
+bench_profiles = {}
 
 # Serving units (a single-node host, or a whole Ray cluster) that may restart at once during a
 # re-tune: a number, or a percentage of the fleet's serving units such as `"25%"`. One value for

@@ -1,4 +1,4 @@
-"""The ``instinct-fleet`` command line: recipes, render, plan, deploy and verify.
+"""The ``instinct-fleet`` command line: recipes, render, plan, deploy, verify, status, bench, report and targets.
 
 The JSON printed with ``--json`` is a contract for CI pipelines:
 ``{"services": [...], "clusters": [...], "warnings": [...], "errors": [...]}``. Exit codes: 0 no
@@ -8,6 +8,7 @@ errors, 1 validation errors, 2 usage errors. No input ever produces a traceback.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import importlib.util
 import json
 import os
@@ -16,10 +17,11 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import knowledge, monitoring
+from instinct_fleet import bench, knowledge, monitoring, remote, status
 from instinct_fleet.defaults import DEFAULTS, default_image
 from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts, select, with_cluster_peers
 from instinct_fleet.recipes import all_recipes
@@ -266,6 +268,100 @@ def cmd_targets(opts: argparse.Namespace) -> int:
     return 0
 
 
+def _valid_specs(opts: argparse.Namespace, doing: str) -> list[HostSpec] | None:
+    """The chosen hosts' specs, or None after printing their errors (nothing is contacted then)."""
+    planned = _plan_limited(opts)
+    errors = [f for _, fs in planned for f in fs if f.severity == "error"]
+    for f in errors:
+        print(str(f), file=sys.stderr)
+    if errors:
+        print(f"{len(errors)} error(s): {doing}", file=sys.stderr)
+        return None
+    return [spec for spec, _ in planned]
+
+
+def _read_status(hosts: remote.Hosts, specs: list[HostSpec]) -> list[status.Row]:
+    """Every unit of these hosts, one round trip per host, all hosts at once."""
+    timeout = max(s.settings.command_timeout for s in specs)
+    results = hosts.run_all({str(s.host): status.script(s) for s in specs}, min(timeout, 60))
+    rows: list[status.Row] = []
+    for spec in specs:
+        result = results[str(spec.host)]
+        if result.error is not None:
+            rows += status.unreachable(spec, result.error)
+        else:
+            rows += status.parse(spec, result.stdout)
+    return rows
+
+
+def cmd_status(opts: argparse.Namespace) -> int:
+    """Every unit of the chosen hosts: state, health, image and load; exit 1 when one is not as it should be."""
+    specs = _valid_specs(opts, "no host was contacted")
+    if specs is None:
+        return EXIT_INVALID
+    rows = _read_status(remote.Hosts(opts.inventory, opts.project_dir), specs)
+    if opts.json:
+        print(json.dumps(status.as_json(rows), indent=2))
+    else:
+        print(status.table(rows))
+    return EXIT_OK if all(r.ok for r in rows) else EXIT_INVALID
+
+
+def cmd_bench(opts: argparse.Namespace) -> int:
+    """Run vllm bench serve against the chosen instances; refuse those not serving and hosts mid-roll."""
+    specs = _valid_specs(opts, "nothing was benchmarked and no host was contacted")
+    if specs is None:
+        return EXIT_INVALID
+    client = None
+    if opts.client:
+        everyone = {str(spec.host): spec for spec, _ in plan_hosts(load_inventory(opts.inventory, opts.project_dir))}
+        if opts.client not in everyone:
+            raise UsageError(f"--client {opts.client!r} is not a host of {opts.inventory}")
+        client = everyone[opts.client]
+    concurrency = [int(c) for c in opts.concurrency.split(",")] if opts.concurrency else None
+    todo: list[bench.Job] = []
+    for spec in specs:
+        for svc in status.instances(spec):
+            if opts.instance and not fnmatch.fnmatch(svc.name, opts.instance):
+                continue
+            known = bench.profiles(spec)
+            if opts.profile not in known:
+                raise UsageError(f"{spec.host} has no bench profile {opts.profile!r}; profiles: {', '.join(sorted(known))}")
+            todo += bench.jobs(spec, svc, opts.profile, opts.num_prompts, concurrency)
+    if not todo:
+        raise UsageError("no vLLM instance matches --limit and --instance")
+    hosts = remote.Hosts(opts.inventory, opts.project_dir)
+    rows = {(r.host, r.instance): r for r in _read_status(hosts, sorted({j.spec for j in todo}, key=lambda s: str(s.host)))}
+    refused = []
+    ready = []
+    for job in todo:
+        row = rows[(str(job.spec.host), job.svc.name)]
+        if row.rolling:
+            refused.append(
+                f"{job.label()}: refused, a roll is in progress on {job.spec.host} ({row.rolling}); wait for the deploy, or deploy again if it failed"
+            )
+        elif row.problem():
+            refused.append(f"{job.label()}: refused, the instance is not serving: {row.problem()}")
+        else:
+            ready.append(job)
+    for line in dict.fromkeys(refused):
+        print(line, file=sys.stderr)
+    if not ready:
+        print("nothing to benchmark", file=sys.stderr)
+        return EXIT_INVALID
+    out_dir = Path(opts.output) / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    image_ids = {key: row.image_id for key, row in rows.items()}
+    print(f"benchmarking {len(ready)} run(s) with profile {opts.profile}; results in {out_dir}", flush=True)
+    timeout = max(j.spec.settings.command_timeout for j in ready) * 6  # a benchmark runs for minutes
+    outcomes = bench.run(hosts, ready, client, out_dir, timeout, lambda line: print(line, flush=True), image_ids)
+    failed = [o for o in outcomes if o.problem]
+    for o in failed:
+        print(f"{o.job.label()}: {o.problem}", file=sys.stderr)
+    written = len(outcomes) - len(failed)
+    print(f"{written} result file(s) in {out_dir}; next: instinct-fleet report {out_dir}")
+    return EXIT_INVALID if failed or refused else EXIT_OK
+
+
 def cmd_report(opts: argparse.Namespace) -> int:
     """Write report.md and PNG plots from a directory of vLLM benchmark results, and print the fleet table."""
     if importlib.util.find_spec("matplotlib") is None:
@@ -327,6 +423,26 @@ def build_parser() -> argparse.ArgumentParser:
     targets.add_argument("--project-dir", help="directory holding group_data/ (default: the inventory's parent's parent)")
     targets.add_argument("-o", "--output", help="write to this file (Prometheus re-reads it) instead of printing")
     targets.set_defaults(func=cmd_targets)
+
+    status_p = sub.add_parser("status", help="every unit of the fleet now: state, health, image, requests running/waiting, KV cache")
+    bench_p = sub.add_parser(
+        "bench", help="vllm bench serve against each instance, from its own image, on its host (or --client); results for report"
+    )
+    for p in (status_p, bench_p):
+        p.add_argument("inventory")
+        p.add_argument("--limit", help="host or group name (glob)")
+        p.add_argument("--project-dir", help="directory holding group_data/ (default: the inventory's parent's parent)")
+    status_p.add_argument("--json", action="store_true", help="machine-readable output")
+    status_p.set_defaults(func=cmd_status)
+    bench_p.add_argument(
+        "--profile", default="seed-001-gpt-oss", help="a built-in profile or one of bench_profiles (default seed-001-gpt-oss)"
+    )
+    bench_p.add_argument("--instance", help="instance name (glob)")
+    bench_p.add_argument("--client", help="run the benchmark from this inventory host instead of each instance's own host")
+    bench_p.add_argument("--num-prompts", type=int, help="override the profile's prompt count (a shorter run)")
+    bench_p.add_argument("--concurrency", help="override the profile's concurrencies: comma-separated, e.g. 1,8")
+    bench_p.add_argument("--output", default="results", help="results root (default ./results)")
+    bench_p.set_defaults(func=cmd_bench)
 
     report = sub.add_parser(
         "report", help="report.md, plots and a table from vllm bench serve results (RESULTS_DIR/<host>/<instance>/*.json)"

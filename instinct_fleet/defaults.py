@@ -221,6 +221,35 @@ class Instance(_Strict):
 
 HookSetting = Annotated[Hook | None, BeforeValidator(_hook)]
 
+BENCH_DATASETS = ("random", "sharegpt")
+ExporterField = Annotated[StrictStr, _form(re.compile(r"^[A-Z][A-Z0-9_]*$"), "an exporter field name such as GPU_GFX_ACTIVITY")]
+# The device-metrics-exporter fields a serving fleet watches (names from its example config.json):
+# utilisation, power, temperatures, VRAM and uncorrectable ECC errors.
+EXPORTER_FIELDS = (
+    "GPU_GFX_ACTIVITY",
+    "GPU_UMC_ACTIVITY",
+    "GPU_PACKAGE_POWER",
+    "GPU_JUNCTION_TEMPERATURE",
+    "GPU_HBM_TEMPERATURE",
+    "GPU_USED_VRAM",
+    "GPU_TOTAL_VRAM",
+    "GPU_ECC_UNCORRECT_TOTAL",
+)
+
+
+class BenchProfile(_Strict):
+    """One ``instinct-fleet bench`` profile: the ``vllm bench serve`` dataset shape and load."""
+
+    dataset: Annotated[StrictStr, PlainValidator(_one_of(BENCH_DATASETS))] = "random"
+    dataset_path: HostPath | None = None
+    input_len: Annotated[StrictInt, Field(ge=1)] = 1024
+    output_len: Annotated[StrictInt, Field(ge=1)] = 1024
+    num_prompts: Annotated[StrictInt, Field(ge=1)] = 100
+    concurrency: list[Annotated[StrictInt, Field(ge=1)]] = Field(default_factory=lambda: [8], min_length=1)
+    request_rate: Annotated[float, Field(gt=0)] | None = None
+    ignore_eos: StrictBool = True
+    reference: StrictStr | None = None
+
 
 class FleetVars(_Strict):
     """Every instinct-fleet variable of one host, after host data over group_data over all."""
@@ -375,7 +404,41 @@ class FleetVars(_Strict):
     )
     scrape_address: Annotated[StrictStr, _form(re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$"), "a host name or IP address")] | None = Field(
         default=None,
-        description="Address Prometheus scrapes this host's vLLM `/metrics` at (`instinct-fleet targets`); `None` uses `ssh_hostname`, else the inventory name.",
+        description="Address other machines reach this host at: Prometheus scrapes its vLLM `/metrics` and exporter there (`instinct-fleet targets`), and `instinct-fleet bench --client` sends load there; `None` uses `ssh_hostname`, else the inventory name.",
+    )
+    prometheus_allow_from: list[Network] | None = Field(
+        default=None,
+        description="Addresses or networks of the Prometheus servers allowed to scrape the vLLM `/metrics` ports and the device metrics exporter, when the firewall is on; `None` adds no rule.",
+    )
+    metrics_exporter: StrictBool = Field(
+        default=False,
+        description="Run AMD's device-metrics-exporter as the systemd unit `amd-metrics-exporter.service` (GPU utilisation, power, temperatures, VRAM, ECC).",
+    )
+    metrics_exporter_image: Image = Field(
+        default="rocm/device-metrics-exporter:v1.2.0",
+        description="The device-metrics-exporter image, pinned like the vLLM image.",
+    )
+    metrics_exporter_port: Port = Field(
+        default=5000,
+        description="Port the exporter serves `/metrics` on (its config file's `ServerPort`).",
+    )
+    metrics_exporter_fields: list[ExporterField] = Field(
+        default_factory=_as_written(list(EXPORTER_FIELDS)),
+        description="The exporter's `GPUConfig.Fields`: which GPU metrics it exports (names as in its documentation, for example `GPU_GFX_ACTIVITY` becomes `gpu_gfx_activity`).",
+    )
+    weights_source: HostPath | None = Field(
+        default=None,
+        description="A directory on every host holding a Hugging Face cache (`hub/models--org--name`), typically a shared mount: each model is copied from it into `hf_cache_dir` before its first start. `None`: vLLM downloads on first start.",
+    )
+    weights_download: StrictBool = Field(
+        default=True,
+        description="With `weights_source`: a model missing there is downloaded into it once, by one host, from the instance's image; `False` fails such hosts instead (a fleet without internet access).",
+    )
+    bench_profiles: dict[
+        Annotated[StrictStr, _form(re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$"), "a profile name (a-z, 0-9, '.', '-')")], BenchProfile
+    ] = Field(
+        default_factory=dict,
+        description='Your own `instinct-fleet bench` profiles beside the built-in ones, e.g. `{"long-ctx": {"input_len": 32768, "output_len": 512, "num_prompts": 40, "concurrency": [4]}}`.',
     )
     rolling_batch: RollingBatch = Field(
         default=1,

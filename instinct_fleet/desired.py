@@ -79,6 +79,16 @@ class User:
 
 
 @dataclass(frozen=True)
+class Weights:
+    """A model copied from ``weights_source`` (``source``) into the host's HF cache (``local``) before its first start."""
+
+    model: str
+    revision: str
+    source: str
+    local: str
+
+
+@dataclass(frozen=True)
 class Desired:
     files: tuple[File, ...]
     directories: tuple[Directory, ...]
@@ -89,6 +99,8 @@ class Desired:
     image: str | None
     firewall: bool
     endpoints: tuple[Endpoint, ...] = field(default_factory=tuple)
+    weights: tuple[Weights, ...] = field(default_factory=tuple)
+    exporter_image: str | None = None
 
     def file(self, path: str) -> File:
         return next(f for f in self.files if f.path == path)
@@ -103,6 +115,8 @@ class Probe:
     user: str
     image: str | None
     endpoints: tuple[tuple[int, str], ...]
+    weights: tuple[tuple[str, str], ...] = ()  # (repository in weights_source, repository in hf_cache_dir)
+    exporter_image: str | None = None
 
 
 def probe(spec: HostSpec) -> Probe:
@@ -111,8 +125,9 @@ def probe(spec: HostSpec) -> Probe:
     paths = [render.SYSCTL_FILE, render.GRUB_DROP_IN, render.REBOOT_MARKER, render.unit_path(render.CPU_IDLE_UNIT)]
     paths += [DAEMON_JSON, DOCKER_DROP_IN, CREDENTIALS, *(f"{CA_DIR}/{r}/ca.crt" for r in sorted(settings.registry_ca_certs))]
     paths += [CONFIG_DIR, settings.hf_cache_dir, render.RAY_TMP, render.RAY_READY_SCRIPT, render.RAY_ENV]
-    paths += [render.FIREWALL_FILE, render.unit_path(render.FIREWALL_UNIT)]
-    units = ["docker.service", render.CPU_IDLE_UNIT, render.FIREWALL_UNIT]
+    paths += [render.FIREWALL_FILE, render.unit_path(render.FIREWALL_UNIT), render.ROLL_MARKER]
+    paths += [render.unit_path(render.EXPORTER_UNIT), render.EXPORTER_CONFIG]
+    units = ["docker.service", render.CPU_IDLE_UNIT, render.FIREWALL_UNIT, f"{render.EXPORTER_UNIT}.service"]
     for svc in spec.services:
         paths += [render.unit_path(render.unit_name(svc)), render.env_path(svc)]
         units.append(f"{render.unit_name(svc)}.service")
@@ -122,7 +137,21 @@ def probe(spec: HostSpec) -> Probe:
         units.append(f"{ray}.service")
     image = spec.services[0].image if spec.services else None
     endpoints = tuple((svc.port, render.served_model(svc)) for svc in spec.services)
-    return Probe(tuple(dict.fromkeys(paths)), tuple(dict.fromkeys(units)), settings.service_user, image, endpoints)
+    weights = tuple((w.source, w.local) for w in weights_of(spec))
+    exporter = spec.vars.metrics_exporter_image if spec.vars.metrics_exporter else None
+    return Probe(tuple(dict.fromkeys(paths)), tuple(dict.fromkeys(units)), settings.service_user, image, endpoints, weights, exporter)
+
+
+def weights_of(spec: HostSpec) -> tuple[Weights, ...]:
+    """The models this host stages from ``weights_source``: every instance's (a Ray worker loads its share
+    from its own cache too), except models given as a path."""
+    source = spec.vars.weights_source
+    if source is None:
+        return ()
+    wanted = {(svc.model, render.revision(svc)): None for svc in spec.services if not svc.model.startswith("/")}
+    return tuple(
+        Weights(model, rev, render.repo_dir(source, model), render.repo_dir(spec.settings.hf_cache_dir, model)) for model, rev in wanted
+    )
 
 
 def _local(path: str) -> bytes:
@@ -164,6 +193,14 @@ def desired(plan: HostPlan) -> Desired:
         for path, content in unit_files.items():
             files.append(File(path, content.encode(), "644" if path.endswith(".service") else "600"))
         units.append(Unit(f"{name}.service"))
+    exporter_unit = render.unit_path(render.EXPORTER_UNIT)
+    if spec.vars.metrics_exporter:
+        files += [File(path, content.encode()) for path, content in plan.exporter_files().items()]
+        units.append(Unit(f"{render.EXPORTER_UNIT}.service"))
+    elif exporter_unit in plan.report.stats:  # switched off: stopped, disabled and removed
+        files += [File(exporter_unit, None), File(render.EXPORTER_CONFIG, None)]
+        units.append(Unit(f"{render.EXPORTER_UNIT}.service", enabled=False, running=False))
+    files.append(File(render.ROLL_MARKER, None))  # a finished roll leaves none behind
     wanted = {f.path for f in files}
     for stale in plan.stale_units:
         files += [File(path, None) for path in (render.unit_path(stale), render.unit_env_path(stale)) if path not in wanted]
@@ -179,6 +216,8 @@ def desired(plan: HostPlan) -> Desired:
         image=plan.image if spec.services else None,
         firewall=ruleset is not None,
         endpoints=endpoints,
+        weights=weights_of(spec),
+        exporter_image=spec.vars.metrics_exporter_image if spec.vars.metrics_exporter else None,
     )
 
 

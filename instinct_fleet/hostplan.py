@@ -19,6 +19,7 @@ from functools import cached_property
 from typing import Any
 
 from instinct_fleet import desired, preflight, render
+from instinct_fleet.desired import Weights
 from instinct_fleet.inventory import HostData, hosts_of, plan_hosts
 from instinct_fleet.paths import DAEMON_JSON, DOCKER_DROP_IN
 from instinct_fleet.preflight import HostReport
@@ -153,6 +154,23 @@ class HostPlan:
             DOCKER_DROP_IN: render.template("docker-limits.conf.j2", memlock=memlock) if memlock else None,
         }
 
+    def exporter_files(self) -> dict[str, str]:
+        """The device metrics exporter's unit and config file, when ``metrics_exporter`` is on."""
+        v = self.spec.vars
+        if not v.metrics_exporter:
+            return {}
+        unit = render.template(
+            "amd-metrics-exporter.service.j2",
+            unit=render.EXPORTER_UNIT,
+            docker=render.DOCKER,
+            port=v.metrics_exporter_port,
+            exec_start=render.exec_line(render.exporter_argv(v.metrics_exporter_image)),
+        )
+        return {
+            render.unit_path(render.EXPORTER_UNIT): unit,
+            render.EXPORTER_CONFIG: render.exporter_config(v.metrics_exporter_port, v.metrics_exporter_fields),
+        }
+
     @cached_property
     def unit_files(self) -> dict[str, dict[str, str]]:
         """Per systemd unit this host runs (ray-* first): its unit file and env file, as the deploy writes them."""
@@ -228,6 +246,16 @@ class HostPlan:
             return False
         return all(e.port in self.report.healthy_ports for e in self.desired.endpoints if e.unit == f"{unit}.service")
 
+    def source_has(self, weights: Weights) -> bool:
+        """Whether ``weights_source`` held a complete download of this model's revision at preflight."""
+        complete = self.report.weights.get(weights.source, ("", ""))[0]
+        return complete.split(" ")[0] == weights.revision
+
+    def weights_staged(self, weights: Weights) -> bool:
+        """Whether the host's HF cache holds the copy of exactly what the source holds."""
+        complete, staged = self.report.weights.get(weights.source, ("", ""))
+        return bool(staged) and staged == complete and self.source_has(weights)
+
     @property
     def defers_docker(self) -> bool:
         """New docker settings on a serving host wait for its batch: restarting dockerd stops every container."""
@@ -235,12 +263,14 @@ class HostPlan:
 
     def firewall(self) -> str | None:
         """The nftables ruleset for this host, or None when the firewall is not needed or switched off."""
-        settings = self.spec.settings
-        if not settings.firewall or (settings.cluster is None and settings.allow_from is None):
+        settings, scrapers = self.spec.settings, self.spec.vars.prometheus_allow_from
+        if not settings.firewall or (settings.cluster is None and settings.allow_from is None and scrapers is None):
             return None
         members = list(self.cluster.member_ips) if self.cluster else []
         ray = render.ray_ports(settings.cluster) if settings.cluster else []
-        return render.firewall_ruleset(members, ray, [s.port for s in self.serves], settings.allow_from)
+        exporter = self.spec.vars.metrics_exporter_port if self.spec.vars.metrics_exporter else None
+        ports = [s.port for s in self.serves]
+        return render.firewall_ruleset(members, ray, ports, settings.allow_from, None if scrapers is None else tuple(scrapers), exporter)
 
     @property
     def missing_packages(self) -> list[str]:
@@ -421,6 +451,11 @@ class FleetPlan:
         """Whether this host pulls its image before the others that lack it (see :func:`image_seeds`)."""
         return host in self.image_seeds
 
+    @cached_property
+    def weight_seeds(self) -> dict[str, str]:
+        """Model repository in ``weights_source`` -> the one host that downloads it there (see :func:`weight_seeds`)."""
+        return weight_seeds(self.plans)
+
 
 def image_seeds(plans: dict[str, HostPlan]) -> set[str]:
     """One host per image that is missing somewhere: the first, by name, of those that need to pull it.
@@ -434,6 +469,18 @@ def image_seeds(plans: dict[str, HostPlan]) -> set[str]:
         if plan.ok and plan.desired.image is not None and plan.report.image_id is None:
             missing.setdefault(plan.desired.image, []).append(name)
     return {hosts[0] for hosts in missing.values()}
+
+
+def weight_seeds(plans: dict[str, HostPlan]) -> dict[str, str]:
+    """For each model missing from ``weights_source``, the first host by name that needs it: that host
+    downloads it into the source once, and every host copies it from there after a barrier."""
+    seeds: dict[str, str] = {}
+    for name, plan in sorted(plans.items()):
+        if plan.ok:
+            for w in plan.desired.weights:
+                if not plan.source_has(w):
+                    seeds.setdefault(w.source, name)
+    return seeds
 
 
 # One plan per pyinfra run, kept on the run's State itself, made by the first host that asks;

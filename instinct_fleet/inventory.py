@@ -86,6 +86,11 @@ def hosts_of(inventory: Any) -> list[HostData]:
 
 def load_inventory(path: str, project_dir: str | None = None) -> list[HostData]:
     """Every host of ``path`` with its merged data. ``project_dir`` holds group_data/."""
+    return hosts_of(pyinfra_inventory(path, project_dir))
+
+
+def pyinfra_inventory(path: str, project_dir: str | None = None) -> Any:
+    """pyinfra's own Inventory of ``path`` (group_data from ``project_dir``), its output kept quiet."""
     from pyinfra.api.state import State
     from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory
@@ -102,7 +107,7 @@ def load_inventory(path: str, project_dir: str | None = None) -> list[HostData]:
     except Exception as exc:  # pyinfra raises many kinds for a broken inventory file
         inner = getattr(exc, "exception", exc)  # pyinfra wraps errors raised by the file itself
         raise InventoryError(f"cannot load inventory {path!r}: {type(inner).__name__}: {inner}") from exc
-    return hosts_of(inventory)
+    return inventory
 
 
 def select(hosts: list[HostData], limit: str | None) -> list[HostData]:

@@ -1,16 +1,18 @@
-"""Prometheus file_sd targets for every vLLM ``/metrics`` endpoint of an inventory.
+"""Prometheus file_sd targets for every vLLM ``/metrics`` endpoint and device metrics exporter of an inventory.
 
 Why generated: the endpoints follow from the inventory (instances, ports, cluster
-roles), so the scrape configuration follows it too instead of being a second list
-to keep in step. A cluster serves from its head only; its workers have no vLLM
-endpoint. Labels say which host, instance, model, recipe, cluster and role a
-series belongs to.
+roles, ``metrics_exporter``), so the scrape configuration follows it too instead
+of being a second list to keep in step. A cluster serves from its head only; its
+workers have no vLLM endpoint, but each node runs its own exporter. Labels say
+which host, instance, model, recipe, cluster and role a series belongs to; the
+job is ``vllm`` or ``amd-device-metrics``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from instinct_fleet import render
 from instinct_fleet.spec import HostSpec
 
 
@@ -20,10 +22,21 @@ def scrape_address(spec: HostSpec) -> str:
 
 
 def file_sd(specs: list[HostSpec]) -> list[dict[str, Any]]:
-    """One file_sd group per vLLM instance: ``[{"targets": ["addr:port"], "labels": {...}}]``, sorted."""
+    """One file_sd group per vLLM instance and exporter: ``[{"targets": ["addr:port"], "labels": {...}}]``, sorted."""
     groups = []
     for spec in specs:
         cluster = spec.settings.cluster
+        if spec.vars.metrics_exporter:
+            labels = {
+                "job": "amd-device-metrics",
+                "host": str(spec.host),
+                "instance": render.EXPORTER_UNIT,
+                "model": "",
+                "recipe": "",
+                "cluster": cluster.name if cluster else "",
+                "role": cluster.role if cluster else "single",
+            }
+            groups.append({"targets": [f"{scrape_address(spec)}:{spec.vars.metrics_exporter_port}"], "labels": labels})
         if cluster is not None and cluster.role == "worker":
             continue
         for svc in spec.services:

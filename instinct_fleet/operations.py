@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import posixpath
 import shlex
 import subprocess
 from collections.abc import Callable, Generator
@@ -17,6 +18,7 @@ from pyinfra.operations.util import any_changed
 
 from instinct_fleet import health
 from instinct_fleet.facts import DockerImageId, InstanceHealth, UnitProblems
+from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
 
 def _failure(message: str) -> str:
@@ -131,3 +133,56 @@ def service_converged(unit: str, changed: list[Any], gate: Callable[[], bool], s
         _timeout=start_timeout,
     )
     systemd.service(name=f"{unit} running and enabled", service=service, running=True, enabled=True, _if=gate, _timeout=start_timeout)
+
+
+# Runs in the instance's own image, which has huggingface_hub (vLLM downloads with it): prints "<revision> <commit>".
+_DOWNLOAD = (
+    "import os, sys\n"
+    "from huggingface_hub import snapshot_download\n"
+    "model, revision, token_path = sys.argv[1:4]\n"
+    "token = open(token_path).read().strip() if os.path.isfile(token_path) else None\n"
+    "path = snapshot_download(model, revision=revision, token=token)\n"
+    "print(revision, os.path.basename(path))\n"
+)
+
+
+@operation(is_idempotent=False)
+def weights_downloaded(model: str, revision: str, source_root: str, image: str, token_path: str | None) -> Generator[str, None, None]:
+    """Download ``model`` into ``weights_source`` with the instance's image, then mark it complete.
+
+    Only the seed host of a model runs it (:func:`instinct_fleet.hostplan.weight_seeds`),
+    and only when the preflight fact found no complete copy there. ``token_path``: the
+    host's Hugging Face token file, when preflight found one (gated models need it).
+    """
+    repo = f"{source_root}/hub/models--{model.replace('/', '--')}"
+    q = shlex.quote
+    run = [
+        "docker run --rm --network host",
+        f"-v {q(source_root)}:/root/.cache/huggingface",
+        f"-v {q(token_path)}:/run/secrets/hf-token:ro" if token_path else "",
+        f"--entrypoint python3 {q(image)} -c {q(_DOWNLOAD)} {q(model)} {q(revision)} /run/secrets/hf-token",
+    ]
+    yield (
+        f"mkdir -p {q(source_root)} && line=$({' '.join(p for p in run if p)} | tail -n1) && "
+        f'[ -n "$line" ] && printf \'%s\\n\' "$line" > {q(repo + "/" + WEIGHTS_COMPLETE)}'
+    )
+
+
+@operation(is_idempotent=False)
+def weights_staged(model: str, source: str, local: str, owner: str) -> Generator[str, None, None]:
+    """Copy a model's repository from ``weights_source`` into the host's HF cache, then mark the copy.
+
+    ``cp`` merges into what is there (blobs are named by their hash), so a copy cut
+    short is finished by the next run; the marker is written last.
+    """
+    q = shlex.quote
+    complete = q(f"{source}/{WEIGHTS_COMPLETE}")
+    missing = _failure(
+        f"{model} is not complete in weights_source ({source}): is weights_source a mount every host shares? "
+        "Download it there (or set weights_download = True) and deploy again"
+    )
+    yield (
+        f"if [ ! -s {complete} ]; then {missing}; fi; "
+        f"mkdir -p {q(posixpath.dirname(local))} && cp -RP --preserve=mode,timestamps {q(source)} {q(posixpath.dirname(local))}/ && "
+        f"chown -R {q(owner)}: {q(local)} && cp {complete} {q(local + '/' + WEIGHTS_STAGED)}"
+    )

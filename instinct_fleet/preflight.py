@@ -15,7 +15,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from instinct_fleet.paths import RESTART_FILES
+from instinct_fleet.paths import RESTART_FILES, WEIGHTS_COMPLETE, WEIGHTS_STAGED
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
 
@@ -115,6 +115,9 @@ class HostReport:
     image_id: str | None = None
     healthy_ports: tuple[int, ...] = ()
     firewall_loaded: bool = False
+    # weights_source repository -> (its completion marker, the host's staged marker); "" when absent.
+    weights: dict[str, tuple[str, str]] = field(default_factory=dict)
+    exporter_image_id: str | None = None
 
     @property
     def missing_kernel_args(self) -> tuple[str, ...]:
@@ -288,7 +291,19 @@ def parse_report(text: str) -> HostReport:
         image_id=next((w for w in part.get("image", "").split() if w.startswith("sha256:")), None),
         healthy_ports=tuple(int(p) for p in part.get("healthy", "").split() if p.isdigit()),
         firewall_loaded=part.get("nft") == "loaded",
+        weights=_weights(part.get("weights", "")),
+        exporter_image_id=next((w for w in part.get("exporter-image", "").split() if w.startswith("sha256:")), None),
     )
+
+
+def _weights(text: str) -> dict[str, tuple[str, str]]:
+    """``source|complete|staged`` lines: each weights_source repository with both markers' first lines."""
+    found = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[0]:
+            found[parts[0]] = (parts[1].strip(), parts[2].strip())
+    return found
 
 
 def _unit_names(text: str) -> tuple[str, ...]:
@@ -326,6 +341,11 @@ def script(token_path: str, probe: Probe) -> str:
         f"curl -fsS -m 3 http://127.0.0.1:{port}/v1/models 2>/dev/null | grep -qF {q(json.dumps(served))} && echo {port}"
         for port, served in probe.endpoints
     )
+    weights = "; ".join(
+        f"printf '%s|%s|%s\\n' {q(source)} \"$(head -n1 {q(source + '/' + WEIGHTS_COMPLETE)} 2>/dev/null)\" "
+        f'"$(head -n1 {q(local + "/" + WEIGHTS_STAGED)} 2>/dev/null)"'
+        for source, local in probe.weights
+    )
     probes = (
         ("hf-token", f"test -r {q(token_path)} && echo present"),
         # sha256sum and stat of what the deploy manages, and of every unit and env file it ever wrote (stale ones too).
@@ -337,6 +357,11 @@ def script(token_path: str, probe: Probe) -> str:
         ("image", f"docker image inspect --format '{{{{.Id}}}}' {q(probe.image)} 2>/dev/null" if probe.image else "true"),
         ("healthy", health or "true"),
         ("nft", "nft list table inet instinct_fleet >/dev/null 2>&1 && echo loaded"),
+        ("weights", weights or "true"),
+        (
+            "exporter-image",
+            f"docker image inspect --format '{{{{.Id}}}}' {q(probe.exporter_image)} 2>/dev/null" if probe.exporter_image else "true",
+        ),
     )
     extra = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {command}" for name, command in probes)
     return f"{SCRIPT}; {extra}; true"

@@ -74,6 +74,50 @@ RAY_READY_SCRIPT = f"{CONFIG_DIR}/ray-ready.py"
 RAY_TMP = "/var/lib/instinct-fleet/ray"  # shared /tmp/ray: the vLLM driver joins the head's Ray node through it
 FIREWALL_FILE = f"{CONFIG_DIR}/firewall.nft"
 FIREWALL_UNIT = "instinct-fleet-firewall.service"
+# Present while a host's roll batch runs (or after it failed): `instinct-fleet bench` refuses such a host.
+ROLL_MARKER = "/run/instinct-fleet/roll-in-progress"
+EXPORTER_UNIT = "amd-metrics-exporter"
+EXPORTER_DIR = f"{CONFIG_DIR}/metrics-exporter"
+EXPORTER_CONFIG = f"{EXPORTER_DIR}/config.json"
+# The exporter's labels: those of the captured MI300X scrape (tests/fixtures, device-metrics-exporter-*).
+EXPORTER_LABELS = (
+    "GPU_UUID",
+    "SERIAL_NUMBER",
+    "GPU_ID",
+    "GPU_PARTITION_ID",
+    "GPU_COMPUTE_PARTITION_TYPE",
+    "GPU_MEMORY_PARTITION_TYPE",
+    "CARD_SERIES",
+    "CARD_MODEL",
+    "CARD_VENDOR",
+    "DRIVER_VERSION",
+    "VBIOS_VERSION",
+    "HOSTNAME",
+)
+
+
+def repo_dir(cache: str, model: str) -> str:
+    """Where a Hugging Face cache rooted at ``cache`` keeps ``model`` (huggingface_hub's layout)."""
+    return f"{cache}/hub/models--{model.replace('/', '--')}"
+
+
+def revision(svc: ServiceSpec) -> str:
+    """The model revision the instance loads: its ``--revision``, else the hub's default branch."""
+    value = svc.args.get("revision")
+    return str(value) if isinstance(value, str) and value.strip() else "main"
+
+
+def exporter_config(port: int, fields: list[str]) -> str:
+    """The device-metrics-exporter's config.json (its documented ``ServerPort`` and ``GPUConfig``)."""
+    config = {"ServerPort": port, "GPUConfig": {"Fields": list(fields), "Labels": list(EXPORTER_LABELS)}}
+    return json.dumps(config, indent=2) + "\n"
+
+
+def exporter_argv(image: str) -> list[str]:
+    """The exporter's ``docker run``, as its documentation gives it, with the host's network so the firewall sees its port."""
+    argv = [DOCKER, "run", "--rm", "--name", EXPORTER_UNIT, "--label", f"instinct-fleet.unit={EXPORTER_UNIT}", "--network", "host"]
+    argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "-v", f"{EXPORTER_DIR}:/etc/metrics:ro", image]
+    return argv
 
 
 def unit_path(unit: str) -> str:
@@ -274,11 +318,32 @@ def ray_ports(cluster: ClusterSpec) -> list[str]:
     return [*map(str, single), f"{cluster.ports['min_worker']}-{cluster.ports['max_worker']}"]
 
 
-def firewall_ruleset(members: list[str], ray: list[str], vllm_ports: list[int], allow_from: tuple[str, ...] | None) -> str:
+def _address_sets(name: str, networks: tuple[str, ...]) -> list[str]:
+    """Two nftables sets, ``<name>_v4`` and ``<name>_v6``, of these addresses and networks."""
+    nets = [ipaddress.ip_network(a, strict=False) for a in networks]
+    lines = []
+    for family, version in (("ipv4_addr", 4), ("ipv6_addr", 6)):
+        chosen = sorted(str(n) for n in nets if n.version == version)
+        lines += [f"    set {name}_v{version} {{", f"        type {family}", "        flags interval"]
+        lines += [f"        elements = {{ {', '.join(chosen)} }}"] if chosen else []
+        lines += ["    }"]
+    return lines
+
+
+def firewall_ruleset(
+    members: list[str],
+    ray: list[str],
+    vllm_ports: list[int],
+    allow_from: tuple[str, ...] | None,
+    scrapers: tuple[str, ...] | None = None,
+    exporter_port: int | None = None,
+) -> str:
     """The table ``inet instinct_fleet``, replaced atomically by ``nft -f`` and kept beside Docker's tables.
 
     Ray has no authentication and its ports run code, so they accept only cluster
     members; vLLM ports accept only loopback, members and ``vllm_allow_from``.
+    ``prometheus_allow_from`` (``scrapers``) may reach the vLLM ports (their
+    ``/metrics``) and the exporter's port, which then accepts nobody else.
     """
     lines = [
         "# Managed by instinct-fleet: loaded by instinct-fleet-firewall.service.",
@@ -294,16 +359,22 @@ def firewall_ruleset(members: list[str], ray: list[str], vllm_ports: list[int], 
         "    }",
     ]
     if allow_from is not None:
-        nets = [ipaddress.ip_network(a, strict=False) for a in allow_from]
-        for family, version in (("ipv4_addr", 4), ("ipv6_addr", 6)):
-            chosen = sorted(str(n) for n in nets if n.version == version)
-            lines += [f"    set vllm_allowed_v{version} {{", f"        type {family}", "        flags interval"]
-            lines += [f"        elements = {{ {', '.join(chosen)} }}"] if chosen else []
-            lines += ["    }"]
+        lines += _address_sets("vllm_allowed", allow_from)
+    if scrapers is not None:
+        lines += _address_sets("scrapers", scrapers)
     lines += ["    chain input {", "        type filter hook input priority filter - 10; policy accept;", '        iif "lo" accept']
     lines += ["        ip saddr @cluster_members accept"]
     if ray:
         lines += [f'        tcp dport {{ {", ".join(ray)} }} counter drop comment "Ray: cluster members only"']
+    if scrapers is not None:
+        scraped = ", ".join(map(str, sorted({*vllm_ports, *([exporter_port] if exporter_port else [])})))
+        if scraped:
+            lines += [
+                f"        tcp dport {{ {scraped} }} ip saddr @scrapers_v4 accept",
+                f"        tcp dport {{ {scraped} }} ip6 saddr @scrapers_v6 accept",
+            ]
+        if exporter_port:
+            lines += [f'        tcp dport {exporter_port} counter drop comment "metrics exporter: prometheus_allow_from only"']
     if allow_from is not None and vllm_ports:
         ports = ", ".join(map(str, sorted(vllm_ports)))
         lines += [

@@ -10,6 +10,7 @@ post-start hook. Every operation runs only while the roll lets the batch go on
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from io import StringIO
 
 from pyinfra.operations import files, systemd
@@ -97,28 +98,38 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
     unit = roll.unit_of(str(plan.spec.host))
     rolling = unit is not None and unit.kind == "restart"
     hooks = plan.spec.settings.rolling
+    # A cluster rolls as one: when any member changes, every member's units restart together.
+    force = plan.docker_changed or (rolling and plan.role is not None)
+    stale = [u for u in plan.stale_units if plan.unit_drifted(f"{u}.service") or plan.drifted(render.unit_path(u))]
+    pending = [name for name in plan.unit_files if force or not plan.serving_in_place(name)]
+    busy = bool(pending or stale or plan.defers_docker)
+    if busy:  # instinct-fleet bench refuses a host while this marker is there
+        started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        files.put(
+            name="Roll: mark the host as rolling",
+            src=StringIO(f"roll batch {batch} started {started}\n"),
+            dest=render.ROLL_MARKER,
+            _if=gate,
+        )
     if rolling and plan.serves:
         _hooks(plan, fleet, "pre-stop", hooks.pre_stop, gate)
 
     removed = []
-    for stale in [u for u in plan.stale_units if plan.unit_drifted(f"{u}.service") or plan.drifted(render.unit_path(u))]:
+    for stale_unit in stale:
         systemd.service(
-            name=f"Stop {stale} (no longer in the inventory)", service=f"{stale}.service", running=False, enabled=False, _if=gate
+            name=f"Stop {stale_unit} (no longer in the inventory)", service=f"{stale_unit}.service", running=False, enabled=False, _if=gate
         )
-        removed.append(files.file(name=f"Remove {stale}", path=render.unit_path(stale), present=False, _if=gate))
-        if render.unit_env_path(stale) not in {p for unit in plan.unit_files.values() for p in unit}:  # a role switch keeps ray.env
-            files.file(name=f"Remove {stale} env", path=render.unit_env_path(stale), present=False, _if=gate)
+        removed.append(files.file(name=f"Remove {stale_unit}", path=render.unit_path(stale_unit), present=False, _if=gate))
+        if render.unit_env_path(stale_unit) not in {p for unit in plan.unit_files.values() for p in unit}:  # a role switch keeps ray.env
+            files.file(name=f"Remove {stale_unit} env", path=render.unit_env_path(stale_unit), present=False, _if=gate)
 
     if plan.defers_docker:
         docker_settings(plan, gate)
         image(plan, gate)
 
-    # A cluster rolls as one: when any member changes, every member's units restart together.
-    force = plan.docker_changed or (rolling and plan.role is not None)
     written = []
-    for name, unit_files in plan.unit_files.items():
-        if plan.serving_in_place(name) and not force:
-            continue  # its files match, it runs, and its instances answered at preflight
+    for name in pending:  # the others' files match, they run, and their instances answered at preflight
+        unit_files = plan.unit_files[name]
         path = render.unit_path(name)
         ops = []
         for dest, content in unit_files.items():
@@ -141,3 +152,5 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
     healthy(plan, gate, roll.note, units={name for name, _ in written})
     if rolling and plan.serves:
         _hooks(plan, fleet, "post-start", hooks.post_start, gate)
+    if busy or plan.drifted(render.ROLL_MARKER):  # a marker left by a roll that failed goes once the host is whole
+        files.file(name="Roll: done on this host", path=render.ROLL_MARKER, present=False, _if=gate)

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import TypeAdapter, ValidationError
 
 from instinct_fleet import knowledge
-from instinct_fleet.defaults import DEFAULTS, REMOVED, FleetVars, Hook, Instance, RayPorts
+from instinct_fleet.defaults import DEFAULTS, REMOVED, BenchProfile, FleetVars, Hook, Instance, RayPorts
 from instinct_fleet.recipes import ArgValue, Recipe, all_recipes
 from instinct_fleet.rules import Finding, finding
 
@@ -157,7 +157,9 @@ _ADAPTERS: dict[str, TypeAdapter[Any]] = {
     for name, field in FleetVars.model_fields.items()
 }
 # Every key a model accepts, for "did you mean" on an unknown one at any level.
-_KNOWN_KEYS = sorted({*FleetVars.model_fields, *Instance.model_fields, *RayPorts.model_fields, *Hook.model_fields})
+_KNOWN_KEYS = sorted(
+    {*FleetVars.model_fields, *Instance.model_fields, *RayPorts.model_fields, *Hook.model_fields, *BenchProfile.model_fields}
+)
 # A custom error names its rule; a range, choice or pattern the model sets is a value of the wrong form;
 # anything else (a wrong type above all) is a schema error.
 _RULE_OF_ERROR = {

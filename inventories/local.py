@@ -34,10 +34,15 @@ def host_data(name: str, **data: object) -> tuple[str, dict[str, object]]:
         # "unlimited" cannot be granted here; a real host keeps the default (True).
         "tune_memlock": 8 * 1024 * 1024,
         "health_timeout": 120,
+        # Prometheus on the machine scrapes the hosts' container addresses (not the published ports).
+        "scrape_address": sim["address"],
     }
     return name, {**connection, **common, **data}
 
 
+# Both single-node hosts stage their weights from the fleet's shared store (a directory every
+# host mounts, as an NFS share would be): one host downloads each model there, both copy it.
+weights = {"weights_source": fleet["weights_source"]}
 # The default recipe (gpt-oss-120b, TP 1) twice; the first answers on the port the fleet publishes.
 sim_gpu = [
     host_data(
@@ -46,8 +51,12 @@ sim_gpu = [
             {"name": "main", "port": by_name["sim-gpu-1"]["api_port"]},
             {"name": "batch", "recipe": "gpt-oss-120b-batch", "port": 8081},
         ],
+        metrics_exporter=True,
+        metrics_exporter_image=fleet["exporter_image"],
+        **weights,
     ),
-    # Two TP 4 Llama 3.1 70B instances on disjoint halves of the node.
+    # Two TP 4 Llama 3.1 70B instances on disjoint halves of the node, offline: they start only
+    # if the weights were staged into the host's Hugging Face cache first.
     host_data(
         "sim-gpu-2",
         vllm_recipe="llama-3.1-70b",
@@ -55,6 +64,8 @@ sim_gpu = [
             {"name": "llama-a", "port": by_name["sim-gpu-2"]["api_port"]},
             {"name": "llama-b", "port": 8001},
         ],
+        vllm_env={"HF_HUB_OFFLINE": "1"},
+        **weights,
     ),
 ]
 
@@ -71,6 +82,10 @@ cluster = {
     "cluster_nic": "eth0",
     # The API answers the machine (make demo) and sim-gpu-1, nobody else.
     "vllm_allow_from": [gateway, by_name["sim-gpu-1"]["address"]],
+    # GPU metrics on both nodes, which only Prometheus (on the machine) may scrape.
+    "metrics_exporter": True,
+    "metrics_exporter_image": fleet["exporter_image"],
+    "prometheus_allow_from": [gateway],
 }
 sim_cluster = [
     host_data("sim-c1", ray_role="head", **cluster),

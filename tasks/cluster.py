@@ -1,4 +1,4 @@
-"""Stage 4, Ray cluster (multi-node hosts only): what the Ray units need that does not restart them.
+"""Stage 5, Ray cluster (multi-node hosts only): what the Ray units need that does not restart them.
 
 The ray-head / ray-worker units themselves roll with the vLLM units (tasks/services.py).
 """

@@ -1,4 +1,4 @@
-"""Stage 5, firewall: Ray ports only for cluster members, vLLM ports only for vllm_allow_from (nftables)."""
+"""Stage 6, firewall: Ray ports only for cluster members, vLLM ports only for vllm_allow_from (nftables)."""
 
 from io import StringIO
 

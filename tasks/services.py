@@ -1,4 +1,4 @@
-"""Stage 6, the roll: Ray and vLLM units, restarted batch by batch behind a health gate.
+"""Stage 8, the roll: Ray and vLLM units, restarted batch by batch behind a health gate.
 
 Every host walks the same batches; each batch starts with a barrier that every
 host shares, so pyinfra finishes one batch (health gate included) before the

@@ -43,6 +43,8 @@ FIXTURES = ROOT / "tests" / "fixtures"
 STATIC_JSON = FIXTURES / "amd-smi-static-json_mi300x-x8_rocm7.2.1_amdsmi26.2.2.json"
 VERSION_JSON = FIXTURES / "amd-smi-version-json_rocm7.2.1_amdsmi26.2.2.json"
 
+WEIGHTS = STATE / "weights"  # the fleet's shared model store
+WEIGHTS_MOUNT = "/mnt/fleet-weights"
 BASE_IMAGE = "instinct-fleet-test/base:bookworm-1"
 HOST_IMAGE = "instinct-fleet-test/host:bookworm-3"
 STANDIN_REPO = "instinct-fleet-standin/vllm-openai-rocm"
@@ -266,6 +268,22 @@ def build_standin(registry: str) -> None:
     run(DOCKER, "push", "-q", standin_ref(registry))
 
 
+EXPORTER_REPO = "instinct-fleet-standin/device-metrics-exporter"
+EXPORTER_VERSION = "v1.2.0"  # the tag the product pins; the stand-in is built from this repository
+
+
+def exporter_ref(registry: str) -> str:
+    return f"{registry}/{EXPORTER_REPO}:{EXPORTER_VERSION}"
+
+
+def build_exporter(registry: str) -> None:
+    """The stand-in device-metrics-exporter image: the base image plus one small layer."""
+    log("building the stand-in device-metrics-exporter image")
+    context = HERE / "standin" / "exporter"
+    run(DOCKER, "build", "-q", "-t", exporter_ref(registry), "--build-arg", f"BASE={BASE_IMAGE}", str(context), capture=True)
+    run(DOCKER, "push", "-q", exporter_ref(registry), capture=True)
+
+
 def flat_ref(registry: str) -> str:
     return f"{registry}/{STANDIN_REPO}:v{STANDIN_VERSION}-flat"
 
@@ -380,7 +398,11 @@ def start_host(host: SimHost, key: Path, sysfs: Path) -> None:
         f"{key}.pub:/root/.ssh/authorized_keys:ro",
     ]
     if host.gpus:
+        WEIGHTS.mkdir(exist_ok=True)
         argv += [
+            # A directory every host shares, as an NFS mount would be: weights_source in inventories/local.py.
+            "-v",
+            f"{WEIGHTS}:{WEIGHTS_MOUNT}",
             "-v",
             f"{sysfs}:/sys/module:ro",
             "-v",
@@ -445,6 +467,7 @@ def up(count: int | None = None) -> dict[str, object]:
     build_base()
     build_host()
     build_standin(registry)
+    build_exporter(registry)
     if count is not None:
         build_flat(registry)
     key = ssh_key()
@@ -467,6 +490,8 @@ def up(count: int | None = None) -> dict[str, object]:
         "cache": cache,
         "image": standin_ref(registry),
         "flat_image": flat_ref(registry) if count is not None else None,
+        "exporter_image": exporter_ref(registry),
+        "weights_source": WEIGHTS_MOUNT,
         "vllm_version": STANDIN_VERSION,
         "ssh_key": str(key),
         "hf_token": HF_TOKEN,
@@ -530,6 +555,7 @@ def down() -> None:
     else:
         sys.exit(f"fleet: hosts {ids} could not be removed")
     (STATE / "fleet.json").unlink(missing_ok=True)
+    shutil.rmtree(WEIGHTS, ignore_errors=True)  # written as root by the hosts' containers
     log("fleet down")
 
 

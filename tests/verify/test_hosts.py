@@ -8,6 +8,7 @@ import json
 from conftest import Target
 
 from instinct_fleet import render
+from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
 
 def test_preflight_passes(target: Target) -> None:
@@ -62,6 +63,27 @@ def test_host_tuning_is_live(target: Target) -> None:
 def test_docker_has_the_pinned_image(target: Target) -> None:
     if target.plan.desired.image is not None:
         target.sh(f"docker image inspect {target.plan.desired.image} >/dev/null")
+
+
+def test_weights_are_staged_before_the_instances_start(target: Target) -> None:
+    """Each model of weights_source is in the host's HF cache, copied whole (the staged marker matches the source's)."""
+    for want in target.plan.desired.weights:
+        complete = target.sh(f"head -n1 {want.source}/{WEIGHTS_COMPLETE}").strip()
+        assert complete.split()[0] == want.revision, f"{want.source} holds {complete!r}, not revision {want.revision}"
+        assert target.sh(f"head -n1 {want.local}/{WEIGHTS_STAGED}").strip() == complete, f"{target.name}: {want.model} is not staged"
+        commit = complete.split()[1]
+        assert target.host.file(f"{want.local}/snapshots/{commit}/config.json").exists, f"{target.name}: {want.model} snapshot missing"
+
+
+def test_metrics_exporter_serves_gpu_metrics(target: Target) -> None:
+    v = target.plan.spec.vars
+    if target.plan.desired.exporter_image is None:
+        assert not target.host.file(render.unit_path(render.EXPORTER_UNIT)).exists
+        return
+    assert target.inspect(render.EXPORTER_UNIT)["Config"]["Image"] == v.metrics_exporter_image
+    metrics = target.sh(f"curl -s http://127.0.0.1:{v.metrics_exporter_port}/metrics")
+    for name in v.metrics_exporter_fields:
+        assert f"\n{name.lower()}{{" in f"\n{metrics}", f"{target.name}: the exporter does not export {name}"
 
 
 def _containers(target: Target) -> list[tuple[str, list[str], str]]:

@@ -11,6 +11,18 @@ than tensor x pipeline parallel (as vLLM fails on too few GPUs), and then answer
 Like vLLM with ``--shutdown-timeout``, SIGTERM drains: /health turns 503 and the
 process exits once in-flight requests are done, or when the timeout ends.
 
+Completions stream (``"stream": true``, server-sent events as vLLM sends them)
+or answer whole. A request is one "token" per word: its prompt is prefilled at
+STANDIN_PREFILL_TOKENS_PER_SECOND, then each output token takes 1 /
+STANDIN_TOKENS_PER_SECOND, so that TTFT, TPOT and ITL measure something real.
+At most ``--max-num-seqs`` requests run at once; the rest wait, as in vLLM's
+scheduler. /metrics exposes vLLM's own names and types for what it does
+(vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
+token counters, a TTFT histogram). With HF_HUB_OFFLINE=1 it refuses to start
+unless the model is in its Hugging Face cache, as vLLM fails offline.
+
+``vllm bench serve`` is stood in for by bench_standin.py.
+
 Test-only knobs (env vars, set through vllm_env by the end-to-end tests; never
 in product code): STANDIN_STARTUP_SECONDS (start-up delay), STANDIN_REQUEST_SECONDS
 (time each completion takes), STANDIN_CRASH_AT_START=1 (exit 1 after start-up:
@@ -61,7 +73,7 @@ def resolve(option: str) -> tuple[str, bool]:
 
 def parse(argv: list[str]) -> tuple[str, dict[str, Any]]:
     if not argv or argv[0] != "serve":
-        fail("this stand-in only implements 'vllm serve'")
+        fail("this stand-in only implements 'vllm serve' and 'vllm bench serve'")
     args: dict[str, Any] = {}
     model = None
     rest = argv[1:]
@@ -120,8 +132,54 @@ class State:
     prompt_tokens = 0
     generation_tokens = 0
     inflight = 0
+    running = 0
+    waiting = 0
+    kv_tokens = 0  # prompt + generated tokens of the running requests
+    ttfts: ClassVar[list[float]] = []
     draining = False
     lock = threading.Lock()
+    slots = threading.Semaphore(256)
+
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0)
+
+
+def metrics_text() -> str:
+    """vLLM's Prometheus names and types (vllm/v1/metrics/loggers.py) for what the stand-in does."""
+    labels = f'model_name="{State.served}",engine="0"'
+    capacity = int(State.args.get("--max-model-len", 8192)) * int(State.args.get("--max-num-seqs", 256)) // 4
+    lines = [
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{{{labels}}} {float(State.running)}",
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{{{labels}}} {float(State.waiting)}",
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        f"vllm:kv_cache_usage_perc{{{labels}}} {min(1.0, State.kv_tokens / max(1, capacity))}",
+        "# TYPE vllm:request_success_total counter",
+        f'vllm:request_success_total{{finished_reason="length",{labels}}} {float(State.requests)}',
+        "# TYPE vllm:prompt_tokens_total counter",
+        f"vllm:prompt_tokens_total{{{labels}}} {float(State.prompt_tokens)}",
+        "# TYPE vllm:generation_tokens_total counter",
+        f"vllm:generation_tokens_total{{{labels}}} {float(State.generation_tokens)}",
+        "# TYPE vllm:time_to_first_token_seconds histogram",
+    ]
+    ttfts = list(State.ttfts)
+    for bound in TTFT_BUCKETS:
+        lines.append(f'vllm:time_to_first_token_seconds_bucket{{le="{bound}",{labels}}} {float(sum(t <= bound for t in ttfts))}')
+    lines += [
+        f'vllm:time_to_first_token_seconds_bucket{{le="+Inf",{labels}}} {float(len(ttfts))}',
+        f"vllm:time_to_first_token_seconds_count{{{labels}}} {float(len(ttfts))}",
+        f"vllm:time_to_first_token_seconds_sum{{{labels}}} {sum(ttfts)}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def rate(name: str, default: float) -> float:
+    return max(1e-3, float(os.environ.get(name, default)))
 
 
 def completion_text(prompt: str, max_tokens: int) -> str:
@@ -151,24 +209,7 @@ class Handler(BaseHTTPRequestHandler):
             card = {"id": State.served, "object": "model", "owned_by": "vllm", "root": State.model, "max_model_len": max_len}
             self.reply(200, {"object": "list", "data": [card]})
         elif self.path == "/metrics":
-            labels = f'model_name="{State.served}"'
-            self.reply(
-                200,
-                "\n".join(
-                    [
-                        "# TYPE vllm:num_requests_running gauge",
-                        f"vllm:num_requests_running{{{labels}}} 0.0",
-                        "# TYPE vllm:request_success_total counter",
-                        f"vllm:request_success_total{{{labels}}} {float(State.requests)}",
-                        "# TYPE vllm:prompt_tokens_total counter",
-                        f"vllm:prompt_tokens_total{{{labels}}} {float(State.prompt_tokens)}",
-                        "# TYPE vllm:generation_tokens_total counter",
-                        f"vllm:generation_tokens_total{{{labels}}} {float(State.generation_tokens)}",
-                        "",
-                    ]
-                ),
-                "text/plain; version=0.0.4",
-            )
+            self.reply(200, metrics_text(), "text/plain; version=0.0.4")
         else:
             self.reply(404, {"detail": "Not Found"})
 
@@ -196,17 +237,21 @@ class Handler(BaseHTTPRequestHandler):
             message = f"The model `{body.get('model')}` does not exist."
             self.reply(404, {"error": {"message": message, "type": "NotFoundError", "param": "model", "code": 404}})
             return
-        max_tokens = int(body.get("max_tokens") or 16)
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         if self.path == "/v1/completions":
             prompt = str(body.get("prompt", ""))
         else:
             prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
-        text = completion_text(prompt, max_tokens)
+        prompt_len = len(prompt.split())
+        text = " " + " ".join(["tok"] * max_tokens) if body.get("ignore_eos") else completion_text(prompt, max_tokens)
         used = len(text.split())
+        if body.get("stream"):
+            self.stream(prompt_len, text.split(), body)
+            return
         State.requests += 1
-        State.prompt_tokens += len(prompt.split())
+        State.prompt_tokens += prompt_len
         State.generation_tokens += used
-        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": used, "total_tokens": len(prompt.split()) + used}
+        usage = {"prompt_tokens": prompt_len, "completion_tokens": used, "total_tokens": prompt_len + used}
         if self.path == "/v1/completions":
             choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": "length"}
             kind = "text_completion"
@@ -224,6 +269,71 @@ class Handler(BaseHTTPRequestHandler):
                 "usage": usage,
             },
         )
+
+    def stream(self, prompt_len: int, words: list[str], body: dict[str, Any]) -> None:
+        """Server-sent events as vLLM streams them: one chunk per token, usage at the end, then [DONE]."""
+        chat = self.path == "/v1/chat/completions"
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        ident = f"cmpl-standin-{time.monotonic_ns()}"
+        with State.lock:
+            State.waiting += 1
+        State.slots.acquire()
+        with State.lock:
+            State.waiting -= 1
+            State.running += 1
+            State.kv_tokens += prompt_len
+        started = time.monotonic()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            time.sleep(prompt_len / rate("STANDIN_PREFILL_TOKENS_PER_SECOND", 50000))
+            step = 1 / rate("STANDIN_TOKENS_PER_SECOND", 400)
+            for i, word in enumerate(words):
+                if i:
+                    time.sleep(step)
+                text = (" " if i else "") + word
+                delta: dict[str, Any] = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+                delta["finish_reason"] = "length" if i == len(words) - 1 else None
+                self.event({"id": ident, "object": kind, "created": int(time.time()), "model": State.served, "choices": [delta]})
+                if i == 0:
+                    with State.lock:
+                        State.ttfts.append(time.monotonic() - started)
+                with State.lock:
+                    State.kv_tokens += 1
+            usage = {"prompt_tokens": prompt_len, "completion_tokens": len(words), "total_tokens": prompt_len + len(words)}
+            if (body.get("stream_options") or {}).get("include_usage"):
+                self.event({"id": ident, "object": kind, "created": int(time.time()), "model": State.served, "choices": [], "usage": usage})
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        finally:
+            State.slots.release()
+            with State.lock:
+                State.running -= 1
+                State.kv_tokens -= prompt_len + len(words)
+                State.requests += 1
+                State.prompt_tokens += prompt_len
+                State.generation_tokens += len(words)
+
+    def event(self, payload: dict[str, Any]) -> None:
+        self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        self.wfile.flush()
+
+
+def check_offline_cache(model: str) -> None:
+    """With HF_HUB_OFFLINE=1, vLLM loads only what the Hugging Face cache holds: fail as it does when it is not there."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() not in ("1", "true", "yes", "on") or model.startswith("/"):
+        return
+    repo = os.path.join(os.environ.get("HF_HOME", "/root/.cache/huggingface"), "hub", "models--" + model.replace("/", "--"))
+    if not glob(os.path.join(repo, "snapshots", "*", "config.json")):
+        print(
+            f"OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the cached "
+            f"files ({repo}). Check your internet connection or see how to run the library in offline mode.",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(1)
+    print(f"INFO stand-in: HF_HUB_OFFLINE=1, {model} found in the Hugging Face cache", flush=True)
 
 
 def join_ray(tp: int, pp: int) -> None:
@@ -275,6 +385,11 @@ def drain(timeout: float) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:3] == ["bench", "serve"]:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import bench_standin
+
+        sys.exit(bench_standin.main(sys.argv[3:]))
     model, args = parse(sys.argv[1:])
     for name in sorted(os.environ):
         if name.startswith("VLLM_") and name not in ENV_VARS:
@@ -284,9 +399,11 @@ def main() -> None:
     if token_path:
         with open(token_path) as handle:
             print(f"INFO Hugging Face token read from {token_path} ({len(handle.read().strip())} characters)", flush=True)
+    check_offline_cache(model)
     State.model = model
     State.served = str(args.get("--served-model-name") or model)
     State.args = args
+    State.slots = threading.Semaphore(int(args.get("--max-num-seqs", 256)))
     signal.signal(signal.SIGTERM, lambda *_: drain(float(args.get("--shutdown-timeout", 0))))
     if args.get("--distributed-executor-backend") == "ray":
         tp, pp = int(args.get("--tensor-parallel-size", 1)), int(args.get("--pipeline-parallel-size", 1))

@@ -1,0 +1,239 @@
+"""``instinct-fleet bench``: ``vllm bench serve`` from each instance's own image, against each instance.
+
+Why from the instance's image: the benchmark client then matches the server's
+vLLM version, tokenizer code included, and nothing is installed on a host. Why
+on the host by default: the network between a client and the instance does not
+distort the figures (``--client`` chooses another host instead).
+
+A run is refused for an instance that is not serving (unit not active,
+``/health`` not 200, another image than the inventory's) and for a host whose
+roll is in progress: the deploy's marker (:data:`instinct_fleet.render.ROLL_MARKER`)
+is there while a batch runs and stays after a roll failed.
+
+Results land under ``results/<UTC timestamp>/<host>/<instance>/``: vLLM's own
+JSON per run (``--save-result``) and ``config.json``, the rendered
+configuration the instance ran. ``instinct-fleet report`` reads that tree.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from instinct_fleet import monitoring, remote, render
+from instinct_fleet.defaults import BenchProfile
+from instinct_fleet.spec import HostSpec, ServiceSpec
+
+REMOTE_ROOT = "/var/lib/instinct-fleet/bench"
+IN_CONTAINER = "/results"
+DATASETS_DIR = "/var/lib/instinct-fleet/datasets"
+RESULT_MARK = "@@instinct-fleet-bench-result"
+
+# Built-in profiles. seed-001-gpt-oss is exactly seed 001's run; its published figures are in
+# instinct_fleet/report.py:REFERENCES, compared by profile name.
+BUILTIN_PROFILES: dict[str, BenchProfile] = {
+    "seed-001-gpt-oss": BenchProfile(dataset="random", input_len=4096, output_len=1024, num_prompts=80, concurrency=[8]),
+    # Seed 004 compares servers on ShareGPT; the dataset file is the one vLLM's docs download.
+    "sharegpt-chat": BenchProfile(
+        dataset="sharegpt",
+        dataset_path=f"{DATASETS_DIR}/ShareGPT_V3_unfiltered_cleaned_split.json",
+        num_prompts=1000,
+        concurrency=[64],
+        ignore_eos=False,
+    ),
+    "latency": BenchProfile(dataset="random", input_len=1024, output_len=128, num_prompts=20, concurrency=[1]),
+    "sweep": BenchProfile(dataset="random", input_len=1024, output_len=1024, num_prompts=1024, concurrency=[1, 8, 32, 128, 512]),
+}
+
+
+def profiles(spec: HostSpec) -> dict[str, BenchProfile]:
+    """The built-in profiles and this host's own (``bench_profiles``); its own win on a name clash."""
+    return {**BUILTIN_PROFILES, **spec.vars.bench_profiles}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One ``vllm bench serve`` run: an instance, a profile and one of its concurrencies."""
+
+    spec: HostSpec
+    svc: ServiceSpec
+    profile_name: str
+    profile: BenchProfile
+    concurrency: int
+    num_prompts: int
+
+    @property
+    def filename(self) -> str:
+        return f"{self.profile_name}-c{self.concurrency}.json"
+
+    def label(self) -> str:
+        return f"{self.spec.host}/{self.svc.name} {self.profile_name} concurrency {self.concurrency}, {self.num_prompts} prompts"
+
+
+def jobs(spec: HostSpec, svc: ServiceSpec, name: str, num_prompts: int | None, concurrency: list[int] | None) -> list[Job]:
+    """The runs of one instance for profile ``name``, with the CLI's overrides."""
+    profile = profiles(spec)[name]
+    return [Job(spec, svc, name, profile, c, num_prompts or profile.num_prompts) for c in (concurrency or profile.concurrency)]
+
+
+def vllm_bench_args(job: Job, base_url: str) -> list[str]:
+    """``vllm bench serve`` flags, by the names of vLLM's vllm/benchmarks/serve.py."""
+    p = job.profile
+    argv = ["bench", "serve", "--backend", "vllm", "--base-url", base_url, "--model", job.svc.model]
+    argv += ["--served-model-name", render.served_model(job.svc), "--dataset-name", p.dataset]
+    if p.dataset == "random":
+        argv += ["--random-input-len", str(p.input_len), "--random-output-len", str(p.output_len)]
+    else:
+        argv += ["--dataset-path", f"/datasets/{p.dataset_path.rsplit('/', 1)[-1]}" if p.dataset_path else ""]
+    argv += ["--num-prompts", str(job.num_prompts), "--max-concurrency", str(job.concurrency)]
+    if p.request_rate is not None:
+        argv += ["--request-rate", repr(p.request_rate)]
+    if p.ignore_eos:
+        argv.append("--ignore-eos")
+    argv += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"]
+    argv += ["--save-result", "--result-dir", IN_CONTAINER, "--result-filename", job.filename, "--label", job.profile_name]
+    return argv
+
+
+def remote_dir(stamp: str, job: Job) -> str:
+    return f"{REMOTE_ROOT}/{stamp}/{job.spec.host}/{job.svc.name}"
+
+
+def command(job: Job, stamp: str, client: HostSpec | None) -> str:
+    """The shell command that runs one job on the instance's host (or ``client``), then prints vLLM's JSON."""
+    q = shlex.quote
+    on = client or job.spec
+    local = client is None
+    address = "127.0.0.1" if local else monitoring.scrape_address(job.spec)
+    base_url = f"http://{address}:{job.svc.port}"
+    out = remote_dir(stamp, job)
+    argv = [render.DOCKER, "run", "--rm", "--network", "host", "--ipc", "host"]
+    argv += ["-v", f"{on.settings.hf_cache_dir}:{render.HF_CACHE_IN_CONTAINER}", "-v", f"{out}:{IN_CONTAINER}"]
+    if local:  # the instance's env (HF_HUB_OFFLINE, HF_TOKEN_PATH and all) for loading its tokenizer
+        argv += ["--env-file", render.env_path(job.svc)]
+    checks = []
+    if job.profile.dataset_path:
+        argv += ["-v", f"{job.profile.dataset_path}:/datasets/{job.profile.dataset_path.rsplit('/', 1)[-1]}:ro"]
+        missing = f"{job.profile.dataset_path} is not on {on.host}: download the dataset there first"
+        checks.append(f"test -f {q(job.profile.dataset_path)} || {{ printf '%s\\n' {q(missing)} >&2; exit 3; }}")
+    argv += ["--entrypoint", "vllm", job.svc.image, *vllm_bench_args(job, base_url)]
+    run = " ".join(q(a) for a in argv)
+    return "; ".join([*checks, f"mkdir -p {q(out)} && {run} && printf '\\n%s\\n' {RESULT_MARK} && cat {q(out + '/' + job.filename)}"])
+
+
+def result_of(stdout: str) -> dict[str, Any] | None:
+    """vLLM's result JSON, printed after the benchmark's own report and a marker line."""
+    _, found, text = stdout.rpartition(f"\n{RESULT_MARK}\n")
+    if not found:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def config(job: Job, env: dict[str, str], image_id: str, client: str | None, started: str) -> dict[str, Any]:
+    """What the instance ran and how it was measured, stored beside vLLM's JSON."""
+    return {
+        "host": str(job.spec.host),
+        "instance": job.svc.name,
+        "recipe": job.svc.recipe,
+        "model": job.svc.model,
+        "served_model": render.served_model(job.svc),
+        "vllm_version": job.svc.version,
+        "image": job.svc.image,
+        "image_id": image_id,
+        "gpus": list(job.svc.gpus),
+        "env": env,
+        "vllm_serve_args": render.render_args(job.svc),
+        "profile": job.profile_name,
+        "profile_settings": job.profile.model_dump(),
+        "concurrency": job.concurrency,
+        "num_prompts": job.num_prompts,
+        "client": client or str(job.spec.host),
+        "started": started,
+    }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One job's end: the result file written, or why there is none."""
+
+    job: Job
+    path: Path | None
+    problem: str | None
+    summary: str = ""
+
+
+def run(
+    hosts: remote.Hosts,
+    todo: list[Job],
+    client: HostSpec | None,
+    out_dir: Path,
+    timeout: int,
+    say: Callable[[str], None],
+    image_ids: dict[tuple[str, str], str],
+) -> list[Outcome]:
+    """Run the jobs: one host's jobs one after another, hosts at once (all on ``client`` when given).
+
+    Each run's JSON and the instance's config.json go under ``out_dir/<host>/<instance>/``.
+    Progress: a line when a run starts and ends, and every 30 s the runs still going.
+    """
+    import gevent
+
+    stamp = out_dir.name
+    queues: dict[str, list[Job]] = {}
+    for job in todo:
+        queues.setdefault(str(client.host) if client else str(job.spec.host), []).append(job)
+    running: dict[str, tuple[Job, float]] = {}
+    counter = [0]
+
+    def one(job: Job) -> Outcome:
+        counter[0] += 1
+        say(f"[{counter[0]}/{len(todo)}] {job.label()}: started")
+        started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        running[job.label()] = (job, time.monotonic())
+        where = str(client.host) if client else str(job.spec.host)
+        result = hosts.run(where, command(job, stamp, client), timeout)
+        seconds = time.monotonic() - running.pop(job.label())[1]
+        data = result_of(result.stdout) if result.ok else None
+        if data is None:
+            detail = result.error or (result.stderr or result.stdout).strip().splitlines()[-3:]
+            return Outcome(job, None, f"vllm bench serve failed on {where} after {seconds:.0f}s: {detail}")
+        folder = out_dir / str(job.spec.host) / job.svc.name
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / job.filename
+        path.write_text(json.dumps(data) + "\n")
+        cluster = job.spec.settings.cluster
+        env = {**job.svc.env, **(cluster.rccl_env() if cluster else {})}
+        info = config(job, env, image_ids.get((str(job.spec.host), job.svc.name), ""), str(client.host) if client else None, started)
+        (folder / "config.json").write_text(json.dumps(info, indent=2) + "\n")
+        summary = (
+            f"{data.get('output_throughput', 0):.1f} output tok/s, median TTFT {data.get('median_ttft_ms', 0):.1f} ms, "
+            f"median TPOT {data.get('median_tpot_ms', 0):.2f} ms"
+        )
+        say(f"    {job.label()}: done in {seconds:.0f}s: {summary}")
+        return Outcome(job, path, None, summary)
+
+    def queue(_: str, jobs_here: list[Job]) -> list[Outcome]:
+        return [one(job) for job in jobs_here]
+
+    def heartbeat() -> None:
+        while True:
+            gevent.sleep(30)
+            for label, (_, since) in list(running.items()):
+                say(f"    ... {label}: running for {time.monotonic() - since:.0f}s")
+
+    beat = gevent.spawn(heartbeat)
+    try:
+        done = hosts.each(queues, queue)
+    finally:
+        beat.kill()
+    return [o for outcomes in done.values() for o in outcomes]

@@ -1,0 +1,40 @@
+"""STAND-IN for huggingface_hub's ``snapshot_download``, for the simulated fleet only (no hub is reachable here).
+
+It writes the cache layout huggingface_hub writes (refs/<revision>, blobs named by
+their hash, snapshots/<commit>/ with relative links into blobs) for a small
+synthetic model, so that weight staging copies and checks a real tree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+BLOB_BYTES = 4 * 1024 * 1024  # one "weights" shard of 4 MiB
+
+
+def snapshot_download(repo_id: str, revision: str | None = None, cache_dir: str | None = None, token: str | None = None) -> str:
+    revision = revision or "main"
+    root = cache_dir or os.path.join(os.environ.get("HF_HOME", "/root/.cache/huggingface"), "hub")
+    repo = os.path.join(root, "models--" + repo_id.replace("/", "--"))
+    commit = hashlib.sha1(f"{repo_id}@{revision}".encode()).hexdigest()
+    files = {
+        "config.json": json.dumps({"_name_or_path": repo_id, "architectures": ["StandInForCausalLM"]}).encode(),
+        "model.safetensors": hashlib.sha256(repo_id.encode()).digest() * (BLOB_BYTES // 32),
+    }
+    os.makedirs(os.path.join(repo, "blobs"), exist_ok=True)
+    snapshot = os.path.join(repo, "snapshots", commit)
+    os.makedirs(snapshot, exist_ok=True)
+    for name, content in files.items():
+        blob = hashlib.sha256(content).hexdigest()
+        with open(os.path.join(repo, "blobs", blob), "wb") as handle:
+            handle.write(content)
+        link = os.path.join(snapshot, name)
+        if not os.path.islink(link):
+            os.symlink(os.path.join("..", "..", "blobs", blob), link)
+    os.makedirs(os.path.join(repo, "refs"), exist_ok=True)
+    with open(os.path.join(repo, "refs", revision), "w") as handle:
+        handle.write(commit)
+    print(f"stand-in huggingface_hub: {repo_id}@{revision} ({commit}) {'with' if token else 'without'} a token", flush=True)
+    return snapshot
