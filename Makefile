@@ -5,8 +5,8 @@ BIN     = $(VENV)/bin
 
 .PHONY: test lint unit e2e fleet-deps floor-venv demo demo-down install clean
 
-# Debian packages the simulated fleet needs (tests/fleet/fleet.py).
-FLEET_PACKAGES = docker.io debootstrap docker-registry nftables openssh-client curl
+# Debian packages the simulated fleet needs (tests/fleet/fleet.py), and the Prometheus tests/e2e/test_observe.py runs.
+FLEET_PACKAGES = docker.io debootstrap docker-registry nftables openssh-client curl prometheus
 
 # The oldest pyinfra pyproject.toml admits; tests/e2e/test_floor.py deploys with it (test_docs checks they agree).
 PYINFRA_FLOOR = 3.9

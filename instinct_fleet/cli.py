@@ -178,7 +178,13 @@ def cmd_render(opts: argparse.Namespace) -> int:
 
 
 def _plan_limited(opts: argparse.Namespace) -> list[tuple[HostSpec, list[Finding]]]:
-    """The chosen hosts' plans. Cluster rules need every member, so the whole inventory is planned, then limited."""
+    """The chosen hosts' plans and their cluster peers'. Cluster rules need every member, so the whole inventory is planned, then limited."""
+    planned, _ = _plan_scope(opts)
+    return planned
+
+
+def _plan_scope(opts: argparse.Namespace) -> tuple[list[tuple[HostSpec, list[Finding]]], set[str]]:
+    """:func:`_plan_limited`, and the names of the hosts ``--limit`` chose themselves."""
     try:
         hosts = load_inventory(opts.inventory, opts.project_dir)
     except InventoryError as exc:
@@ -190,7 +196,7 @@ def _plan_limited(opts: argparse.Namespace) -> list[tuple[HostSpec, list[Finding
         raise UsageError(f"--limit {opts.limit!r} matches no host or group of {opts.inventory}")
     planned = plan_hosts(hosts)
     scope = with_cluster_peers(planned, chosen)
-    return [p for p in planned if p[0].host in scope]
+    return [p for p in planned if p[0].host in scope], chosen
 
 
 def cmd_plan(opts: argparse.Namespace) -> int:
@@ -269,15 +275,15 @@ def cmd_targets(opts: argparse.Namespace) -> int:
 
 
 def _valid_specs(opts: argparse.Namespace, doing: str) -> list[HostSpec] | None:
-    """The chosen hosts' specs, or None after printing their errors (nothing is contacted then)."""
-    planned = _plan_limited(opts)
+    """The chosen hosts' specs, or None after printing their errors and their peers' (nothing is contacted then)."""
+    planned, chosen = _plan_scope(opts)
     errors = [f for _, fs in planned for f in fs if f.severity == "error"]
     for f in errors:
         print(str(f), file=sys.stderr)
     if errors:
         print(f"{len(errors)} error(s): {doing}", file=sys.stderr)
         return None
-    return [spec for spec, _ in planned]
+    return [spec for spec, _ in planned if spec.host in chosen]
 
 
 def _read_status(hosts: remote.Hosts, specs: list[HostSpec]) -> list[status.Row]:
@@ -331,7 +337,8 @@ def cmd_bench(opts: argparse.Namespace) -> int:
     if not todo:
         raise UsageError("no vLLM instance matches --limit and --instance")
     hosts = remote.Hosts(opts.inventory, opts.project_dir)
-    rows = {(r.host, r.instance): r for r in _read_status(hosts, sorted({j.spec for j in todo}, key=lambda s: str(s.host)))}
+    benched = {str(j.spec.host): j.spec for j in todo}
+    rows = {(r.host, r.instance): r for r in _read_status(hosts, list(benched.values()))}
     refused = []
     ready = []
     for job in todo:

@@ -9,6 +9,7 @@ A host that cannot be reached, or whose command outlives ``timeout``, gives a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,8 @@ class Hosts:
         from pyinfra.api.config import Config
         from pyinfra.api.state import State
 
+        # pyinfra's connectors warn on their logger (unknown host keys and the like); a table is printed instead.
+        logging.getLogger("pyinfra").setLevel(logging.ERROR)
         self.inventory = pyinfra_inventory(inventory_path, project_dir)
         self.state = State(self.inventory, Config())  # type: ignore[no-untyped-call]
 

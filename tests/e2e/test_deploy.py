@@ -113,6 +113,11 @@ def test_drift_is_repaired_exactly_and_nothing_else(second: Run, fleet: dict[str
         ("sim-gpu-2", "Stop vllm-ghost"),
         ("sim-gpu-2", "Remove vllm-ghost"),
         ("sim-gpu-2", "Reload systemd (serving units)"),
+        # The roll marker instinct-fleet bench checks: there while each host's batch runs.
+        ("sim-gpu-1", "Roll: mark the host as rolling"),
+        ("sim-gpu-1", "Roll: done on this host"),
+        ("sim-gpu-2", "Roll: mark the host as rolling"),
+        ("sim-gpu-2", "Roll: done on this host"),
     }
     if llama_b_stopped:
         expected.add(("sim-gpu-2", "vllm-llama-b running and enabled"))

@@ -7,6 +7,7 @@ cluster head and worker, with and without the drop-in and the firewall.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -139,3 +140,18 @@ def test_plan_inventory_is_the_one_entry_point() -> None:
         [HostData("h1", (), {})], {"h1"}, lambda specs: dict.fromkeys(specs, pf.preflight.parse_report(pf.mi300x_host()))
     )
     assert set(plans["h1"].unit_files) == {"vllm-main"}
+
+
+def test_the_metrics_exporter_unit_runs_the_pinned_image_with_the_gpus_and_its_config() -> None:
+    report = pf.preflight.parse_report(pf.mi300x_host())
+    files = pf.plan({"metrics_exporter": True, "metrics_exporter_port": 5050}, report).exporter_files()
+    unit = parse_unit(files[render.unit_path(render.EXPORTER_UNIT)])  # amd-metrics-exporter.service.j2
+    start = dict(unit["Service"])["ExecStart"]
+    assert "--device /dev/kfd" in start and "--device /dev/dri" in start and "--network host" in start
+    assert "-v /etc/instinct-fleet/metrics-exporter:/etc/metrics:ro" in start
+    assert start.rstrip().endswith("rocm/device-metrics-exporter:v1.2.0")
+    assert ("Requires", "docker.service") in unit["Unit"] and unit["Install"] == [("WantedBy", "multi-user.target")]
+    config = json.loads(files[render.EXPORTER_CONFIG])
+    assert config["ServerPort"] == 5050 and "GPU_GFX_ACTIVITY" in config["GPUConfig"]["Fields"]
+    assert {"GPU_UUID", "CARD_SERIES", "HOSTNAME"} <= set(config["GPUConfig"]["Labels"])
+    assert pf.plan({}, report).exporter_files() == {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 from glob import glob
@@ -78,6 +79,7 @@ def main() -> None:
     with open(CONFIG) as handle:
         Handler.config = json.load(handle)
     port = int(Handler.config.get("ServerPort", 5000))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # docker stop: a clean exit, as the exporter's own
     print(f"stand-in device-metrics-exporter on :{port}", flush=True)
     ThreadingHTTPServer(("0.0.0.0", port), Handler).serve_forever()
 

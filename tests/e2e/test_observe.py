@@ -1,0 +1,172 @@
+"""End to end: weights staged once per fleet, status, bench and report, and a real Prometheus scraping the fleet.
+
+Runs after test_noop.py, on the fleet test_deploy.py converged. Prometheus is
+Debian's package, run on the test machine against the file_sd that
+``instinct-fleet targets`` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fleetctl import CLI, FIGURES, INVENTORY, ROOT, Run, deploy, ssh
+
+from instinct_fleet import render
+
+INSTANCES = {("sim-gpu-1", "main"), ("sim-gpu-1", "batch"), ("sim-gpu-2", "llama-a"), ("sim-gpu-2", "llama-b"), ("sim-c1", "llama-405b")}
+EXPORTERS = {"sim-gpu-1", "sim-c1", "sim-c2"}
+LLAMA = "/var/lib/instinct-fleet/huggingface/hub/models--meta-llama--Llama-3.1-70B-Instruct"
+
+
+def changed(run: Run) -> set[tuple[str, str]]:
+    """(host, operation name without its task file) for every operation that changed something."""
+    return {(host, names.split(" | ")[-1]) for host, names in run.changed()}
+
+
+def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *argv], cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def converged(fleet: dict[str, Any]) -> Run:
+    run = deploy()
+    assert run.results["failed_hosts"] == ["sim-nogpu"]
+    return run
+
+
+def test_lost_weights_are_copied_again_from_the_fleet_store_not_downloaded(converged: Run, fleet: dict[str, Any]) -> None:
+    store = ROOT / ".fleet" / "weights" / "hub"
+    assert sorted(p.name for p in store.iterdir()) == ["models--meta-llama--Llama-3.1-70B-Instruct", "models--openai--gpt-oss-120b"]
+    ssh(fleet, "sim-gpu-2", f"rm -rf {LLAMA}")
+    repaired = changed(deploy())
+    assert repaired == {("sim-gpu-2", "Copy meta-llama/Llama-3.1-70B-Instruct into the Hugging Face cache")}, repaired
+    staged = ssh(fleet, "sim-gpu-2", f"cat {LLAMA}/.instinct-fleet-staged").split()
+    assert staged[0] == "main" and ssh(fleet, "sim-gpu-2", f"test -f {LLAMA}/snapshots/{staged[1]}/config.json && echo ok").strip() == "ok"
+
+
+def settled(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``status`` once every unit answers (an exporter started a moment ago is active before it listens), within 60 s."""
+    deadline = time.monotonic() + 60
+    while True:
+        done = cli("status", *argv)
+        if done.returncode == 0 or time.monotonic() > deadline:
+            return done
+        time.sleep(2)
+
+
+def test_status_agrees_with_the_units(converged: Run, fleet: dict[str, Any]) -> None:
+    done = settled(INVENTORY, "--limit", "sim-[gc]*", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(done.stdout)
+    assert {(r["host"], r["instance"]) for r in rows if r["port"]} == INSTANCES
+    for row in rows:
+        active = ssh(fleet, row["host"], f"systemctl show -p ActiveState --value {row['unit']}").strip()
+        assert row["state"] == active == "active", row
+    ssh(fleet, "sim-c2", f"systemctl stop {render.EXPORTER_UNIT}")
+    stopped = cli("status", INVENTORY, "--limit", "sim-c2", "--json")
+    assert stopped.returncode == 1
+    (exporter,) = [r for r in json.loads(stopped.stdout) if r["instance"] == render.EXPORTER_UNIT]
+    actual = ssh(fleet, "sim-c2", f"systemctl show -p ActiveState --value {render.EXPORTER_UNIT}").strip()
+    assert exporter["host"] == "sim-c2" and exporter["state"] == actual == "inactive" and not exporter["ok"]
+    repaired = changed(deploy())
+    assert repaired == {("sim-c2", "Metrics exporter running and enabled")}, repaired
+    assert settled(INVENTORY, "--limit", "sim-c2").returncode == 0
+
+
+def test_bench_runs_the_seed_profile_on_every_instance_and_report_reads_it(converged: Run, tmp_path: Path) -> None:
+    started = time.monotonic()
+    done = cli("bench", INVENTORY, "--profile", "seed-001-gpt-oss", "--num-prompts", "16", "--output", str(tmp_path))
+    FIGURES.append(f"bench, seed-001 profile shortened to 16 prompts, 5 instances: {time.monotonic() - started:.0f}s")
+    assert done.returncode == 1, done.stdout + done.stderr  # sim-nogpu's instance is refused
+    assert "sim-nogpu/main seed-001-gpt-oss concurrency 8, 16 prompts: refused, the instance is not serving" in done.stderr
+    assert "[5/5]" in done.stdout and "done in" in done.stdout
+    (stamp,) = tmp_path.iterdir()
+    for host, instance in INSTANCES:
+        result = json.loads((stamp / host / instance / "seed-001-gpt-oss-c8.json").read_text())
+        assert result["completed"] == 16 and result["max_concurrency"] == 8 and result["label"] == "seed-001-gpt-oss"
+        assert result["total_input_tokens"] >= 16 * 4096 * 0.99 and result["output_lens"] == [1024] * 16
+        assert 0 < result["median_ttft_ms"] < result["median_e2el_ms"] and result["median_tpot_ms"] > 0
+        config = json.loads((stamp / host / instance / "config.json").read_text())
+        assert config["image"].endswith(":v0.22.0") and config["image_id"].startswith("sha256:") and config["vllm_version"] == "0.22.0"
+        assert config["recipe"] and "--port" in config["vllm_serve_args"] and config["profile_settings"]["input_len"] == 4096
+    report = cli("report", str(stamp))
+    assert report.returncode == 0, report.stderr
+    text = (stamp / "report.md").read_text()
+    assert "seed-001-gpt-oss" in text and "479.07" in text  # the seed's reference figure, beside the ratio
+    assert {p.name for p in stamp.glob("*.png")} == {"throughput.png", "ttft.png", "tpot.png", "instances.png"}
+
+
+def test_bench_refuses_a_host_whose_roll_is_in_progress(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
+    ssh(fleet, "sim-gpu-2", f"mkdir -p /run/instinct-fleet && echo 'roll batch 1 started 2026-11-23T00:00:00Z' > {render.ROLL_MARKER}")
+    done = cli("bench", INVENTORY, "--limit", "sim-gpu-2", "--num-prompts", "2", "--output", str(tmp_path))
+    assert done.returncode == 1
+    assert "refused, a roll is in progress on sim-gpu-2 (roll batch 1 started" in done.stderr
+    assert not list(tmp_path.iterdir())
+    cleared = changed(deploy())  # a marker left behind by a roll that failed goes once the host is whole
+    assert cleared == {("sim-gpu-2", "Roll: done on this host")}, cleared
+
+
+@pytest.fixture
+def prometheus(converged: Run, tmp_path: Path) -> Iterator[str]:
+    binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+    targets = tmp_path / "targets.json"
+    done = cli("targets", INVENTORY, "-o", str(targets))
+    assert done.returncode == 0, done.stderr
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        f"scrape_configs:\n  - job_name: instinct-fleet\n    file_sd_configs:\n      - files: ['{targets}']\n"
+    )
+    address = "127.0.0.1:19090"
+    argv = [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address={address}"]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"))
+    try:
+        yield f"http://{address}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def query(url: str, promql: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{url}/api/v1/query?query={urllib.parse.quote(promql)}", timeout=5) as reply:
+        return list(json.load(reply)["data"]["result"])
+
+
+def test_prometheus_scrapes_every_vllm_instance_and_exporter(prometheus: str) -> None:
+    expected = {("vllm", host, instance, "1") for host, instance in INSTANCES}
+    expected |= {("amd-device-metrics", host, render.EXPORTER_UNIT, "1") for host in EXPORTERS}
+    expected.add(("vllm", "sim-nogpu", "main", "0"))  # in the inventory, but it failed preflight: down
+    deadline = time.monotonic() + 90
+    seen: set[tuple[str, str, str, str]] = set()
+    while time.monotonic() < deadline and seen != expected:
+        time.sleep(1)
+        try:
+            seen = {(r["metric"]["job"], r["metric"]["host"], r["metric"]["instance"], r["value"][1]) for r in query(prometheus, "up")}
+        except OSError:
+            continue
+    FIGURES.append(f"Prometheus: every target scraped as expected after {90 - (deadline - time.monotonic()):.0f}s")
+    assert seen == expected
+    running = query(prometheus, "vllm:num_requests_running")
+    assert {(r["metric"]["host"], r["metric"]["instance"]) for r in running} == INSTANCES
+    assert all(r["metric"]["model_name"] for r in running)
+    gfx = query(prometheus, "gpu_gfx_activity")
+    assert {r["metric"]["host"] for r in gfx} == EXPORTERS
+    assert {r["metric"]["card_series"] for r in gfx} == {"AMD Instinct MI300X OAM"}
+    assert len(gfx) == 8 * len(EXPORTERS)  # one series per GPU
+
+
+def test_the_exporter_port_answers_only_prometheus_allow_from(converged: Run, fleet: dict[str, Any]) -> None:
+    c1 = next(h["address"] for h in fleet["hosts"] if h["name"] == "sim-c1")
+    # sim-gpu-1 may reach sim-c1's vLLM port (vllm_allow_from) but is no scraper.
+    assert ssh(fleet, "sim-gpu-1", f"curl -s -o /dev/null -w '%{{http_code}}' -m 3 http://{c1}:18004/health").strip() == "200"
+    refused = ssh(fleet, "sim-gpu-1", f"curl -s -o /dev/null -m 3 http://{c1}:5000/metrics; echo $?").strip()
+    assert refused == "28", refused  # the packet is dropped: curl times out

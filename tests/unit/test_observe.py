@@ -1,0 +1,195 @@
+"""status, bench, targets, the exporter's firewall rule and weight staging, on captured and rendered data (no hosts)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from instinct_fleet import bench, monitoring, preflight, render, status
+from instinct_fleet.desired import probe
+from instinct_fleet.hostplan import plan_inventory, weight_seeds
+from instinct_fleet.inventory import HostData
+from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
+
+from . import test_preflight as pf
+from .conftest import check, check_cluster, rules_of
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json"
+
+
+def test_kv_cache_metric_follows_the_version() -> None:
+    assert status.kv_cache_metric("0.22.0") == "vllm:kv_cache_usage_perc"
+    assert status.kv_cache_metric("0.9.1") == "vllm:kv_cache_usage_perc"
+    assert status.kv_cache_metric("0.8.5") == "vllm:gpu_cache_usage_perc"
+
+
+def host_output(*sections: tuple[str, list[str]]) -> str:
+    return "\n".join(f"{status.MARK}{name}\n" + "\n".join(lines) for name, lines in sections)
+
+
+def test_status_reads_units_health_image_and_vllm_metrics() -> None:
+    spec, _ = check({"vllm_instances": [{"name": "a"}, {"name": "b"}], "metrics_exporter": True})
+    image = spec.services[0].image
+    text = host_output(
+        ("roll", []),
+        (
+            "instance vllm-a",
+            [
+                "active",
+                "health 200",
+                f"image {image} sha256:abc",
+                'vllm:num_requests_running{model_name="m",engine="0"} 3.0',
+                'vllm:num_requests_running{model_name="m",engine="1"} 2.0',
+                'vllm:num_requests_waiting{model_name="m",engine="0"} 1.0',
+                'vllm:kv_cache_usage_perc{model_name="m",engine="0"} 0.25',
+                'vllm:kv_cache_usage_perc{model_name="m",engine="1"} 0.5',
+            ],
+        ),
+        ("instance vllm-b", ["activating", "health 000"]),
+        (f"unit {render.EXPORTER_UNIT}", ["active", "health 200"]),
+    )
+    a, b, exporter = status.parse(spec, text)
+    assert (a.state, a.health, a.running, a.waiting, a.kv_cache, a.image_id, a.ok) == ("active", "ok", 5.0, 1.0, 0.5, "sha256:abc", True)
+    assert (b.state, b.health, b.ok) == ("activating", "no answer", False)
+    assert b.problem() == "vllm-b.service is activating"
+    assert exporter.instance == render.EXPORTER_UNIT and exporter.ok
+    table = status.table([a, b, exporter])
+    assert "50.0%" in table and "activating" in table
+
+
+def test_status_marks_a_rolling_host_another_image_and_an_unreachable_host() -> None:
+    spec, _ = check({})
+    text = host_output(
+        ("roll", ["roll batch 2 started 2026-11-23T10:00:00Z"]),
+        ("instance vllm-main", ["active", "health 200", "image other:1 sha256:x"]),
+    )
+    (row,) = status.parse(spec, text)
+    assert row.rolling == "roll batch 2 started 2026-11-23T10:00:00Z"
+    assert row.problem() == f"vllm-main.service runs other:1, not {spec.services[0].image}: deploy to roll it"
+    assert "! other:1" in status.table([row])
+    (down,) = status.unreachable(spec, "cannot connect: timed out")
+    assert (down.state, down.ok) == ("unreachable", False) and "cannot connect" in status.table([down])
+
+
+def test_status_script_asks_every_unit_in_one_command() -> None:
+    (head, _), (worker, _) = check_cluster({"metrics_exporter": True}, 2)
+    script = status.script(head)
+    assert "vllm:kv_cache_usage_perc" in script and "ray-head.service" in script and render.ROLL_MARKER in script
+    assert "vllm-" not in status.script(worker) and "ray-worker.service" in status.script(worker)
+
+
+def test_bench_command_runs_the_instance_image_with_vllm_flag_names() -> None:
+    spec, _ = check({"bench_profiles": {"long": {"input_len": 32768, "output_len": 512, "concurrency": [2, 4], "num_prompts": 10}}})
+    svc = spec.services[0]
+    (seed,) = bench.jobs(spec, svc, "seed-001-gpt-oss", 16, None)
+    argv = shlex.split(bench.command(seed, "T", None).split(" && ", 1)[1].split(" && printf")[0])
+    entry = argv.index("--entrypoint")
+    assert argv[entry + 1 : entry + 5] == ["vllm", svc.image, "bench", "serve"]
+    flags = dict(zip(argv[entry + 5 :: 1], argv[entry + 6 :: 1], strict=False))
+    assert flags["--random-input-len"] == "4096" and flags["--random-output-len"] == "1024" and flags["--max-concurrency"] == "8"
+    assert (
+        flags["--num-prompts"] == "16" and flags["--label"] == "seed-001-gpt-oss" and flags["--base-url"] == f"http://127.0.0.1:{svc.port}"
+    )
+    assert (
+        "--save-result" in argv
+        and "--ignore-eos" in argv
+        and ["--env-file", render.env_path(svc)] == argv[argv.index("--env-file") : argv.index("--env-file") + 2]
+    )
+    long = bench.jobs(spec, svc, "long", None, None)
+    assert [(j.concurrency, j.num_prompts, j.filename) for j in long] == [(2, 10, "long-c2.json"), (4, 10, "long-c4.json")]
+    assert set(bench.BUILTIN_PROFILES) <= set(bench.profiles(spec))
+
+
+def test_bench_from_a_client_reaches_the_instance_at_its_scrape_address_and_checks_the_dataset() -> None:
+    spec, _ = check({"scrape_address": "10.0.0.7"})
+    client, _ = check({}, host="loadgen")
+    (job,) = bench.jobs(spec, spec.services[0], "sharegpt-chat", None, None)
+    text = bench.command(job, "T", client)
+    assert f"--base-url http://10.0.0.7:{spec.services[0].port}" in text and "--env-file" not in text
+    assert text.startswith("test -f /var/lib/instinct-fleet/datasets/ShareGPT_V3_unfiltered_cleaned_split.json ||")
+    assert "--dataset-name sharegpt --dataset-path /datasets/ShareGPT_V3_unfiltered_cleaned_split.json" in text
+
+
+def test_bench_result_is_read_back_after_the_benchmark_report() -> None:
+    data = json.loads(FIXTURE.read_text())
+    stdout = "============ Serving Benchmark Result ============\nSuccessful requests: 80\n\n" + bench.RESULT_MARK + "\n" + json.dumps(data)
+    assert bench.result_of(stdout) == data
+    assert bench.result_of("vllm bench serve: error: boom") is None
+
+
+@pytest.mark.parametrize(
+    ("profile", "key"),
+    [
+        ({"dataset": "sonnet"}, "dataset"),
+        ({"concurrency": []}, "concurrency"),
+        ({"input_len": 0}, "input_len"),
+        ({"inputlen": 5}, "inputlen"),
+    ],
+)
+def test_a_bad_bench_profile_names_the_host_key_and_rule(profile: dict[str, object], key: str) -> None:
+    _, findings = check({"bench_profiles": {"mine": profile}})
+    assert findings and all(f.host == "h1" for f in findings)
+    assert any(key in f.key for f in findings) and rules_of(findings) & {"value-format", "schema", "unknown-variable"}
+
+
+def test_targets_list_every_exporter_and_only_head_vllm_endpoints() -> None:
+    (head, _), (worker, _) = check_cluster({"metrics_exporter": True, "scrape_address": "10.1.1.1"}, 2)
+    groups = monitoring.file_sd([head, worker])
+    jobs = sorted((g["labels"]["job"], g["labels"]["host"], g["labels"]["role"]) for g in groups)
+    assert jobs == [("amd-device-metrics", "h1", "head"), ("amd-device-metrics", "h2", "worker"), ("vllm", "h1", "head")]
+    assert all(g["targets"][0].startswith("10.1.1.1:") for g in groups)
+
+
+def test_prometheus_allow_from_opens_the_scraped_ports_and_closes_the_exporter_to_everyone_else() -> None:
+    report = preflight.parse_report(pf.mi300x_host())
+    plan = pf.plan({"metrics_exporter": True, "prometheus_allow_from": ["10.9.0.0/24"]}, report)
+    rules = plan.firewall()
+    assert rules is not None
+    port = plan.spec.services[0].port
+    assert "elements = { 10.9.0.0/24 }" in rules
+    assert f"tcp dport {{ {min(port, 5000)}, {max(port, 5000)} }} ip saddr @scrapers_v4 accept" in rules
+    assert 'tcp dport 5000 counter drop comment "metrics exporter: prometheus_allow_from only"' in rules
+    assert rules.index("@scrapers_v4 accept") < rules.index("tcp dport 5000 counter drop")
+    assert pf.plan({"metrics_exporter": True}, report).firewall() is None  # nothing asks for a firewall
+
+
+def weights_output(source: str, complete: str, staged: str) -> str:
+    return pf.mi300x_host(weights=f"{source}|{complete}|{staged}")
+
+
+def test_weights_are_probed_and_judged_by_their_markers() -> None:
+    data = {"weights_source": "/mnt/models"}
+    spec = pf.spec(**data)
+    (want,) = probe(spec).weights  # type: ignore[arg-type]
+    assert want == ("/mnt/models/hub/models--openai--gpt-oss-120b", "/var/lib/instinct-fleet/huggingface/hub/models--openai--gpt-oss-120b")
+    script = preflight.script("/t", probe(spec))  # type: ignore[arg-type]
+    assert f"{want[0]}/{WEIGHTS_COMPLETE}" in script and f"{want[1]}/{WEIGHTS_STAGED}" in script
+    fresh = pf.plan(data, preflight.parse_report(weights_output(want[0], "", "")))
+    (w,) = fresh.desired.weights
+    assert not fresh.source_has(w) and not fresh.weights_staged(w)
+    copied = pf.plan(data, preflight.parse_report(weights_output(want[0], "main abc", "main abc")))
+    assert copied.source_has(w) and copied.weights_staged(w)
+    stale = pf.plan(data, preflight.parse_report(weights_output(want[0], "main def", "main abc")))
+    assert stale.source_has(w) and not stale.weights_staged(w)
+    other_revision = pf.plan(
+        {**data, "vllm_args": {"revision": "v2"}}, preflight.parse_report(weights_output(want[0], "main abc", "main abc"))
+    )
+    (w2,) = other_revision.desired.weights
+    assert w2.revision == "v2" and not other_revision.source_has(w2)
+
+
+def test_one_host_per_missing_model_downloads_it() -> None:
+    report = preflight.parse_report(pf.mi300x_host())
+    hosts = [HostData(name, ("gpu",), {"weights_source": "/mnt/models"}) for name in ("b2", "a1", "c3")]
+    plans = plan_inventory(hosts, {"a1", "b2", "c3"}, lambda specs: dict.fromkeys(specs, report))
+    assert weight_seeds(plans) == {"/mnt/models/hub/models--openai--gpt-oss-120b": "a1"}
+
+
+def test_a_finished_roll_leaves_no_marker_and_the_exporter_is_in_the_desired_state() -> None:
+    report = preflight.parse_report(pf.mi300x_host())
+    want = pf.plan({"metrics_exporter": True}, report).desired
+    assert want.file(render.ROLL_MARKER).content is None
+    assert want.file(render.EXPORTER_CONFIG).content and f"{render.EXPORTER_UNIT}.service" in {u.name for u in want.units}
