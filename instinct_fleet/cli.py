@@ -424,21 +424,17 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.set_defaults(func=cmd_deploy)
     verify.set_defaults(func=cmd_verify)
 
-    targets = sub.add_parser("targets", help="Prometheus file_sd JSON for every vLLM /metrics endpoint of an inventory")
-    targets.add_argument("inventory")
-    targets.add_argument("--limit", help="host or group name (glob)")
-    targets.add_argument("--project-dir", help="directory holding group_data/ (default: the inventory's parent's parent)")
-    targets.add_argument("-o", "--output", help="write to this file (Prometheus re-reads it) instead of printing")
-    targets.set_defaults(func=cmd_targets)
-
     status_p = sub.add_parser("status", help="every unit of the fleet now: state, health, image, requests running/waiting, KV cache")
     bench_p = sub.add_parser(
         "bench", help="vllm bench serve against each instance, from its own image, on its host (or --client); results for report"
     )
-    for p in (status_p, bench_p):
+    targets = sub.add_parser("targets", help="Prometheus file_sd JSON for every vLLM /metrics endpoint and metrics exporter")
+    for p in (targets, status_p, bench_p):
         p.add_argument("inventory")
         p.add_argument("--limit", help="host or group name (glob)")
         p.add_argument("--project-dir", help="directory holding group_data/ (default: the inventory's parent's parent)")
+    targets.add_argument("-o", "--output", help="write to this file (Prometheus re-reads it) instead of printing")
+    targets.set_defaults(func=cmd_targets)
     status_p.add_argument("--json", action="store_true", help="machine-readable output")
     status_p.set_defaults(func=cmd_status)
     bench_p.add_argument(

@@ -138,12 +138,13 @@ def model_of(name: str) -> str | None:
     return match.group(0) if match and match.group(0) in MODELS else None
 
 
-def sections(text: str) -> dict[str, str]:
+def sections(text: str, mark: str = MARK) -> dict[str, str]:
+    """A script's output cut at its ``mark`` lines: section name -> the text under it (status.py's script uses its own mark)."""
     found: dict[str, list[str]] = {}
     current = None
     for line in text.splitlines():
-        if line.startswith(MARK):
-            current = line[len(MARK) :].strip()
+        if line.startswith(mark):
+            current = line[len(mark) :].strip()
             found[current] = []
         elif current is not None:
             found[current].append(line)

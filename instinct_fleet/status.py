@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from instinct_fleet import render
+from instinct_fleet.preflight import sections
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
 MARK = "@@instinct-fleet-status "
@@ -101,15 +102,7 @@ def script(spec: HostSpec) -> str:
 
 
 def _sections(text: str) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    current = None
-    for line in text.splitlines():
-        if line.startswith(MARK):
-            current = line[len(MARK) :].strip()
-            found[current] = []
-        elif current is not None and line.strip():
-            found[current].append(line.strip())
-    return found
+    return {name: [line.strip() for line in body.splitlines() if line.strip()] for name, body in sections(text, MARK).items()}
 
 
 def _metric(lines: list[str], name: str, combine: Any) -> float | None:

@@ -512,7 +512,8 @@ def revive(name: str) -> None:
 
 
 def registry_pids() -> list[int]:
-    found = run("pgrep", "-f", f"^docker-registry serve {STATE / 'registry.yml'}", check=False, capture=True).stdout.decode().split()
+    """The fleet's registry: this checkout's, or another checkout's that already answered on the address when this fleet came up."""
+    found = run("pgrep", "-f", r"^docker-registry serve \S*/\.fleet/registry\.yml$", check=False, capture=True).stdout.decode().split()
     return [int(pid) for pid in found]
 
 
