@@ -105,6 +105,17 @@ def test_bench_runs_the_seed_profile_on_every_instance_and_report_reads_it(conve
     assert {p.name for p in stamp.glob("*.png")} == {"throughput.png", "ttft.png", "tpot.png", "instances.png"}
 
 
+def test_bench_from_a_client_host_reaches_the_instance_over_the_network(converged: Run, tmp_path: Path) -> None:
+    argv = ["--limit", "sim-gpu-1", "--instance", "main", "--client", "sim-gpu-2", "--profile", "latency", "--num-prompts", "4"]
+    done = cli("bench", INVENTORY, *argv, "--output", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (stamp,) = tmp_path.iterdir()
+    assert [p.name for p in stamp.iterdir()] == ["sim-gpu-1"]
+    assert json.loads((stamp / "sim-gpu-1" / "main" / "config.json").read_text())["client"] == "sim-gpu-2"
+    result = json.loads((stamp / "sim-gpu-1" / "main" / "latency-c1.json").read_text())
+    assert (result["completed"], result["max_concurrency"], result["output_lens"]) == (4, 1, [128] * 4)
+
+
 def test_bench_refuses_a_host_whose_roll_is_in_progress(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
     ssh(fleet, "sim-gpu-2", f"mkdir -p /run/instinct-fleet && echo 'roll batch 1 started 2026-11-23T00:00:00Z' > {render.ROLL_MARKER}")
     done = cli("bench", INVENTORY, "--limit", "sim-gpu-2", "--num-prompts", "2", "--output", str(tmp_path))
