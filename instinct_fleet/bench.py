@@ -122,8 +122,12 @@ def command(job: Job, stamp: str, client: HostSpec | None) -> str:
         argv += ["-v", f"{job.profile.dataset_path}:/datasets/{job.profile.dataset_path.rsplit('/', 1)[-1]}:ro"]
         missing = f"{job.profile.dataset_path} is not on {on.host}: download the dataset there first"
         checks.append(f"test -f {q(job.profile.dataset_path)} || {{ printf '%s\\n' {q(missing)} >&2; exit 3; }}")
-    argv += ["--entrypoint", "vllm", job.svc.image, *vllm_bench_args(job, base_url)]
-    run = " ".join(q(a) for a in argv)
+    # The bench host's Hugging Face token, when it has one, for a gated model's tokenizer: mounted as the units mount it.
+    token = on.settings.hf_token_path
+    mount = f"-v {token}:{render.TOKEN_IN_CONTAINER}:ro -e HF_TOKEN_PATH={render.TOKEN_IN_CONTAINER}"
+    checks.append(f"token=; if test -r {q(token)}; then token={q(mount)}; fi")
+    tail = " ".join(q(a) for a in ["--entrypoint", "vllm", job.svc.image, *vllm_bench_args(job, base_url)])
+    run = " ".join(q(a) for a in argv) + " $token " + tail
     return "; ".join([*checks, f"mkdir -p {q(out)} && {run} && printf '\\n%s\\n' {RESULT_MARK} && cat {q(out + '/' + job.filename)}"])
 
 

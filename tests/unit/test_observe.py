@@ -110,6 +110,8 @@ def test_bench_from_a_client_reaches_the_instance_at_its_scrape_address_and_chec
     text = bench.command(job, "T", client)
     assert f"--base-url http://10.0.0.7:{spec.services[0].port}" in text and "--env-file" not in text
     assert text.startswith("test -f /var/lib/instinct-fleet/datasets/ShareGPT_V3_unfiltered_cleaned_split.json ||")
+    assert "if test -r /etc/instinct-fleet/hf-token; then token='-v /etc/instinct-fleet/hf-token:/run/secrets/hf-token:ro" in text
+    assert " $token --entrypoint vllm " in text
     assert "--dataset-name sharegpt --dataset-path /datasets/ShareGPT_V3_unfiltered_cleaned_split.json" in text
 
 
