@@ -314,7 +314,15 @@ def start_registry(address: str, name: str = "registry", proxy: str | None = Non
     benchmark counts what the upstream registry had to send.
     """
     if run("curl", "-sf", f"http://{address}/v2/", check=False, capture=True).returncode == 0:
-        return
+        if registry_pids(name):
+            return
+        # Another checkout's fleet left its registry on the fleet's address: its storage is not ours,
+        # and `registry stop` could not stop it. Replace it.
+        others = registry_pids(name, anywhere=True)
+        if not others:
+            sys.exit(f"fleet: something other than a fleet's docker-registry answers on {address}; stop it first")
+        log(f"stopping the docker-registry another checkout left on {address}")
+        stop_pids(others)
     log(f"starting docker-registry on {address}" + (f" (pull-through cache of {proxy})" if proxy else ""))
     config = STATE / f"{name}.yml"
     text = f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {STATE / name}\nhttp:\n  addr: {address}\n"
@@ -511,23 +519,29 @@ def revive(name: str) -> None:
     wait_hosts([host], ssh_key())
 
 
-def registry_pids() -> list[int]:
-    """The fleet's registry: this checkout's, or another checkout's that already answered on the address when this fleet came up."""
-    found = run("pgrep", "-f", r"^docker-registry serve \S*/\.fleet/registry\.yml$", check=False, capture=True).stdout.decode().split()
+def registry_pids(name: str = "registry", anywhere: bool = False) -> list[int]:
+    """The pids of this checkout's registry ``name``, or with ``anywhere`` of any checkout's."""
+    config = rf"[^ ]*/\.fleet/{name}\.yml" if anywhere else re.escape(str(STATE / f"{name}.yml"))
+    found = run("pgrep", "-f", f"^docker-registry serve {config}$", check=False, capture=True).stdout.decode().split()
     return [int(pid) for pid in found]
+
+
+def stop_pids(pids: list[int]) -> None:
+    for pid in pids:
+        os.kill(pid, 15)
+    for _ in range(50):
+        if not [pid for pid in pids if Path(f"/proc/{pid}").exists()]:
+            return
+        time.sleep(0.1)
+    sys.exit(f"fleet: docker-registry {pids} did not stop")
 
 
 def registry(action: str) -> None:
     """Stop or start the fleet's registry (a fault the end-to-end tests inject)."""
     fleet = json.loads((STATE / "fleet.json").read_text())
     if action == "stop":
-        for pid in registry_pids():
-            os.kill(pid, 15)
-        for _ in range(50):
-            if not registry_pids():
-                return
-            time.sleep(0.1)
-        sys.exit("fleet: docker-registry did not stop")
+        stop_pids(registry_pids())
+        return
     start_registry(fleet["registry"])
 
 
