@@ -168,12 +168,10 @@ def config(job: Job, env: dict[str, str], image_id: str, client: str | None, sta
 
 @dataclass(frozen=True)
 class Outcome:
-    """One job's end: the result file written, or why there is none."""
+    """One job's end: None when its result file was written, else why there is none."""
 
     job: Job
-    path: Path | None
     problem: str | None
-    summary: str = ""
 
 
 def run(
@@ -196,25 +194,23 @@ def run(
     queues: dict[str, list[Job]] = {}
     for job in todo:
         queues.setdefault(str(client.host) if client else str(job.spec.host), []).append(job)
-    running: dict[str, tuple[Job, float]] = {}
+    running: dict[str, float] = {}  # label -> when it started
     counter = [0]
 
-    def one(job: Job) -> Outcome:
+    def one(where: str, job: Job) -> Outcome:
         counter[0] += 1
         say(f"[{counter[0]}/{len(todo)}] {job.label()}: started")
         started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        running[job.label()] = (job, time.monotonic())
-        where = str(client.host) if client else str(job.spec.host)
+        running[job.label()] = time.monotonic()
         result = hosts.run(where, command(job, stamp, client), timeout)
-        seconds = time.monotonic() - running.pop(job.label())[1]
+        seconds = time.monotonic() - running.pop(job.label())
         data = result_of(result.stdout) if result.ok else None
         if data is None:
             detail = result.error or (result.stderr or result.stdout).strip().splitlines()[-3:]
-            return Outcome(job, None, f"vllm bench serve failed on {where} after {seconds:.0f}s: {detail}")
+            return Outcome(job, f"vllm bench serve failed on {where} after {seconds:.0f}s: {detail}")
         folder = out_dir / str(job.spec.host) / job.svc.name
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / job.filename
-        path.write_text(json.dumps(data) + "\n")
+        (folder / job.filename).write_text(json.dumps(data) + "\n")
         cluster = job.spec.settings.cluster
         env = {**job.svc.env, **(cluster.rccl_env() if cluster else {})}
         info = config(job, env, image_ids.get((str(job.spec.host), job.svc.name), ""), str(client.host) if client else None, started)
@@ -224,15 +220,15 @@ def run(
             f"median TPOT {data.get('median_tpot_ms', 0):.2f} ms"
         )
         say(f"    {job.label()}: done in {seconds:.0f}s: {summary}")
-        return Outcome(job, path, None, summary)
+        return Outcome(job, None)
 
-    def queue(_: str, jobs_here: list[Job]) -> list[Outcome]:
-        return [one(job) for job in jobs_here]
+    def queue(where: str, jobs_here: list[Job]) -> list[Outcome]:
+        return [one(where, job) for job in jobs_here]
 
     def heartbeat() -> None:
         while True:
             gevent.sleep(30)
-            for label, (_, since) in list(running.items()):
+            for label, since in list(running.items()):
                 say(f"    ... {label}: running for {time.monotonic() - since:.0f}s")
 
     beat = gevent.spawn(heartbeat)

@@ -248,7 +248,6 @@ class BenchProfile(_Strict):
     concurrency: list[Annotated[StrictInt, Field(ge=1)]] = Field(default_factory=lambda: [8], min_length=1)
     request_rate: Annotated[float, Field(gt=0)] | None = None
     ignore_eos: StrictBool = True
-    reference: StrictStr | None = None
 
 
 class FleetVars(_Strict):

@@ -138,8 +138,14 @@ def probe(spec: HostSpec) -> Probe:
     image = spec.services[0].image if spec.services else None
     endpoints = tuple((svc.port, render.served_model(svc)) for svc in spec.services)
     weights = tuple((w.source, w.local) for w in weights_of(spec))
-    exporter = spec.vars.metrics_exporter_image if spec.vars.metrics_exporter else None
-    return Probe(tuple(dict.fromkeys(paths)), tuple(dict.fromkeys(units)), settings.service_user, image, endpoints, weights, exporter)
+    return Probe(
+        tuple(dict.fromkeys(paths)), tuple(dict.fromkeys(units)), settings.service_user, image, endpoints, weights, exporter_image(spec)
+    )
+
+
+def exporter_image(spec: HostSpec) -> str | None:
+    """The device metrics exporter's image, when ``metrics_exporter`` is on."""
+    return spec.vars.metrics_exporter_image if spec.vars.metrics_exporter else None
 
 
 def weights_of(spec: HostSpec) -> tuple[Weights, ...]:
@@ -217,7 +223,7 @@ def desired(plan: HostPlan) -> Desired:
         firewall=ruleset is not None,
         endpoints=endpoints,
         weights=weights_of(spec),
-        exporter_image=spec.vars.metrics_exporter_image if spec.vars.metrics_exporter else None,
+        exporter_image=exporter_image(spec),
     )
 
 

@@ -24,30 +24,19 @@ def scrape_address(spec: HostSpec) -> str:
 def file_sd(specs: list[HostSpec]) -> list[dict[str, Any]]:
     """One file_sd group per vLLM instance and exporter: ``[{"targets": ["addr:port"], "labels": {...}}]``, sorted."""
     groups = []
+
+    def group(spec: HostSpec, port: int, job: str, instance: str, model: str = "", recipe: str = "") -> None:
+        cluster = spec.settings.cluster
+        labels = {"job": job, "host": str(spec.host), "instance": instance, "model": model, "recipe": recipe}
+        labels |= {"cluster": cluster.name if cluster else "", "role": cluster.role if cluster else "single"}
+        groups.append({"targets": [f"{scrape_address(spec)}:{port}"], "labels": labels})
+
     for spec in specs:
         cluster = spec.settings.cluster
         if spec.vars.metrics_exporter:
-            labels = {
-                "job": "amd-device-metrics",
-                "host": str(spec.host),
-                "instance": render.EXPORTER_UNIT,
-                "model": "",
-                "recipe": "",
-                "cluster": cluster.name if cluster else "",
-                "role": cluster.role if cluster else "single",
-            }
-            groups.append({"targets": [f"{scrape_address(spec)}:{spec.vars.metrics_exporter_port}"], "labels": labels})
+            group(spec, spec.vars.metrics_exporter_port, "amd-device-metrics", render.EXPORTER_UNIT)
         if cluster is not None and cluster.role == "worker":
             continue
         for svc in spec.services:
-            labels = {
-                "job": "vllm",
-                "host": str(spec.host),
-                "instance": svc.name,
-                "model": svc.model,
-                "recipe": svc.recipe,
-                "cluster": cluster.name if cluster else "",
-                "role": cluster.role if cluster else "single",
-            }
-            groups.append({"targets": [f"{scrape_address(spec)}:{svc.port}"], "labels": labels})
+            group(spec, svc.port, "vllm", svc.name, svc.model, svc.recipe)
     return sorted(groups, key=lambda g: (g["labels"]["host"], g["labels"]["instance"]))

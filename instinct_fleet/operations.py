@@ -16,7 +16,7 @@ from pyinfra.context import host
 from pyinfra.operations import systemd
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet import health
+from instinct_fleet import health, render
 from instinct_fleet.facts import DockerImageId, InstanceHealth, UnitProblems
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
@@ -147,20 +147,22 @@ _DOWNLOAD = (
 
 
 @operation(is_idempotent=False)
-def weights_downloaded(model: str, revision: str, source_root: str, image: str, token_path: str | None) -> Generator[str, None, None]:
+def weights_downloaded(
+    model: str, revision: str, source_root: str, repo: str, image: str, token_path: str | None
+) -> Generator[str, None, None]:
     """Download ``model`` into ``weights_source`` with the instance's image, then mark it complete.
 
     Only the seed host of a model runs it (:func:`instinct_fleet.hostplan.weight_seeds`),
     and only when the preflight fact found no complete copy there. ``token_path``: the
-    host's Hugging Face token file, when preflight found one (gated models need it).
+    host's Hugging Face token file, when preflight found one (gated models need it);
+    ``repo``: the model's repository under ``source_root``.
     """
-    repo = f"{source_root}/hub/models--{model.replace('/', '--')}"
     q = shlex.quote
     run = [
         "docker run --rm --network host",
-        f"-v {q(source_root)}:/root/.cache/huggingface",
-        f"-v {q(token_path)}:/run/secrets/hf-token:ro" if token_path else "",
-        f"--entrypoint python3 {q(image)} -c {q(_DOWNLOAD)} {q(model)} {q(revision)} /run/secrets/hf-token",
+        f"-v {q(source_root)}:{render.HF_CACHE_IN_CONTAINER}",
+        f"-v {q(token_path)}:{render.TOKEN_IN_CONTAINER}:ro" if token_path else "",
+        f"--entrypoint python3 {q(image)} -c {q(_DOWNLOAD)} {q(model)} {q(revision)} {render.TOKEN_IN_CONTAINER}",
     ]
     yield (
         f"mkdir -p {q(source_root)} && line=$({' '.join(p for p in run if p)} | tail -n1) && "

@@ -289,12 +289,20 @@ def parse_report(text: str) -> HostReport:
         stats=_stats(part.get("stat", "")),
         enabled_units=_unit_names(part.get("enabled", "")),
         user=_user(part.get("user", "")),
-        image_id=next((w for w in part.get("image", "").split() if w.startswith("sha256:")), None),
+        image_id=_image_id(part.get("image", "")),
         healthy_ports=tuple(int(p) for p in part.get("healthy", "").split() if p.isdigit()),
         firewall_loaded=part.get("nft") == "loaded",
         weights=_weights(part.get("weights", "")),
-        exporter_image_id=next((w for w in part.get("exporter-image", "").split() if w.startswith("sha256:")), None),
+        exporter_image_id=_image_id(part.get("exporter-image", "")),
     )
+
+
+def _image_id(text: str) -> str | None:
+    return next((w for w in text.split() if w.startswith("sha256:")), None)
+
+
+def _image_id_command(image: str | None) -> str:
+    return f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(image)} 2>/dev/null" if image else "true"
 
 
 def _weights(text: str) -> dict[str, tuple[str, str]]:
@@ -355,14 +363,11 @@ def script(token_path: str, probe: Probe) -> str:
         ("active", f"systemctl list-units --state=active --plain --no-legend 'vllm-*.service' 'ray-*.service' {units} 2>/dev/null"),
         ("enabled", f"systemctl list-unit-files --state=enabled --plain --no-legend 'vllm-*.service' 'ray-*.service' {units} 2>/dev/null"),
         ("user", f"getent passwd {q(probe.user)} && id -nG {q(probe.user)}"),
-        ("image", f"docker image inspect --format '{{{{.Id}}}}' {q(probe.image)} 2>/dev/null" if probe.image else "true"),
+        ("image", _image_id_command(probe.image)),
         ("healthy", health or "true"),
         ("nft", "nft list table inet instinct_fleet >/dev/null 2>&1 && echo loaded"),
         ("weights", weights or "true"),
-        (
-            "exporter-image",
-            f"docker image inspect --format '{{{{.Id}}}}' {q(probe.exporter_image)} 2>/dev/null" if probe.exporter_image else "true",
-        ),
+        ("exporter-image", _image_id_command(probe.exporter_image)),
     )
     extra = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {command}" for name, command in probes)
     return f"{SCRIPT}; {extra}; true"

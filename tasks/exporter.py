@@ -12,7 +12,7 @@ from pyinfra.context import host
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet import operations, render
+from instinct_fleet import operations, render, serving
 from instinct_fleet.hostplan import plan_for
 
 plan = plan_for(host)
@@ -36,16 +36,8 @@ if v.metrics_exporter:
         operations.unit_verified(name="Metrics exporter unit passes systemd-analyze verify", path=unit_file, _if=any_changed(*written))
         systemd.daemon_reload(name="Reload systemd (metrics exporter)", _if=any_changed(*written))
     changed = [*written, *pulled]
-    if changed:
-        systemd.service(
-            name="Restart the metrics exporter for its new unit, config or image",
-            service=unit,
-            running=None,
-            restarted=True,
-            _if=any_changed(*changed),
-        )
-    if changed or plan.unit_drifted(unit):
-        systemd.service(name="Metrics exporter running and enabled", service=unit, running=True, enabled=True)
+    if changed or plan.unit_drifted(unit):  # restarted when one of them changed, and kept running and enabled
+        operations.service_converged(render.EXPORTER_UNIT, changed, serving.always, plan.spec.settings.command_timeout)
 elif plan.drifted(unit_file) or plan.unit_drifted(unit):
     systemd.service(name="Stop the metrics exporter (metrics_exporter is off)", service=unit, running=False, enabled=False)
     files.file(name="Remove the metrics exporter unit", path=unit_file, present=False)

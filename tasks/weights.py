@@ -30,6 +30,7 @@ else:
             model=w.model,
             revision=w.revision,
             source_root=str(plan.spec.vars.weights_source),
+            repo=w.source,
             image=plan.image,
             token_path=settings.hf_token_path if plan.report.hf_token else None,
             _timeout=settings.image_pull_timeout,

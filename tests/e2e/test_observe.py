@@ -78,7 +78,7 @@ def test_status_agrees_with_the_units(converged: Run, fleet: dict[str, Any]) -> 
     actual = ssh(fleet, "sim-c2", f"systemctl show -p ActiveState --value {render.EXPORTER_UNIT}").strip()
     assert exporter["host"] == "sim-c2" and exporter["state"] == actual == "inactive" and not exporter["ok"]
     repaired = changed(deploy())
-    assert repaired == {("sim-c2", "Metrics exporter running and enabled")}, repaired
+    assert repaired == {("sim-c2", f"{render.EXPORTER_UNIT} running and enabled")}, repaired
     assert settled(INVENTORY, "--limit", "sim-c2").returncode == 0
 
 
