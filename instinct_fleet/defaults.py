@@ -27,6 +27,9 @@ from pydantic_core import PydanticCustomError
 DEFAULT_VLLM_VERSION = "0.22.0"
 MAX_GPUS = 64  # logical GPUs one host can show: 8 MI300X in CPX mode
 GPU_MODELS = ("MI300X", "MI325X", "MI350X", "MI355X")
+# The gfx target of each GPU model (AMD's ROCm hardware specifications): vLLM decides
+# native MXFP4 and FP8 kernels by it (RocmPlatform.supports_mx, on_gfx950).
+GPU_ARCH = {"MI300X": "gfx942", "MI325X": "gfx942", "MI350X": "gfx950", "MI355X": "gfx950"}
 GDR_LEVELS = ("0", "1", "2", "3", "4", "5", "LOC", "PIX", "PXB", "PHB", "SYS")
 
 

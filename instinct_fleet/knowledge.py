@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
 FlagKind = Literal["bool", "switch", "value", "optional_value"]
 
@@ -25,8 +25,10 @@ class Flag:
 
     ``upper_case`` choices are Enum members that vLLM looks up with
     ``value.upper()``; ``json_fields`` are the keys of a JSON config flag (its
-    config forbids any other) with the choices of each; ``default`` is the
-    version's default where it is a constant.
+    config forbids any other), each a Flag of its own, nested for a nested config;
+    ``bounds`` are the pydantic ``gt``/``ge``/``lt``/``le`` of the config field
+    behind it; ``settable`` is False for a field the config computes itself;
+    ``default`` is the version's default where it is a constant.
     """
 
     name: str
@@ -35,10 +37,57 @@ class Flag:
     upper_case: bool = False
     json_fields: dict[str, Flag] | None = None
     default: str | int | float | bool | None = None
+    bounds: tuple[tuple[str, float], ...] = ()
+    settable: bool = True
 
     def accepts(self, value: str) -> bool:
         """Whether ``value`` is one of the choices, the way vLLM compares it."""
         return (value.upper() if self.upper_case else value) in self.choices
+
+    def out_of_bounds(self, value: float) -> str | None:
+        """The bound ``value`` breaks, written as pydantic says it (``greater than 0``), or None."""
+        words = {"gt": "greater than", "ge": "greater than or equal to", "lt": "less than", "le": "less than or equal to"}
+        tests = {"gt": value.__gt__, "ge": value.__ge__, "lt": value.__lt__, "le": value.__le__}
+        for op, limit in self.bounds:
+            if not tests[op](limit):
+                return f"{words[op]} {limit:g}"
+        return None
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """``--quantization`` as ``ModelConfig._verify_quantization`` checks it on ROCm.
+
+    ``deprecated_flag`` is the flag that admits a deprecated method (None where the
+    version has none); ``rocm_sets_env`` are env vars ROCm sets itself for a method.
+    """
+
+    methods: frozenset[str]
+    deprecated: frozenset[str]
+    deprecated_flag: str | None
+    rocm: frozenset[str]
+    rocm_sets_env: frozenset[str]
+    source: str
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What one ROCm attention backend's ``validate_configuration`` accepts (None: not declared, so not checked)."""
+
+    name: str
+    kv_cache_dtypes: tuple[str, ...] | None
+    block_sizes: tuple[int | str, ...] | None  # "*16": any multiple of 16
+    is_mla: bool
+    is_sparse: bool
+    supports_sink: bool
+
+    def accepts_kv_cache_dtype(self, dtype: str) -> bool:
+        return not self.kv_cache_dtypes or dtype in self.kv_cache_dtypes
+
+    def accepts_block_size(self, size: int) -> bool:
+        if not self.block_sizes:
+            return True
+        return any(size % int(str(s).lstrip("*")) == 0 for s in self.block_sizes)
 
 
 @dataclass(frozen=True)
@@ -58,6 +107,11 @@ class VllmKnowledge:
     env_unread: frozenset[str]  # defined in envs.py, but no running code reads them
     flags: dict[str, Flag]
     aliases: dict[str, str]
+    quantization: Quantization
+    backends: dict[str, Backend]  # the backends ROCm can pick; empty where the version declares none
+    backends_source: str
+    mx_architectures: tuple[str, ...]  # gfx prefixes with native MXFP4/MXFP6 (RocmPlatform.supports_mx)
+    startup_checks: dict[str, str]  # check id -> the file:line that raises it in this version
 
     def canonical_flag(self, name: str) -> str | None:
         """Return the long flag name (without dashes) for ``name``, or None if unknown.
@@ -109,21 +163,9 @@ def load(version: str) -> VllmKnowledge:
         raise KeyError(version)
     path = resources.files("instinct_fleet").joinpath("knowledge", f"vllm-{version}.json")
     data = json.loads(path.read_text())
-    flags = {
-        name: Flag(
-            name=name.lstrip("-"),
-            kind=info["kind"],
-            choices=tuple(info.get("choices", ())),
-            upper_case=info.get("choices_case") == "upper",
-            json_fields=(
-                {k: Flag(k, "value", tuple(v.get("choices", ())), v.get("choices_case") == "upper") for k, v in info["json_fields"].items()}
-                if "json_fields" in info
-                else None
-            ),
-            default=info.get("default"),
-        )
-        for name, info in data["flags"].items()
-    }
+    flags = {name: _flag(name.lstrip("-"), info) for name, info in data["flags"].items()}
+    quant = data["quantization"]
+    backends = data["attention_backends"]
     return VllmKnowledge(
         version=data["version"],
         source=data["source"],
@@ -131,6 +173,43 @@ def load(version: str) -> VllmKnowledge:
         env_unread=frozenset(data["env_unread"]),
         flags=flags,
         aliases=dict(data["aliases"]),
+        quantization=Quantization(
+            methods=frozenset(quant["methods"]),
+            deprecated=frozenset(quant["deprecated"]),
+            deprecated_flag=quant["deprecated_flag"],
+            rocm=frozenset(quant["rocm"]),
+            rocm_sets_env=frozenset(quant["rocm_sets_env"]),
+            source=quant["source"],
+        ),
+        backends={
+            name: Backend(
+                name=name,
+                kv_cache_dtypes=tuple(b["kv_cache_dtypes"]) if "kv_cache_dtypes" in b else None,
+                block_sizes=tuple(b["block_sizes"]) if "block_sizes" in b else None,
+                is_mla=b.get("is_mla", False),
+                is_sparse=b.get("is_sparse", False),
+                supports_sink=b.get("supports_sink", False),
+            )
+            for name, b in backends.get("rocm", {}).items()
+        },
+        backends_source=backends.get("source", ""),
+        mx_architectures=tuple(data["mx_architectures"]),
+        startup_checks=dict(data["startup_checks"]),
+    )
+
+
+def _flag(name: str, info: dict[str, Any]) -> Flag:
+    """A flag, or a JSON config key, from its generated table entry (nested configs recursively)."""
+    nested = info.get("json_fields", info.get("fields"))
+    return Flag(
+        name=name,
+        kind=info.get("kind", "value"),
+        choices=tuple(info.get("choices", ())),
+        upper_case=info.get("choices_case") == "upper",
+        json_fields={k: _flag(k, v) for k, v in nested.items()} if nested is not None else None,
+        default=info.get("default"),
+        bounds=tuple(sorted(info.get("bounds", {}).items())),
+        settable=info.get("settable", True),
     )
 
 

@@ -84,7 +84,11 @@ _RULES = (
         "AITER unified attention only takes effect with VLLM_ROCM_USE_AITER_MHA=0 (003 AITER table).",
     ),
     Rule("value-domain", "error", "The value is outside what vLLM accepts (choices from vLLM's source, ranges from 002)."),
-    Rule("gpu-memory-high", "warning", "Above 0.95 of HBM, AITER workspace spikes can OOM during large prefills (000 Part II, 002)."),
+    Rule(
+        "gpu-memory-high",
+        "warning",
+        "At 0.95 or more of HBM with AITER on, AITER workspace spikes can OOM during concurrent large prefills (000 Part II); 002 allows up to 0.95 without naming AITER.",
+    ),
     Rule(
         "hip-visible-devices",
         "error",
@@ -167,6 +171,70 @@ _RULES = (
     ),
     Rule("instance-unique", "error", "Instance names name units, so they are unique on a host; an instance lists each GPU once."),
     Rule("allow-from", "error", "`vllm_allow_from` takes IP addresses or networks (10.0.0.0/8), which become nftables set elements."),
+    Rule(
+        "quick-reduce-tp1",
+        "warning",
+        "Quick reduce quantizes all-reduces; at world size 1 vLLM creates no device communicator, so VLLM_ROCM_QUICK_REDUCE_QUANTIZATION does nothing.",
+    ),
+)
+
+# vLLM's own start-up checks (instinct_fleet/startup.py), from the per-version tables:
+# each refuses what the pinned vLLM would refuse when it starts.
+_STARTUP_RULES = (
+    Rule(
+        "quantization-unknown",
+        "error",
+        "vLLM raises 'Unknown quantization method' for a name outside its QuantizationMethods (generated per version).",
+    ),
+    Rule(
+        "quantization-rocm", "error", "vLLM on ROCm refuses a method outside RocmPlatform.supported_quantization (generated per version)."
+    ),
+    Rule(
+        "quantization-deprecated",
+        "error",
+        "vLLM refuses a deprecated method, named or declared by the checkpoint, unless --allow-deprecated-quantization is given (generated per version).",
+    ),
+    Rule(
+        "quantization-mismatch",
+        "error",
+        "A checkpoint carries its own quantization; vLLM refuses a --quantization that differs (knowledge/checkpoints.toml).",
+    ),
+    Rule(
+        "mxfp4-native",
+        "error",
+        "Native MXFP4 GEMMs need gfx950 (RocmPlatform.supports_mx); elsewhere vLLM emulates them in high precision. 002 lists the MXFP4 models for MI350/MI355.",
+    ),
+    Rule(
+        "attention-backend",
+        "error",
+        "The attention backend must accept the KV-cache dtype, block size and the model's MLA, sparsity and sinks, or vLLM stops at start-up (generated per version).",
+    ),
+    Rule("scheduler-batched-below-seqs", "error", "vLLM's SchedulerConfig needs --max-num-batched-tokens >= --max-num-seqs."),
+    Rule(
+        "scheduler-batched-below-model-len",
+        "error",
+        "With chunked prefill off, vLLM's SchedulerConfig needs --max-num-batched-tokens >= --max-model-len.",
+    ),
+    Rule("scheduler-partial-prefills-chunked", "error", "vLLM needs chunked prefill for --max-num-partial-prefills above 1."),
+    Rule("scheduler-long-partial-prefills", "error", "vLLM needs --max-long-partial-prefills <= --max-num-partial-prefills."),
+    Rule("speculative-draft-tp", "error", "vLLM takes a draft_tensor_parallel_size of 1 or the target's tensor parallel size only."),
+    Rule(
+        "speculative-tokens-without-model",
+        "error",
+        "vLLM refuses num_speculative_tokens without a draft model for a method that needs one.",
+    ),
+    Rule(
+        "speculative-tensor-parallel-key",
+        "error",
+        "vLLM refuses tensor_parallel_size in --speculative-config; the key is draft_tensor_parallel_size.",
+    ),
+    Rule("speculative-prompt-lookup", "error", "vLLM needs prompt_lookup_min <= prompt_lookup_max for n-gram speculation."),
+    Rule("kv-connector-role", "error", "vLLM refuses a --kv-transfer-config kv_connector without its kv_role."),
+    Rule(
+        "shuffle-kv-speculative",
+        "error",
+        "ROCM_AITER_FA asserts on the shuffled KV-cache layout together with speculative decoding (multi-token decode).",
+    ),
 )
 
 # Found by preflight, on the host's own facts (one read per host), before anything changes.
@@ -200,7 +268,7 @@ _HOST_RULES = (
     Rule("host-hf-token", "warning", "Without a token at `hf_token_path`, gated models (Llama) fail to download."),
 )
 
-RULES: dict[str, Rule] = {r.id: r for r in (*_RULES, *_HOST_RULES)}
+RULES: dict[str, Rule] = {r.id: r for r in (*_RULES, *_STARTUP_RULES, *_HOST_RULES)}
 
 
 def finding(rule: str, host: str | None, key: str, message: str) -> Finding:

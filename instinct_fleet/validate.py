@@ -14,7 +14,7 @@ from collections import defaultdict
 from itertools import combinations
 from pathlib import Path
 
-from instinct_fleet import knowledge
+from instinct_fleet import knowledge, startup
 from instinct_fleet.defaults import default_image
 from instinct_fleet.inputs import validate_inputs
 from instinct_fleet.rules import Finding, finding
@@ -34,6 +34,7 @@ HUMAN_INT = re.compile(r"^[1-9][0-9]*[kKmMgG]?$")
 MANAGED_ENV = {"CUDA_VISIBLE_DEVICES": "gpus", "ROCR_VISIBLE_DEVICES": "gpus"}
 MANAGED_FLAGS = {"port": "port", "model": "model"}
 XGMI_ISLAND = 8
+GPU_MEMORY_HIGH = 0.95  # 000 Part II: "0.95+ on MI300X with AITER active can trigger OOM"
 TRUE = {"1", "true", "True", "TRUE"}
 
 
@@ -132,6 +133,15 @@ def _env_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> li
                     "also set VLLM_ROCM_USE_AITER_MHA=0, or unified attention never activates",
                 )
             )
+    if level not in (None, "NONE") and svc.world_size == 1:
+        found.append(
+            finding(
+                "quick-reduce-tp1",
+                host,
+                f"{key}.VLLM_ROCM_QUICK_REDUCE_QUANTIZATION",
+                "this instance runs on one GPU: no all-reduce happens, so quick reduce does nothing; drop it",
+            )
+        )
     if "NCCL_MIN_NCHANNELS" in svc.env and svc.world_size == 1:
         found.append(finding("nccl-single-gpu", host, f"{key}.NCCL_MIN_NCHANNELS", "this instance runs on one GPU; drop it"))
     return found
@@ -176,8 +186,6 @@ def _flag_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> l
             found.append(finding("value-domain", host, where, f"is a switch: use true or false, not {value!r}"))
         elif spec.choices and not spec.accepts(str(value)):
             found.append(finding("value-domain", host, where, _not_a_choice(str(value), spec, table.version)))
-        elif flag == "speculative-config" and not isinstance(value, bool):
-            found += _json_config_findings(host, where, str(value), None, table.version)
         elif spec.json_fields is not None and not isinstance(value, bool):
             found += _json_config_findings(host, where, str(value), spec.json_fields, table.version)
     return found
@@ -190,25 +198,27 @@ def _not_a_choice(value: str, spec: knowledge.Flag, version: str) -> str:
     return f"{value!r} is not a choice in vLLM {version}{hint} Choices: {shown}"
 
 
-def _json_config_findings(
-    host: str | None, where: str, value: str, fields: dict[str, knowledge.Flag] | None, version: str
-) -> list[Finding]:
-    """A JSON config flag: vLLM parses it into a config that forbids unknown keys (``fields``; None: any key), at start-up."""
+def _json_config_findings(host: str | None, where: str, value: str, fields: dict[str, knowledge.Flag], version: str) -> list[Finding]:
+    """A JSON config flag: vLLM parses it into a config that forbids unknown keys, nested configs included, at start-up."""
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
         return [finding("value-domain", host, where, f"is not valid JSON ({exc.msg} at character {exc.pos}): {value!r}")]
     if not isinstance(parsed, dict):
         return [finding("value-domain", host, where, f'must be a JSON object such as {{"key": value}}, got {value!r}')]
+    return _json_keys(host, where, parsed, fields, version)
+
+
+def _json_keys(host: str | None, where: str, parsed: dict[str, object], fields: dict[str, knowledge.Flag], version: str) -> list[Finding]:
     found: list[Finding] = []
-    if fields is None:
-        return found
     for key, item in parsed.items():
         field = fields.get(key)
         if field is None:
             close = difflib.get_close_matches(key, list(fields), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             found.append(finding("value-domain", host, f"{where}.{key}", f"vLLM {version} has no such key{hint}"))
+        elif field.json_fields is not None and isinstance(item, dict):
+            found += _json_keys(host, f"{where}.{key}", item, field.json_fields, version)
         elif field.choices and isinstance(item, str) and not field.accepts(item):
             found.append(finding("value-domain", host, f"{where}.{key}", _not_a_choice(item, field, version)))
     return found
@@ -233,13 +243,14 @@ def _domain_findings(svc: ServiceSpec) -> list[Finding]:
             util = float("nan")
         if not 0 < util <= 1:
             found.append(finding("value-domain", host, f"{key}.--gpu-memory-utilization", f"must be in (0, 1], got {raw!r}"))
-        elif util > 0.95:
+        elif util >= GPU_MEMORY_HIGH and svc.env.get("VLLM_ROCM_USE_AITER") in TRUE:
             found.append(
                 finding(
                     "gpu-memory-high",
                     host,
                     f"{key}.--gpu-memory-utilization",
-                    f"{util} leaves under 5% of HBM for runtime and AITER workspace",
+                    f"{util} with AITER on: 000 finds 0.95+ can OOM when AITER's workspace spikes during concurrent large prefills; "
+                    "0.92 is its aggressive but stable value",
                 )
             )
     if not 0 < svc.port < 65536:
@@ -309,7 +320,7 @@ MAX_SPECULATIVE_TOKENS = 2  # 002: more draft tokens lower the acceptance rate a
 AWQ_DTYPES = ("auto", "float16", "half")
 
 
-def _quantization_findings(svc: ServiceSpec) -> list[Finding]:
+def _quantization_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> list[Finding]:
     """Settings a quantization method or a draft model needs on ROCm (002 quantization and speculative decoding)."""
     found: list[Finding] = []
     host, key = svc.host, f"{svc.name}.args"
@@ -321,7 +332,9 @@ def _quantization_findings(svc: ServiceSpec) -> list[Finding]:
                     "awq-rocm", host, f"{key}.--dtype", f"AWQ kernels take float16 activations: use --dtype auto or float16, not {dtype}"
                 )
             )
-        if svc.env.get("VLLM_USE_TRITON_AWQ") not in TRUE:
+        if svc.env.get("VLLM_USE_TRITON_AWQ") not in TRUE and (
+            table is None or "VLLM_USE_TRITON_AWQ" not in table.quantization.rocm_sets_env
+        ):
             found.append(
                 finding("awq-rocm", host, f"{svc.name}.env.VLLM_USE_TRITON_AWQ", "set it to 1: ROCm runs AWQ with the Triton kernels")
             )
@@ -344,7 +357,7 @@ def _quantization_findings(svc: ServiceSpec) -> list[Finding]:
     return found
 
 
-def validate_service(svc: ServiceSpec, gpu_count: int) -> list[Finding]:
+def validate_service(svc: ServiceSpec, gpu_count: int, gpu_model: str) -> list[Finding]:
     try:
         table: knowledge.VllmKnowledge | None = knowledge.load(svc.version)
     except KeyError:
@@ -353,8 +366,9 @@ def validate_service(svc: ServiceSpec, gpu_count: int) -> list[Finding]:
         *_env_findings(svc, table),
         *_flag_findings(svc, table),
         *_domain_findings(svc),
-        *_quantization_findings(svc),
+        *_quantization_findings(svc, table),
         *_parallel_findings(svc, gpu_count, table),
+        *(startup.findings(svc, table, gpu_model) if table is not None else []),
     ]
 
 
@@ -505,7 +519,7 @@ def validate_host(spec: HostSpec) -> list[Finding]:
     if spec.services:
         found += check_image(spec.host, spec.services[0].image, spec.services[0].version)
     for svc in spec.services:
-        found += validate_service(svc, spec.gpu_count)
+        found += validate_service(svc, spec.gpu_count, spec.gpu_model)
     sharing: dict[int, list[ServiceSpec]] = defaultdict(list)
     for svc in spec.services:
         for gpu in svc.gpus:

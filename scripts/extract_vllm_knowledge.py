@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -128,9 +129,11 @@ class _Types:
     def __init__(self) -> None:
         self.fields: dict[str, dict[str, ast.expr]] = {}
         self.bases: dict[str, list[str]] = {}
-        self.literals: dict[str, list[str]] = {}
+        self.literal_nodes: dict[str, ast.expr] = {}
         self.enums: dict[str, list[str]] = {}
         self.defaults: dict[str, dict[str, object]] = {}
+        self.constraints: dict[str, dict[str, dict[str, float]]] = {}
+        self.unsettable: dict[str, set[str]] = {}
 
     def add_enums(self, source: str) -> None:
         """Enum classes anywhere in vLLM: configs convert names to members with ``Enum[value.upper()]``."""
@@ -158,21 +161,30 @@ class _Types:
                     for item in node.body
                     if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
                 }
-                self.defaults[node.name] = {
-                    item.target.id: item.value.value
-                    for item in node.body
-                    if isinstance(item, ast.AnnAssign)
-                    and isinstance(item.target, ast.Name)
-                    and isinstance(item.value, ast.Constant)
-                    and isinstance(item.value.value, (str, int, float, bool))
-                }
+                self.defaults[node.name] = {}
+                self.constraints[node.name] = {}
+                self.unsettable[node.name] = set()
+                for item in node.body:
+                    if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+                        continue
+                    name, value = item.target.id, item.value
+                    if _is_field_call(value):
+                        assert isinstance(value, ast.Call)
+                        keywords = {kw.arg: kw.value for kw in value.keywords if kw.arg}
+                        bounds = {k: _number(keywords[k]) for k in ("gt", "ge", "lt", "le") if k in keywords}
+                        if any(v is not None for v in bounds.values()):
+                            self.constraints[node.name][name] = {k: v for k, v in bounds.items() if v is not None}
+                        init = keywords.get("init")
+                        if isinstance(init, ast.Constant) and init.value is False:
+                            self.unsettable[node.name].add(name)
+                        value = keywords.get("default")
+                    if isinstance(value, ast.Constant) and isinstance(value.value, (str, int, float, bool)):
+                        self.defaults[node.name][name] = value.value
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
                 target = node.targets[0] if isinstance(node, ast.Assign) else node.target
                 value = node.value
-                if isinstance(target, ast.Name) and value is not None:
-                    choices = _literal_choices(value)
-                    if choices:
-                        self.literals[target.id] = choices
+                if isinstance(target, ast.Name) and value is not None and _literal_choices(value) is not None:
+                    self.literal_nodes[target.id] = value
 
     def owner(self, cls: str, name: str) -> str | None:
         """The class, ``cls`` or one of its bases, that declares field ``name``."""
@@ -197,6 +209,30 @@ class _Types:
         owner = self.owner(cls, name)
         return None if owner is None else self.defaults.get(owner, {}).get(name)
 
+    def literal(self, alias: str, seen: frozenset[str] = frozenset()) -> list[str]:
+        """The strings of a ``Literal`` alias, with the members of the aliases it nests (``Literal["eagle", MTPModelTypes]``)."""
+        node = self.literal_nodes.get(alias)
+        if node is None or alias in seen or not isinstance(node, ast.Subscript):
+            return []
+        elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        out: list[str] = []
+        for elt in elts:
+            if isinstance(elt, ast.Constant) and isinstance(elt.value, str):
+                out.append(elt.value)
+            elif isinstance(elt, ast.Name):
+                out += self.literal(elt.id, seen | {alias})
+        return list(dict.fromkeys(out))
+
+    def constraint(self, cls: str, name: str) -> dict[str, float]:
+        """The field's pydantic bounds (``Field(gt=..., ge=..., lt=..., le=...)``), which vLLM checks when it builds the config."""
+        owner = self.owner(cls, name)
+        return {} if owner is None else self.constraints.get(owner, {}).get(name, {})
+
+    def settable(self, cls: str, name: str) -> bool:
+        """False for ``Field(init=False)``: the config computes it, and a value given for it is refused."""
+        owner = self.owner(cls, name)
+        return owner is None or name not in self.unsettable.get(owner, set())
+
     def all_fields(self, cls: str) -> list[str]:
         names: list[str] = []
         for base in self.bases.get(cls, []):
@@ -216,19 +252,23 @@ class _Types:
             return {"kind": "bool"}
         choices = _literal_choices(annotation) or []
         for name in sorted(names):
-            choices += [c for c in self.literals.get(name, []) if c not in choices]
+            choices += [c for c in self.literal(name) if c not in choices]
         if choices:
             return {"kind": "value", "choices": choices}
         enums = [self.enums[n] for n in sorted(names) if n in self.enums]
         if len(enums) == 1:
             return {"kind": "value", "choices": enums[0], "choices_case": "upper"}
-        configs = [n for n in sorted(names) if n.endswith("Config") and n in self.fields]
-        if len(configs) == 1 and isinstance(annotation, ast.Name):
-            return {"kind": "value", "json_fields": self.json_fields(configs[0])}
+        config = _config_class(annotation, self.fields)
+        if config is not None:
+            return {"kind": "value", "json_fields": self.json_fields(config, (config,))}
         return {"kind": "value"}
 
-    def json_fields(self, cls: str) -> dict[str, dict[str, object]]:
-        """The keys a JSON config flag accepts (its config forbids others) and their choices."""
+    def json_fields(self, cls: str, seen: tuple[str, ...]) -> dict[str, dict[str, object]]:
+        """The keys a JSON config flag accepts (vLLM's ``@config`` forbids others), recursively into nested configs.
+
+        Each key carries its choices, its pydantic bounds, ``settable: false`` where the
+        config computes the field itself, and ``fields`` for a nested config.
+        """
         out: dict[str, dict[str, object]] = {}
         for name in self.all_fields(cls):
             if name.startswith("_"):
@@ -236,9 +276,54 @@ class _Types:
             annotation = self.field(cls, name)
             if annotation is None or any(isinstance(n, ast.Name) and n.id == "InitVar" for n in ast.walk(annotation)):
                 continue
-            info = self.describe(annotation) if not (isinstance(annotation, ast.Name) and annotation.id.endswith("Config")) else {}
-            out[name] = {k: v for k, v in info.items() if k in ("choices", "choices_case")}
+            nested = _config_class(annotation, self.fields)
+            info: dict[str, object] = {}
+            if nested is not None and nested not in seen:
+                info["fields"] = self.json_fields(nested, (*seen, nested))
+            elif nested is None:
+                info = {k: v for k, v in self.describe(annotation).items() if k in ("choices", "choices_case")}
+            bounds = self.constraint(cls, name)
+            if bounds:
+                info["bounds"] = bounds
+            if not self.settable(cls, name):
+                info["settable"] = False
+            out[name] = info
         return out
+
+
+def _is_field_call(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Call) and (
+        (isinstance(node.func, ast.Name) and node.func.id in ("Field", "field"))
+        or (isinstance(node.func, ast.Attribute) and node.func.attr in ("Field", "field"))
+    )
+
+
+def _number(node: ast.expr) -> float | None:
+    """A numeric constant, negative ones included."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _number(node.operand)
+        return None if inner is None else -inner
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return node.value
+    return None
+
+
+def _config_class(annotation: ast.expr, known: dict[str, dict[str, ast.expr]]) -> str | None:
+    """The config class an annotation names, alone or with None (``X``, ``X | None``, ``Optional[X]``, ``"X"``)."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        parts = [annotation.left, annotation.right]
+        rest = [p for p in parts if not (isinstance(p, ast.Constant) and p.value is None)]
+        return _config_class(rest[0], known) if len(rest) == 1 else None
+    if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name) and annotation.value.id == "Optional":
+        return _config_class(annotation.slice, known)
+    if isinstance(annotation, ast.Name) and annotation.id.endswith("Config") and annotation.id in known:
+        return annotation.id
+    return None
 
 
 def _literal_choices(node: ast.expr) -> list[str] | None:
@@ -304,6 +389,9 @@ def serve_flags(parser_sources: list[str], types: _Types) -> tuple[dict[str, dic
                             default = types.default(kw_sources[sub.value.id], str(sub.slice.value))
                             if default is not None:
                                 info["default"] = default
+                            bounds = types.constraint(kw_sources[sub.value.id], str(sub.slice.value))
+                            if bounds:
+                                info["bounds"] = bounds
                             break
             flags[long_names[0]] = info
             for other in names:
@@ -314,6 +402,240 @@ def serve_flags(parser_sources: list[str], types: _Types) -> tuple[dict[str, dic
             for name in types.all_fields(cls):
                 flags.setdefault("--" + name.replace("_", "-"), types.describe(types.field(cls, name)))
     return dict(sorted(flags.items())), dict(sorted(aliases.items()))
+
+
+QUANT_INIT = "vllm/model_executor/layers/quantization/__init__.py"
+ROCM_PLATFORM = "vllm/platforms/rocm.py"
+BACKEND_REGISTRY = "vllm/v1/attention/backends/registry.py"
+
+
+def _module_list(tree: ast.Module, name: str) -> list[str] | None:
+    """The strings of a module-level ``NAME = [...]`` or ``NAME: T = [...]``, or of ``NAME = Literal[...]``."""
+    for node in tree.body:
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+        value = node.value
+        if isinstance(target, ast.Name) and target.id == name and value is not None:
+            if isinstance(value, (ast.List, ast.Tuple)):
+                return [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            return _literal_choices(value)
+    return None
+
+
+def _class_list(tree: ast.Module, cls: str, name: str) -> list[str] | None:
+    """The strings of a class attribute ``name = [...]`` of class ``cls``."""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return _module_list(ast.Module(body=node.body, type_ignores=[]), name)
+    return None
+
+
+def quantization_table(modules: dict[str, str]) -> dict[str, object]:
+    """Which ``--quantization`` names vLLM knows, which it deprecates, and which its ROCm platform runs.
+
+    Why: ``ModelConfig._verify_quantization`` raises on an unknown method, on one the
+    platform's ``supported_quantization`` lacks, and on a deprecated one unless
+    ``--allow-deprecated-quantization`` is given; ``--quantization`` itself takes any string.
+    """
+    init = ast.parse(modules[QUANT_INIT])
+    methods = _module_list(init, "QuantizationMethods") or _module_list(init, "QUANTIZATION_METHODS") or []
+    deprecated = _module_list(init, "DEPRECATED_QUANTIZATION_METHODS") or []
+    rocm = _class_list(ast.parse(modules[ROCM_PLATFORM]), "RocmPlatform", "supported_quantization") or []
+    model_config = modules.get("vllm/config/model.py", "")
+    return {
+        "source": f"{QUANT_INIT} (QuantizationMethods, DEPRECATED_QUANTIZATION_METHODS), {ROCM_PLATFORM} (RocmPlatform.supported_quantization)",
+        "methods": methods,
+        "deprecated": deprecated,
+        "deprecated_flag": "--allow-deprecated-quantization" if "allow_deprecated_quantization" in model_config else None,
+        "rocm": rocm,
+        # ROCm's verify_quantization sets VLLM_USE_TRITON_AWQ=1 itself for AWQ (0.22.0 on).
+        "rocm_sets_env": ["VLLM_USE_TRITON_AWQ"]
+        if re.search(r'os\.environ\["VLLM_USE_TRITON_AWQ"\]\s*=\s*"1"', modules[ROCM_PLATFORM])
+        else [],
+    }
+
+
+def _returns_constant(func: ast.FunctionDef) -> object:
+    """What a method returns when its body is one ``return CONSTANT`` (docstring aside); ``...`` otherwise."""
+    body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Constant):
+        return body[0].value.value
+    return ...
+
+
+def _block_sizes(func: ast.FunctionDef) -> list[int | str] | None:
+    """``get_supported_kernel_block_sizes``: ints, and ``"*N"`` for ``MultipleOf(N)``."""
+    body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or not isinstance(body[0].value, ast.List):
+        return None
+    sizes: list[int | str] = []
+    for elt in body[0].value.elts:
+        if isinstance(elt, ast.Constant) and isinstance(elt.value, int):
+            sizes.append(elt.value)
+        elif isinstance(elt, ast.Call) and elt.args and isinstance(elt.args[0], ast.Constant) and isinstance(elt.args[0].value, int):
+            sizes.append(f"*{elt.args[0].value}")
+        else:
+            return None
+    return sizes
+
+
+def _modulo_check(func: ast.FunctionDef) -> int | None:
+    """An overridden ``supports_block_size`` that ends in ``return block_size % N == 0``."""
+    last = func.body[-1]
+    if (
+        isinstance(last, ast.Return)
+        and isinstance(last.value, ast.Compare)
+        and isinstance(last.value.left, ast.BinOp)
+        and isinstance(last.value.left.op, ast.Mod)
+        and isinstance(last.value.left.right, ast.Constant)
+        and isinstance(last.value.left.right.value, int)
+    ):
+        return last.value.left.right.value
+    return None
+
+
+def attention_backends(modules: dict[str, str]) -> dict[str, object]:
+    """What each attention backend ROCm can pick accepts, as ``validate_configuration`` checks it.
+
+    Why: an explicit ``--attention-backend`` that refuses the configuration stops vLLM
+    at start-up ("Selected backend ... is not valid for this configuration"), and an
+    automatic choice fails when no ROCm backend accepts it. Read: the backends named
+    in rocm.py's ``_get_backend_priorities``, their classes from the registry enum, and
+    per class (with its bases) ``supported_kv_cache_dtypes``,
+    ``get_supported_kernel_block_sizes`` or a ``supports_block_size`` override,
+    ``is_mla``, ``is_sparse`` and ``supports_sink``. Versions whose ROCm backend choice
+    is code rather than these declarations (0.11.0) get no table.
+    """
+    rocm = ast.parse(modules[ROCM_PLATFORM])
+    priorities = next((n for n in ast.walk(rocm) if isinstance(n, ast.FunctionDef) and n.name == "_get_backend_priorities"), None)
+    if priorities is None or BACKEND_REGISTRY not in modules:
+        return {}
+    names = sorted(
+        {
+            n.attr
+            for n in ast.walk(priorities)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "AttentionBackendEnum"
+        }
+    )
+    paths: dict[str, str] = {}
+    for node in ast.walk(ast.parse(modules[BACKEND_REGISTRY])):
+        if isinstance(node, ast.ClassDef) and node.name == "AttentionBackendEnum":
+            for item in node.body:
+                if isinstance(item, ast.Assign) and isinstance(item.targets[0], ast.Name):
+                    value = item.value
+                    text = (
+                        value.value
+                        if isinstance(value, ast.Constant)
+                        else "".join(e.value for e in ast.walk(value) if isinstance(e, ast.Constant) and isinstance(e.value, str))
+                    )
+                    paths[item.targets[0].id] = str(text)
+    classes: dict[str, ast.ClassDef] = {}
+    for path, text in modules.items():
+        if "attention" in path:
+            for node in ast.parse(text).body:
+                if isinstance(node, ast.ClassDef) and node.name.endswith("Backend"):
+                    classes.setdefault(node.name, node)
+
+    def lookup(cls: str, attr: str) -> ast.AST | None:
+        todo, seen = [cls], set()
+        while todo:
+            name = todo.pop(0)
+            if name in seen or name not in classes:
+                continue
+            seen.add(name)
+            for item in classes[name].body:
+                if isinstance(item, ast.FunctionDef) and item.name == attr:
+                    return item
+                target = item.targets[0] if isinstance(item, ast.Assign) else item.target if isinstance(item, ast.AnnAssign) else None
+                if isinstance(target, ast.Name) and target.id == attr:
+                    return item
+            todo.extend(b.id for b in classes[name].bases if isinstance(b, ast.Name))
+        return None
+
+    out: dict[str, dict[str, object]] = {}
+    for name in names:
+        cls = paths.get(name, "").rsplit(".", 1)[-1]
+        if cls not in classes:
+            continue
+        entry: dict[str, object] = {"class": paths[name]}
+        dtypes = lookup(cls, "supported_kv_cache_dtypes")
+        if isinstance(dtypes, (ast.Assign, ast.AnnAssign)) and isinstance(dtypes.value, ast.List):
+            entry["kv_cache_dtypes"] = [e.value for e in dtypes.value.elts if isinstance(e, ast.Constant)]
+        override = lookup(cls, "supports_block_size")
+        base_override = lookup("AttentionBackend", "supports_block_size")
+        sizes = lookup(cls, "get_supported_kernel_block_sizes")
+        if isinstance(override, ast.FunctionDef) and override is not base_override:
+            modulo = _modulo_check(override)
+            if modulo is not None:
+                entry["block_sizes"] = [f"*{modulo}"]
+        elif isinstance(sizes, ast.FunctionDef):
+            found = _block_sizes(sizes)
+            if found is not None:
+                entry["block_sizes"] = found
+        for flag in ("is_mla", "is_sparse", "supports_sink"):
+            func = lookup(cls, flag)
+            returned = _returns_constant(func) if isinstance(func, ast.FunctionDef) else ...
+            if isinstance(returned, bool):
+                entry[flag] = returned
+        out[name] = entry
+    return {
+        "source": f"{ROCM_PLATFORM} (_get_backend_priorities), {BACKEND_REGISTRY}, vllm/v1/attention/backends/*.py (validate_configuration inputs)",
+        "rocm": out,
+    }
+
+
+def mx_architectures(modules: dict[str, str]) -> list[str]:
+    """The gfx prefixes for which ``RocmPlatform.supports_mx`` is true: native MXFP4/MXFP6 GEMMs; others emulate them."""
+    for node in ast.walk(ast.parse(modules[ROCM_PLATFORM])):
+        if isinstance(node, ast.FunctionDef) and node.name == "supports_mx":
+            return sorted(
+                {e.value for e in ast.walk(node) if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value.startswith("gfx")}
+            )
+    return []
+
+
+# Start-up checks between settings that live in code, not in declarations: each is
+# written once in instinct_fleet/startup.py and anchored here to the source text that
+# raises it, so a version carries a check only where its source still has the anchor.
+ANCHORS: dict[str, tuple[str, str]] = {
+    "scheduler-batched-below-seqs": ("vllm/config/scheduler.py", r"must be greater than or equal to max_num_seqs"),
+    "scheduler-batched-below-model-len": ("vllm/config/scheduler.py", r"is smaller than max_model_len"),
+    "scheduler-partial-prefills-chunked": ("vllm/config/scheduler.py", r"Chunked prefill must be enabled to set"),
+    "scheduler-long-partial-prefills": ("vllm/config/scheduler.py", r"max_long_partial_prefills.* must be less than or equal to"),
+    "speculative-draft-tp": ("vllm/config/speculative.py", r"cannot be other value than 1 or target model tensor_parallel_size"),
+    "speculative-tokens-without-model": (
+        "vllm/config/speculative.py",
+        r"num_speculative_tokens was provided but without speculative model",
+    ),
+    "speculative-tensor-parallel-key": ("vllm/config/speculative.py", r"'tensor_parallel_size' is not a valid argument in the"),
+    "speculative-prompt-lookup": ("vllm/config/speculative.py", r"prompt_lookup_min=\{\.\.\.\} must be <= prompt_lookup_max"),
+    "kv-connector-role": ("vllm/config/kv_transfer.py", r"Please specify kv_role when kv_connector"),
+    "shuffle-kv-speculative": ("vllm/v1/attention/backends/rocm_aiter_fa.py", r"Shuffle KV cache layout is not supported with"),
+}
+
+
+def _string_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every string literal with its line; f-string fields shown as ``{...}`` (implicit concatenation is one literal)."""
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(str(v.value) if isinstance(v, ast.Constant) else "{...}" for v in node.values)
+            out.append((node.lineno, text))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.append((node.lineno, node.value))
+    return out
+
+
+def anchored_checks(modules: dict[str, str]) -> dict[str, str]:
+    """Each start-up check whose message this version's source still raises, with its file and line."""
+    found: dict[str, str] = {}
+    literals = {path: _string_literals(ast.parse(modules[path])) for path, _ in ANCHORS.values() if path in modules}
+    for check, (path, pattern) in ANCHORS.items():
+        line = next((n for n, text in literals.get(path, []) if re.search(pattern, text)), None)
+        if line is not None:
+            found[check] = f"{path}:{line}"
+    return found
 
 
 def extract(wheel: Path) -> dict[str, object]:
@@ -349,6 +671,10 @@ def extract(wheel: Path) -> dict[str, object]:
             "env_unread": unread_env_vars(env_vars, modules),
             "flags": flags,
             "aliases": aliases,
+            "quantization": quantization_table(modules),
+            "attention_backends": attention_backends(modules),
+            "mx_architectures": mx_architectures(modules),
+            "startup_checks": anchored_checks(modules),
         }
 
 

@@ -263,6 +263,7 @@ def build_standin(registry: str) -> None:
         context = Path(tmp)
         shutil.copytree(HERE / "standin" / "vllm", context, dirs_exist_ok=True)
         shutil.copy(ROOT / "instinct_fleet" / "knowledge" / f"vllm-{STANDIN_VERSION}.json", context / "vllm-knowledge.json")
+        shutil.copy(ROOT / "instinct_fleet" / "knowledge" / "checkpoints.toml", context / "checkpoints.toml")
         shutil.copytree(ray_packages(), context / "ray-packages")
         run(DOCKER, "build", "-q", "-t", standin_ref(registry), "--build-arg", f"BASE={BASE_IMAGE}", str(context))
     run(DOCKER, "push", "-q", standin_ref(registry))

@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 from types import ModuleType
 
-from instinct_fleet import knowledge
+from instinct_fleet import knowledge, startup
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,6 +53,7 @@ class CompilationConfig:
     level: int | None = None
 class VllmConfig:
     compilation_config: CompilationConfig = None
+    speculative_config: SpeculativeConfig | None = None
 """
 REGISTRY = """
 from enum import Enum
@@ -72,6 +73,9 @@ class EngineArgs:
         g = parser.add_argument_group()
         g.add_argument("--attention-backend", **attention_kwargs["backend"])
         g.add_argument("--compilation-config", "-cc", **vllm_kwargs["compilation_config"])
+        g.add_argument("--speculative-config", **vllm_kwargs["speculative_config"])
+        scheduler_kwargs = get_kwargs(SchedulerConfig)
+        g.add_argument("--max-num-seqs", **scheduler_kwargs["max_num_seqs"])
         g.add_argument("--kv-cache-dtype", **cache_kwargs["cache_dtype"])
         g.add_argument("--enable-prefix-caching", **{**cache_kwargs["enable_prefix_caching"], "default": None})
         g.add_argument("--tensor-parallel-size", "-tp", type=int)
@@ -85,6 +89,100 @@ class FrontendArgs(BaseFrontendArgs):
     enable_auto_tool_choice: bool = False
 def make_arg_parser(parser):
     parser.add_argument("--headless", action="store_true")
+"""
+
+
+QUANT = """
+from typing import Literal
+QuantizationMethods = Literal["awq", "fp8", "fbgemm_fp8", "quark"]
+DEPRECATED_QUANTIZATION_METHODS = ["fbgemm_fp8"]
+"""
+ROCM = """
+import os
+def _get_backend_priorities(use_mla, use_sparse):
+    if use_mla:
+        return [AttentionBackendEnum.ROCM_AITER_MLA]
+    return [AttentionBackendEnum.ROCM_ATTN, AttentionBackendEnum.ROCM_AITER_FA]
+class RocmPlatform:
+    supported_quantization: list[str] = ["awq", "fp8", "fbgemm_fp8"]
+    @classmethod
+    def verify_quantization(cls, quant):
+        if quant == "awq":
+            os.environ["VLLM_USE_TRITON_AWQ"] = "1"
+    @classmethod
+    def supports_mx(cls):
+        return any(gfx in _GCN_ARCH for gfx in ["gfx95"])
+"""
+BACKENDS = """
+class AttentionBackend:
+    supported_kv_cache_dtypes = []
+    @staticmethod
+    def get_supported_kernel_block_sizes():
+        return [MultipleOf(1)]
+    @classmethod
+    def supports_block_size(cls, block_size):
+        return True
+    @classmethod
+    def is_mla(cls):
+        return False
+    @classmethod
+    def supports_sink(cls):
+        return False
+class RocmAttentionBackend(AttentionBackend):
+    supported_kv_cache_dtypes = ["auto", "fp8"]
+    @staticmethod
+    def get_supported_kernel_block_sizes():
+        return [MultipleOf(16)]
+class AiterFlashAttentionBackend(AttentionBackend):
+    @staticmethod
+    def get_supported_kernel_block_sizes():
+        return [16, 32]
+    @classmethod
+    def supports_sink(cls):
+        \"\"\"Sinks since this release.\"\"\"
+        return True
+class AiterMLABackend(AttentionBackend):
+    @classmethod
+    def is_mla(cls):
+        return True
+    @classmethod
+    def supports_block_size(cls, block_size):
+        if block_size is None:
+            return True
+        return block_size % 1 == 0
+"""
+BACKEND_REGISTRY = """
+from enum import Enum
+class AttentionBackendEnum(Enum):
+    ROCM_ATTN = "vllm.v1.attention.backends.rocm_attn.RocmAttentionBackend"
+    ROCM_AITER_FA = (
+        "vllm.v1.attention.backends.rocm_aiter_fa."
+        "AiterFlashAttentionBackend"
+    )
+    ROCM_AITER_MLA = "vllm.v1.attention.backends.mla.rocm_aiter_mla.AiterMLABackend"
+    FLASHINFER = "vllm.v1.attention.backends.flashinfer.FlashInferBackend"
+"""
+SCHEDULER = """
+from pydantic import Field
+class SchedulerConfig:
+    max_num_seqs: int = Field(default=128, ge=1)
+    encoder_cache_size: int = Field(init=False)
+    def verify(self):
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must "
+                "be greater than or equal to max_num_seqs "
+                f"({self.max_num_seqs})."
+            )
+"""
+SPECULATIVE = """
+from typing import Literal
+from pydantic import Field
+EagleModelTypes = Literal["eagle", "eagle3"]
+SpeculativeMethod = Literal["ngram", EagleModelTypes]
+class SpeculativeConfig:
+    num_speculative_tokens: int = Field(default=None, gt=0)
+    method: SpeculativeMethod | None = None
 """
 
 
@@ -105,12 +203,26 @@ def test_extractor_on_a_synthetic_wheel(tmp_path: Path) -> None:
         zf.writestr("vllm/_aiter_ops.py", AITER_OPS)
         zf.writestr("vllm/engine/arg_utils.py", ARG_UTILS)
         zf.writestr("vllm/entrypoints/openai/cli_args.py", CLI_ARGS)
+        zf.writestr("vllm/model_executor/layers/quantization/__init__.py", QUANT)
+        zf.writestr("vllm/platforms/rocm.py", ROCM)
+        zf.writestr("vllm/v1/attention/backend.py", BACKENDS.split("class RocmAttentionBackend")[0])
+        zf.writestr(
+            "vllm/v1/attention/backends/rocm_attn.py", "class RocmAttentionBackend" + BACKENDS.split("class RocmAttentionBackend")[1]
+        )
+        zf.writestr("vllm/v1/attention/backends/registry.py", BACKEND_REGISTRY)
+        zf.writestr("vllm/config/scheduler.py", SCHEDULER)
+        zf.writestr("vllm/config/speculative.py", SPECULATIVE)
     assert _extractor().main([str(wheel), "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "vllm-9.9.9.json").read_text())
     assert data["env_vars"] == ["VLLM_HOST_IP", "VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "VLLM_RPC_TIMEOUT"]
     assert data["env_unread"] == ["VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "VLLM_RPC_TIMEOUT"]
     assert data["flags"] == {
-        "--attention-backend": {"kind": "value", "choices": ["ROCM_ATTN", "ROCM_AITER_FA"], "choices_case": "upper"},
+        # The registry's enum (the one vLLM has) wins over the stub in config/attention.py.
+        "--attention-backend": {
+            "kind": "value",
+            "choices": ["ROCM_ATTN", "ROCM_AITER_FA", "ROCM_AITER_MLA", "FLASHINFER"],
+            "choices_case": "upper",
+        },
         "--compilation-config": {
             "kind": "value",
             "json_fields": {"cudagraph_mode": {"choices": ["NONE", "FULL"], "choices_case": "upper"}, "level": {}},
@@ -121,10 +233,55 @@ def test_extractor_on_a_synthetic_wheel(tmp_path: Path) -> None:
         "--headless": {"kind": "switch"},
         "--host": {"kind": "value"},
         "--kv-cache-dtype": {"kind": "value", "choices": ["auto", "fp8"], "default": "auto"},
+        "--max-num-seqs": {"kind": "value", "default": 128, "bounds": {"ge": 1}},
         "--port": {"kind": "value"},
+        "--speculative-config": {
+            "kind": "value",
+            "json_fields": {"num_speculative_tokens": {"bounds": {"gt": 0}}, "method": {"choices": ["ngram", "eagle", "eagle3"]}},
+        },
         "--tensor-parallel-size": {"kind": "value"},
     }
     assert data["aliases"] == {"-cc": "--compilation-config", "-tp": "--tensor-parallel-size"}
+    quant = data["quantization"]
+    assert (quant["methods"], quant["deprecated"], quant["rocm"]) == (
+        ["awq", "fp8", "fbgemm_fp8", "quark"],
+        ["fbgemm_fp8"],
+        ["awq", "fp8", "fbgemm_fp8"],
+    )
+    assert quant["deprecated_flag"] is None and quant["rocm_sets_env"] == ["VLLM_USE_TRITON_AWQ"]
+    # Only the backends ROCm's priorities name; their declarations with their bases'; the class name, not get_name().
+    assert data["attention_backends"]["rocm"] == {
+        "ROCM_AITER_FA": {
+            "class": "vllm.v1.attention.backends.rocm_aiter_fa.AiterFlashAttentionBackend",
+            "kv_cache_dtypes": [],
+            "block_sizes": [16, 32],
+            "is_mla": False,
+            "supports_sink": True,
+        },
+        "ROCM_AITER_MLA": {
+            "class": "vllm.v1.attention.backends.mla.rocm_aiter_mla.AiterMLABackend",
+            "kv_cache_dtypes": [],
+            "block_sizes": ["*1"],
+            "is_mla": True,
+            "supports_sink": False,
+        },
+        "ROCM_ATTN": {
+            "class": "vllm.v1.attention.backends.rocm_attn.RocmAttentionBackend",
+            "kv_cache_dtypes": ["auto", "fp8"],
+            "block_sizes": ["*16"],
+            "is_mla": False,
+            "supports_sink": False,
+        },
+    }
+    assert data["mx_architectures"] == ["gfx95"]
+    # A check is carried where the source raises its message: the concatenated f-string is matched, at its line.
+    assert data["startup_checks"] == {"scheduler-batched-below-seqs": "vllm/config/scheduler.py:9"}
+
+
+def test_start_up_checks_are_written_once_for_every_anchor() -> None:
+    assert set(_extractor().ANCHORS) == set(startup.CHECKS)
+    for version in knowledge.supported_versions():
+        assert set(knowledge.load(version).startup_checks) <= set(startup.CHECKS)
 
 
 def test_generated_tables_know_what_the_seeds_use() -> None:

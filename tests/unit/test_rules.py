@@ -15,6 +15,9 @@ from .conftest import CLUSTER, check, check_cluster, rules_of
 G = {"vllm_recipe": "gpt-oss-120b"}
 V011 = {"vllm_version": "0.11.0", "vllm_image": "rocm/vllm:v0.11.0", "vllm_recipe": None, "vllm_model": "m"}
 ROOT = Path(__file__).resolve().parents[2]
+L8B = {"vllm_model": "meta-llama/Llama-3.1-8B-Instruct"}
+EAGLE = {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 2}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 2}
 
 # rule id -> (data that trips it, data that passes it)
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -57,7 +60,73 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"vllm_env": {"VLLM_ROCM_QUICK_REDUCE_QUANTIZATION": "INT2"}},
         {"vllm_env": {"VLLM_ROCM_QUICK_REDUCE_QUANTIZATION": "INT6"}},
     ),
-    "gpu-memory-high": ({"vllm_args": {"gpu-memory-utilization": 0.97}}, {"vllm_args": {"gpu-memory-utilization": 0.95}}),
+    "gpu-memory-high": ({"vllm_args": {"gpu-memory-utilization": 0.95}}, {"vllm_args": {"gpu-memory-utilization": 0.94}}),
+    "quick-reduce-tp1": (
+        {"vllm_env": {"VLLM_ROCM_QUICK_REDUCE_QUANTIZATION": "INT4"}},
+        {"vllm_recipe": "llama-3.1-70b", "vllm_env": {"VLLM_ROCM_QUICK_REDUCE_QUANTIZATION": "INT4"}},
+    ),
+    # vLLM's start-up checks (instinct_fleet/startup.py), on the default 0.22.0 tables.
+    "quantization-unknown": ({"vllm_args": {"quantization": "ptpc_fp8"}, **L8B}, {"vllm_args": {"quantization": "fp8"}, **L8B}),
+    "quantization-rocm": ({"vllm_args": {"quantization": "experts_int8"}, **L8B}, {"vllm_args": {"quantization": "fp8"}, **L8B}),
+    "quantization-deprecated": (
+        {"vllm_model": "meta-llama/Llama-3.1-405B-Instruct-FP8"},
+        {"vllm_model": "meta-llama/Llama-3.1-405B-Instruct-FP8", "vllm_args": {"allow-deprecated-quantization": True}},
+    ),
+    "quantization-mismatch": ({"vllm_args": {"quantization": "fp8"}}, {"vllm_args": {"quantization": "mxfp4"}}),
+    "mxfp4-native": (
+        {"vllm_recipe": None, "vllm_model": "amd/Llama-3.3-70B-Instruct-MXFP4-Preview"},
+        {"vllm_recipe": None, "vllm_model": "amd/Llama-3.3-70B-Instruct-MXFP4-Preview", "gpu_model": "MI355X"},
+    ),
+    "attention-backend": (
+        {"vllm_args": {"attention-backend": "ROCM_AITER_FA"}},
+        {"vllm_args": {"attention-backend": "ROCM_AITER_UNIFIED_ATTN"}},
+    ),
+    "scheduler-batched-below-seqs": (
+        {"vllm_args": {"max-num-batched-tokens": 256}},
+        {"vllm_args": {"max-num-batched-tokens": 8192}},
+    ),
+    "scheduler-batched-below-model-len": (
+        {"vllm_args": {"max-num-batched-tokens": 4096}},
+        {"vllm_args": {"max-num-batched-tokens": 8192}},
+    ),
+    "scheduler-partial-prefills-chunked": (
+        {"vllm_args": {"max-num-partial-prefills": 2}},
+        {"vllm_args": {"max-num-partial-prefills": 2, "enable-chunked-prefill": True}},
+    ),
+    "scheduler-long-partial-prefills": (
+        {"vllm_args": {"max-long-partial-prefills": 2}},
+        {"vllm_args": {"max-long-partial-prefills": 2, "max-num-partial-prefills": 2, "enable-chunked-prefill": True}},
+    ),
+    "speculative-draft-tp": (
+        {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_args": {"speculative-config": {**EAGLE, "draft_tensor_parallel_size": 2}}},
+        {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_args": {"speculative-config": {**EAGLE, "draft_tensor_parallel_size": 1}}},
+    ),
+    "speculative-tokens-without-model": (
+        {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_args": {"speculative-config": {"method": "eagle3", "num_speculative_tokens": 2}}},
+        {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_args": {"speculative-config": {"method": "ngram", "num_speculative_tokens": 2}}},
+    ),
+    "speculative-tensor-parallel-key": (
+        {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_args": {"speculative-config": {**EAGLE, "tensor_parallel_size": 1}}},
+        {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_args": {"speculative-config": EAGLE}},
+    ),
+    "speculative-prompt-lookup": (
+        {
+            "vllm_recipe": "llama-3.1-8b-eagle3",
+            "vllm_args": {"speculative-config": {**NGRAM, "prompt_lookup_min": 5, "prompt_lookup_max": 3}},
+        },
+        {
+            "vllm_recipe": "llama-3.1-8b-eagle3",
+            "vllm_args": {"speculative-config": {**NGRAM, "prompt_lookup_min": 3, "prompt_lookup_max": 5}},
+        },
+    ),
+    "kv-connector-role": (
+        {"vllm_args": {"kv-transfer-config": {"kv_connector": "NixlConnector"}}},
+        {"vllm_args": {"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}},
+    ),
+    "shuffle-kv-speculative": (
+        {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_env": {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT": "1"}},
+        {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_env": {"VLLM_ROCM_USE_AITER": "1"}},
+    ),
     "hip-visible-devices": ({"vllm_env": {"HIP_VISIBLE_DEVICES": "0"}}, {"vllm_env": {"HIP_FORCE_DEV_KERNARG": "1"}}),
     "parallel-size": (
         {"vllm_instances": [{"name": "a", "gpus": [0, 1]}]},

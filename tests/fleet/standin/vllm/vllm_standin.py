@@ -36,13 +36,17 @@ import os
 import signal
 import sys
 import threading
+import tomllib
 import time
 from glob import glob
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm-knowledge.json")) as _table:
+HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(HERE, "vllm-knowledge.json")) as _table:
     TABLE = json.load(_table)
+with open(os.path.join(HERE, "checkpoints.toml"), "rb") as _checkpoints:
+    CHECKPOINTS: dict[str, dict[str, Any]] = tomllib.load(_checkpoints)["models"]
 FLAGS: dict[str, dict[str, Any]] = TABLE["flags"]
 ALIASES: dict[str, str] = TABLE["aliases"]
 ENV_VARS = set(TABLE["env_vars"])
@@ -111,6 +115,109 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any]]:
     if not model:
         fail("the following arguments are required: model_tag")
     return str(model), args
+
+
+def config_error(message: str) -> None:
+    """vLLM's engine config raises at start-up: a traceback ending in the error, exit 1."""
+    fail(message, code=1)
+
+
+def check_json_config(flag: str, value: Any, fields: dict[str, Any], where: str = "") -> None:
+    """A JSON config flag becomes a pydantic dataclass that forbids extra keys and checks its bounds."""
+    for key, item in value.items():
+        field = fields.get(key)
+        if field is None:
+            config_error(f"pydantic_core.ValidationError: {flag}{where}.{key}: Extra inputs are not permitted")
+        if field.get("settable") is False:
+            config_error(f"pydantic_core.ValidationError: {flag}{where}.{key}: cannot be set (init=False)")
+        if "fields" in field and isinstance(item, dict):
+            check_json_config(flag, item, field["fields"], f"{where}.{key}")
+        elif field.get("choices") and isinstance(item, str):
+            wanted = item.upper() if field.get("choices_case") == "upper" else item
+            if wanted not in field["choices"]:
+                config_error(f"pydantic_core.ValidationError: {flag}{where}.{key}: Input should be one of {field['choices']}")
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            check_bounds(f"{flag}{where}.{key}", float(item), field.get("bounds", {}))
+
+
+def check_bounds(name: str, value: float, bounds: dict[str, float]) -> None:
+    tests = {
+        "gt": value > bounds.get("gt", 0),
+        "ge": value >= bounds.get("ge", 0),
+        "lt": value < bounds.get("lt", 0),
+        "le": value <= bounds.get("le", 0),
+    }
+    for op in bounds:
+        if not tests[op]:
+            config_error(f"pydantic_core.ValidationError: {name}: Input should be {op} {bounds[op]}")
+
+
+def check_startup(model: str, args: dict[str, Any]) -> None:
+    """What vLLM's engine config refuses at start-up, read from the same generated tables.
+
+    In vLLM's order: flag bounds and JSON configs (pydantic), the quantization
+    (ModelConfig._verify_quantization with the checkpoint's config.json), the
+    scheduler limits, then the attention backend's validate_configuration.
+    """
+    for flag, value in args.items():
+        info = FLAGS[flag]
+        if isinstance(value, bool):
+            continue
+        if "json_fields" in info:
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError as exc:
+                fail(f"argument {flag}: invalid loads value: {value!r} ({exc.msg})")
+            if not isinstance(parsed, dict):
+                fail(f"argument {flag}: must be a JSON object")
+            check_json_config(flag, parsed, info["json_fields"])
+        elif info.get("bounds"):
+            try:
+                number = float(value)
+            except ValueError:
+                continue
+            check_bounds(flag, number, info["bounds"])
+    quant = TABLE["quantization"]
+    checkpoint = CHECKPOINTS.get(model, {})
+    declared = checkpoint.get("quant_method") or None
+    given = args.get("--quantization")
+    if given and declared and given.removeprefix("auto_").removesuffix("_marlin") != declared.removeprefix("auto_").removesuffix("_marlin"):
+        config_error(
+            f"ValueError: Quantization method specified in the model config ({declared}) does not match the quantization "
+            f"method specified in the `quantization` argument ({given})."
+        )
+    method = given or declared
+    if method:
+        if method not in quant["methods"]:
+            config_error(f"ValueError: Unknown quantization method: {method}. Must be one of {quant['methods']}.")
+        if quant["rocm"] and method not in quant["rocm"]:
+            config_error(f"ValueError: {method} quantization is currently not supported in rocm.")
+        if method in quant["deprecated"] and args.get(quant["deprecated_flag"] or "") is not True:
+            config_error(f"ValueError: The quantization method {method} is deprecated and will be removed in future versions of vLLM.")
+    seqs, batched = args.get("--max-num-seqs"), args.get("--max-num-batched-tokens")
+    if seqs and batched and "scheduler-batched-below-seqs" in TABLE["startup_checks"] and int(batched) < int(seqs):
+        config_error(f"ValueError: max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({seqs}).")
+    backends = TABLE["attention_backends"].get("rocm", {})
+    selected = args.get("--attention-backend")
+    if backends and selected:
+        backend = backends.get(selected.upper())
+        reasons = []
+        if backend is None:
+            reasons.append("ImportError")
+        else:
+            dtype = args.get("--kv-cache-dtype")
+            if dtype and backend.get("kv_cache_dtypes") and dtype not in backend["kv_cache_dtypes"]:
+                reasons.append("kv_cache_dtype not supported")
+            block = args.get("--block-size")
+            sizes = backend.get("block_sizes")
+            if block and sizes and not any(int(block) % int(str(s).lstrip("*")) == 0 for s in sizes):
+                reasons.append("block_size not supported")
+            if bool(checkpoint.get("mla")) != bool(backend.get("is_mla")):
+                reasons.append("MLA not supported" if checkpoint.get("mla") else "non-MLA not supported")
+            if checkpoint.get("sinks") and not backend.get("supports_sink"):
+                reasons.append("attention sinks not supported")
+        if reasons:
+            config_error(f"ValueError: Selected backend {selected.upper()} is not valid for this configuration. Reason: {reasons}")
 
 
 def check_devices(args: dict[str, Any]) -> None:
@@ -391,6 +498,7 @@ def main() -> None:
 
         sys.exit(bench_standin.main(sys.argv[3:]))
     model, args = parse(sys.argv[1:])
+    check_startup(model, args)
     for name in sorted(os.environ):
         if name.startswith("VLLM_") and name not in ENV_VARS:
             print(f"WARNING Unknown vLLM environment variable detected: {name}", flush=True)

@@ -1,0 +1,104 @@
+"""The stand-in vLLM refuses at start-up what validation refuses, and starts what validation accepts, from the same tables.
+
+Why: the end-to-end fleet proves a deploy only as far as its stand-in behaves like
+vLLM. The stand-in (tests/fleet/standin/vllm/vllm_standin.py) is loaded here as the
+fleet builds it: beside the generated table of the version it stands in for and the
+checkpoint table.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from instinct_fleet.recipes import all_recipes
+from instinct_fleet.render import render_args
+from instinct_fleet.spec import ServiceSpec
+
+from .conftest import check, check_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+STANDIN = ROOT / "tests" / "fleet" / "standin" / "vllm" / "vllm_standin.py"
+VERSION = "0.22.0"  # tests/fleet/fleet.py STANDIN_VERSION
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    context = tmp_path_factory.mktemp("standin")
+    shutil.copy(STANDIN, context / "vllm_standin.py")
+    shutil.copy(ROOT / "instinct_fleet" / "knowledge" / f"vllm-{VERSION}.json", context / "vllm-knowledge.json")
+    shutil.copy(ROOT / "instinct_fleet" / "knowledge" / "checkpoints.toml", context / "checkpoints.toml")
+    spec = importlib.util.spec_from_file_location("vllm_standin", context / "vllm_standin.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def starts(standin: ModuleType, svc: ServiceSpec) -> str | None:
+    """None when the stand-in starts this instance's argv; its error line when it refuses."""
+    try:
+        model, args = standin.parse(["serve", svc.model, *render_args(svc)])
+        standin.check_startup(model, args)
+    except SystemExit:
+        return "refused"
+    return None
+
+
+def test_the_fleets_stand_in_is_the_default_version() -> None:
+    assert f'STANDIN_VERSION = "{VERSION}"' in (ROOT / "tests" / "fleet" / "fleet.py").read_text()
+
+
+@pytest.mark.parametrize("recipe", sorted(all_recipes()))
+def test_every_recipe_starts(standin: ModuleType, recipe: str) -> None:
+    nodes = all_recipes()[recipe].nodes
+    spec = check_cluster({"vllm_recipe": recipe, "vllm_nodes": nodes}, nodes)[0][0] if nodes > 1 else check({"vllm_recipe": recipe})[0]
+    assert starts(standin, spec.services[0]) is None
+
+
+L8B = {"vllm_model": "meta-llama/Llama-3.1-8B-Instruct"}
+EAGLE = {"vllm_recipe": "llama-3.1-8b-eagle3"}
+# Wrong overrides built from vLLM's own start-up checks: each is refused by validation and by the stand-in.
+REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
+    "unknown quantization": ("quantization-unknown", {**L8B, "vllm_args": {"quantization": "ptpc_fp8"}}),
+    "quantization ROCm lacks": ("quantization-rocm", {**L8B, "vllm_args": {"quantization": "experts_int8"}}),
+    "deprecated checkpoint": ("quantization-deprecated", {"vllm_model": "meta-llama/Llama-3.1-405B-Instruct-FP8"}),
+    "quantization against the checkpoint": ("quantization-mismatch", {"vllm_args": {"quantization": "fp8"}}),
+    "unknown speculative key": (
+        "value-domain",
+        {**EAGLE, "vllm_args": {"speculative-config": {"method": "eagle3", "model": "m/d", "dtype": "float16"}}},
+    ),
+    "speculative tokens out of range": (
+        "value-domain",
+        {**EAGLE, "vllm_args": {"speculative-config": {"method": "eagle3", "model": "m/d", "num_speculative_tokens": 0}}},
+    ),
+    "nested compilation key": ("value-domain", {"vllm_args": {"compilation-config": {"pass_config": {"no_such_pass": True}}}}),
+    "memory above 1": ("value-domain", {"vllm_args": {"gpu-memory-utilization": 1.5}}),
+    "KV dtype the backend refuses": (
+        "attention-backend",
+        {**L8B, "vllm_args": {"attention-backend": "ROCM_AITER_FA", "kv-cache-dtype": "fp8_inc"}},
+    ),
+    "block size the backend refuses": ("attention-backend", {**L8B, "vllm_args": {"attention-backend": "ROCM_AITER_FA", "block-size": 8}}),
+    "sinks on a backend without them": ("attention-backend", {"vllm_args": {"attention-backend": "ROCM_ATTN"}}),
+    "MLA model on an MHA backend": (
+        "attention-backend",
+        {"vllm_recipe": "deepseek-r1", "vllm_args": {"attention-backend": "ROCM_AITER_FA"}},
+    ),
+    "batched tokens below sequences": (
+        "scheduler-batched-below-seqs",
+        {"vllm_args": {"max-num-batched-tokens": 256, "enable-chunked-prefill": True}},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_validation_and_the_stand_in_refuse_alike(standin: ModuleType, case: str) -> None:
+    rule, data = REFUSED[case]
+    spec, findings = check(data)
+    assert rule in {f.rule for f in findings if f.severity == "error"}, case
+    assert starts(standin, spec.services[0]) == "refused", case
