@@ -36,8 +36,8 @@ import os
 import signal
 import sys
 import threading
-import tomllib
 import time
+import tomllib
 from glob import glob
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
