@@ -8,8 +8,9 @@ them out so; any tree with that shape works). The field names are vLLM's own
 
 Why a report and not the raw files: a fleet's question is whether every
 instance performs as the guide says and as its peers do. The report therefore
-compares each run with the seed's published figures for the same profile (as a
-ratio) and flags an instance more than 10% below the median of the instances
+compares each run with the seed's published figures (as a ratio), but only a run of
+the same model on the same number of GPUs as the seed, read from the ``config.json``
+that ``bench`` writes beside it, and flags an instance more than 10% below the median of the instances
 that ran the same model, profile and concurrency.
 """
 
@@ -26,16 +27,42 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p99")
 OUTLIER_BELOW = 0.10  # an instance this far under its peers' median output throughput is flagged
 
-# What the seeds publish for a profile, with where. Keys are vLLM's result fields.
-REFERENCES: dict[str, dict[str, Any]] = {
-    "seed-001-gpt-oss": {
-        "source": "001_81014cdf3d7b3637.txt: gpt-oss-120b on one MI300X, random 4096/1024, 80 prompts, concurrency 8",
-        "output_throughput": 479.07,
-        "total_token_throughput": 2394.07,
-        "median_ttft_ms": 833.79,
-        "p99_ttft_ms": 2091.68,
-        "median_tpot_ms": 15.85,
-    },
+
+@dataclass(frozen=True)
+class Reference:
+    """What a seed publishes for one profile, and the configuration it measured: only a run of that compares."""
+
+    source: str
+    model: str
+    gpus: int
+    concurrency: int
+    figures: dict[str, float]  # vLLM's result field names
+
+
+REFERENCES: dict[str, Reference] = {
+    "seed-001-gpt-oss": Reference(
+        source="001_81014cdf3d7b3637.txt lines 75-103: gpt-oss-120b on one MI300X (TP 1), random 4096/1024, 80 prompts, concurrency 8",
+        model="openai/gpt-oss-120b",
+        gpus=1,
+        concurrency=8,
+        figures={
+            "request_throughput": 0.47,
+            "output_throughput": 479.07,
+            "total_token_throughput": 2394.07,
+            "mean_ttft_ms": 864.75,
+            "median_ttft_ms": 833.79,
+            "p99_ttft_ms": 2091.68,
+            "mean_tpot_ms": 15.87,
+            "median_tpot_ms": 15.85,
+            "p99_tpot_ms": 16.96,
+            "mean_itl_ms": 15.87,
+            "median_itl_ms": 15.22,
+            "p99_itl_ms": 17.26,
+            "mean_e2el_ms": 17097.11,
+            "median_e2el_ms": 16968.59,
+            "p99_e2el_ms": 17943.96,
+        },
+    ),
 }
 
 
@@ -51,6 +78,7 @@ class Run:
     instance: str
     path: Path
     data: dict[str, Any]
+    config: dict[str, Any]  # bench's config.json beside the result ({} where there is none)
 
     @property
     def profile(self) -> str:
@@ -64,6 +92,20 @@ class Run:
     @property
     def model(self) -> str:
         return str(self.data.get("model_id", "?"))
+
+    def unlike(self, reference: Reference) -> str | None:
+        """Why this run cannot be compared with ``reference`` (None when it can): another model, GPU count or concurrency."""
+        if not self.config:
+            return "no config.json beside it says what it ran"
+        model = self.config.get("model")
+        gpus = self.config.get("gpus")
+        if model != reference.model:
+            return f"it served {model}, the seed {reference.model}"
+        if not isinstance(gpus, list) or len(gpus) != reference.gpus:
+            return f"it ran on {len(gpus) if isinstance(gpus, list) else '?'} GPU(s), the seed on {reference.gpus}"
+        if self.concurrency != reference.concurrency:
+            return f"it ran at concurrency {self.concurrency}, the seed at {reference.concurrency}"
+        return None
 
     def value(self, key: str) -> float | None:
         value = self.data.get(key)
@@ -87,10 +129,20 @@ def load(results: Path) -> list[Run]:
         parts = path.relative_to(results).parts
         if len(parts) < 3:
             raise ReportError(f"{path}: expected <host>/<instance>/<result>.json under {results}")
-        runs.append(Run(parts[-3], parts[-2], path, data))
+        runs.append(Run(parts[-3], parts[-2], path, data, _config(path.parent / "config.json")))
     if not runs:
         raise ReportError(f"no vLLM result files (--save-result JSON) under {results}")
     return runs
+
+
+def _config(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{path} is not the config.json bench writes: {exc}") from None
+    return data if isinstance(data, dict) else {}
 
 
 def outliers(runs: list[Run]) -> list[tuple[Run, float, float]]:
@@ -154,19 +206,26 @@ def fleet_rows(runs: list[Run]) -> list[list[str]]:
 
 
 def reference_rows(runs: list[Run]) -> list[list[str]]:
-    """Each run of a profile with published figures, as a ratio to them (throughput: higher is better; latency: lower)."""
+    """Each run like a seed's, as a ratio to its published figures (throughput: higher is better; latency: lower)."""
     rows = [["host", "instance", "profile", "figure", "seed", "measured", "ratio"]]
     for run in sorted(runs, key=lambda r: (r.profile, r.host, r.instance)):
         reference = REFERENCES.get(run.profile)
-        if reference is None:
+        if reference is None or run.unlike(reference):
             continue
-        for key, published in reference.items():
-            if key == "source":
-                continue
+        for key, published in reference.figures.items():
             measured = run.value(key)
             ratio = "-" if measured is None else f"{measured / published:.2f}"
             rows.append([run.host, run.instance, run.profile, key, _fmt(published), _fmt(measured), ratio])
     return rows
+
+
+def not_compared(runs: list[Run]) -> list[str]:
+    """The runs of a seed's profile that are left out of the comparison, each with why."""
+    return [
+        f"{r.host}/{r.instance} ({r.profile}): {why}"
+        for r in sorted(runs, key=lambda r: (r.profile, r.host, r.instance))
+        if (reference := REFERENCES.get(r.profile)) is not None and (why := r.unlike(reference))
+    ]
 
 
 def table(rows: list[list[str]], markdown: bool) -> str:
@@ -175,6 +234,15 @@ def table(rows: list[list[str]], markdown: bool) -> str:
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows[1:]])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def seed_marks(runs: list[Run], key: str) -> tuple[tuple[str, int, float], ...]:
+    """(label, concurrency, figure) of each seed reference that some run is like, for the plot."""
+    marks = []
+    for profile, reference in sorted(REFERENCES.items()):
+        if key in reference.figures and any(r.profile == profile and not r.unlike(reference) for r in runs):
+            marks.append((f"seed {reference.source.split('_')[0]}: {reference.model}", reference.concurrency, reference.figures[key]))
+    return tuple(marks)
 
 
 def plots(runs: list[Run], out: Path) -> list[Path]:
@@ -189,8 +257,10 @@ def plots(runs: list[Run], out: Path) -> list[Path]:
     for run in runs:
         series[f"{run.host}/{run.instance}"].append(run)
 
-    def line_plot(name: str, keys: list[tuple[str, str]], ylabel: str) -> None:
+    def line_plot(name: str, keys: list[tuple[str, str]], ylabel: str, marks: tuple[tuple[str, int, float], ...] = ()) -> None:
         fig, ax = plt.subplots(figsize=(8, 5))
+        for label, concurrency, value in marks:
+            ax.scatter([concurrency], [value], marker="*", s=200, color="black", zorder=5, label=label)
         for label, members in sorted(series.items()):
             members = sorted(members, key=lambda r: r.concurrency)
             for key, suffix in keys:
@@ -207,7 +277,7 @@ def plots(runs: list[Run], out: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
 
-    line_plot("throughput.png", [("output_throughput", "")], "output tokens/s")
+    line_plot("throughput.png", [("output_throughput", "")], "output tokens/s", seed_marks(runs, "output_throughput"))
     line_plot("ttft.png", [("median_ttft_ms", "median"), ("p99_ttft_ms", "p99")], "TTFT (ms)")
     line_plot("tpot.png", [("median_tpot_ms", "median"), ("p99_tpot_ms", "p99")], "TPOT (ms)")
 
@@ -247,10 +317,17 @@ def write(results: Path) -> tuple[Path, str]:
     ]
     reference = reference_rows(runs)
     if len(reference) > 1:
-        sources = sorted({REFERENCES[r.profile]["source"] for r in runs if r.profile in REFERENCES})
+        sources = sorted({REFERENCES[r.profile].source for r in runs if r.profile in REFERENCES and not r.unlike(REFERENCES[r.profile])})
         lines += [table(reference, markdown=True), "", *[f"- {s}" for s in sources], ""]
     else:
-        lines += ["No run used a profile with published figures (`seed-001-gpt-oss` has them).", ""]
+        lines += [
+            "No run is like a seed's measurement: the same profile, model, GPU count and concurrency "
+            "(`seed-001-gpt-oss` with openai/gpt-oss-120b on one GPU has published figures).",
+            "",
+        ]
+    left_out = not_compared(runs)
+    if left_out:
+        lines += ["Not compared with the seed, so that unlike is never set against unlike:", "", *[f"- {w}" for w in left_out], ""]
     lines += ["## Outliers", ""]
     if flagged:
         lines += [

@@ -102,6 +102,9 @@ def test_bench_runs_the_seed_profile_on_every_instance_and_report_reads_it(conve
     assert report.returncode == 0, report.stderr
     text = (stamp / "report.md").read_text()
     assert "seed-001-gpt-oss" in text and "479.07" in text  # the seed's reference figure, beside the ratio
+    # Only the gpt-oss-120b instances on one GPU are set against 001's figures; the Llama ones are listed as unlike.
+    assert "| sim-gpu-1 | main | seed-001-gpt-oss | output_throughput | 479.07 |" in text
+    assert "sim-gpu-2/llama-a (seed-001-gpt-oss): it served meta-llama/Llama-3.1-70B-Instruct" in text
     assert {p.name for p in stamp.glob("*.png")} == {"throughput.png", "ttft.png", "tpot.png", "instances.png"}
 
 

@@ -12,6 +12,7 @@ from instinct_fleet import report
 from instinct_fleet.cli import main
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json"
+GPT_OSS_TP1 = {"model": "openai/gpt-oss-120b", "gpus": [0]}  # what bench's config.json says of 001's configuration
 
 
 def results(tmp_path: Path, throughput: dict[tuple[str, str], float]) -> Path:
@@ -21,24 +22,44 @@ def results(tmp_path: Path, throughput: dict[tuple[str, str], float]) -> Path:
         where = tmp_path / "20261123T000000Z" / host / instance
         where.mkdir(parents=True)
         (where / "vllm-8qps-gpt-oss-120b.json").write_text(json.dumps({**base, "output_throughput": value}))
-        (where / "config.json").write_text(json.dumps({"recipe": "gpt-oss-120b"}))
+        (where / "config.json").write_text(json.dumps({"recipe": "gpt-oss-120b", **GPT_OSS_TP1}))
     return tmp_path / "20261123T000000Z"
 
 
-def test_the_seed_run_matches_its_published_figures_exactly(tmp_path: Path) -> None:
-    where = tmp_path / "r" / "gpu-1" / "main"
+def seed_profile_run(tmp_path: Path, host: str, config: dict[str, object] | None) -> None:
+    where = tmp_path / "r" / host / "main"
     where.mkdir(parents=True)
     shutil.copy(FIXTURE, where / "run.json")
+    if config is not None:
+        (where / "config.json").write_text(json.dumps(config))
+
+
+def test_the_seed_run_matches_its_published_figures_exactly(tmp_path: Path) -> None:
+    seed_profile_run(tmp_path, "gpu-1", GPT_OSS_TP1)
     runs = report.load(tmp_path / "r")
     rows = report.reference_rows(runs)
-    assert {row[3]: row[6] for row in rows[1:]} == {
-        "output_throughput": "1.00",
-        "total_token_throughput": "1.00",
-        "median_ttft_ms": "1.00",
-        "p99_ttft_ms": "1.00",
-        "median_tpot_ms": "1.00",
-    }
+    # Every serve figure 001 publishes: req/s, throughput, and mean, median and P99 of TTFT, TPOT, ITL and E2EL.
+    assert {row[3]: row[6] for row in rows[1:]} == dict.fromkeys(report.REFERENCES["seed-001-gpt-oss"].figures, "1.00")
+    assert len(rows) == 1 + 15
     assert runs[0].profile == "seed-001-gpt-oss" and runs[0].concurrency == 8
+    assert report.not_compared(runs) == []
+    assert report.seed_marks(runs, "output_throughput") == (("seed 001: openai/gpt-oss-120b", 8, 479.07),)
+
+
+def test_the_seed_is_compared_only_with_the_same_model_and_configuration(tmp_path: Path) -> None:
+    seed_profile_run(tmp_path, "llama", {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpus": [0]})
+    seed_profile_run(tmp_path, "tp8", {"model": "openai/gpt-oss-120b", "gpus": list(range(8))})
+    seed_profile_run(tmp_path, "bare", None)
+    runs = report.load(tmp_path / "r")
+    assert report.reference_rows(runs) == [report.reference_rows([])[0]]
+    assert report.not_compared(runs) == [
+        "bare/main (seed-001-gpt-oss): no config.json beside it says what it ran",
+        "llama/main (seed-001-gpt-oss): it served meta-llama/Llama-3.1-8B-Instruct, the seed openai/gpt-oss-120b",
+        "tp8/main (seed-001-gpt-oss): it ran on 8 GPU(s), the seed on 1",
+    ]
+    assert report.seed_marks(runs, "output_throughput") == ()
+    text, _ = report.write(tmp_path / "r")
+    assert "No run is like a seed's measurement" in text.read_text() and "tp8/main" in text.read_text()
 
 
 def test_an_instance_more_than_ten_percent_below_its_peers_is_flagged_with_its_host(tmp_path: Path) -> None:
