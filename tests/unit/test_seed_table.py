@@ -155,3 +155,12 @@ def test_every_seed_serve_command_is_in_the_table() -> None:
 # `vllm serve` lines that are prose, not commands: 000 line 8 ("...vllm serve call so..."),
 # 002's mentions in running text (lines 231, 302-318 are `vllm bench`), 004's duplicate of line 273 (303).
 PROSE_MENTIONS = {"000": 1, "001": 0, "002": 2, "004": 1}
+
+
+def test_readme_gives_the_tables_counts() -> None:
+    text = (ROOT / "README.md").read_text()
+    for version in VERSIONS:
+        verdicts = [row["verdict"][version].split(":")[0] for row in TABLE]
+        counts = [verdicts.count(kind) for kind in ("exact", "translated", "refused")]
+        assert f"| {version} | {counts[0]} | {counts[1]} | {counts[2]} |" in text, (version, counts)
+    assert f"lists the {len(TABLE)} `vllm serve` commands" in text
