@@ -3,10 +3,13 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: test lint unit e2e fleet-deps floor-venv demo demo-down install clean
+.PHONY: test check lint unit e2e unit-deps fleet-deps floor-venv demo demo-down install clean
 
+# The readers the unit tests hand rendered files to (tests/unit/consumers.py): nft, promtool.
+# systemd-analyze and ip come with the machine's image (systemd, iproute2).
+UNIT_PACKAGES = nftables prometheus
 # Debian packages the simulated fleet needs (tests/fleet/fleet.py), and the Prometheus tests/e2e/test_observe.py runs.
-FLEET_PACKAGES = docker.io debootstrap docker-registry nftables openssh-client curl prometheus
+FLEET_PACKAGES = docker.io debootstrap docker-registry openssh-client curl $(UNIT_PACKAGES)
 
 # The oldest pyinfra pyproject.toml admits; tests/e2e/test_floor.py deploys with it (test_docs checks they agree).
 PYINFRA_FLOOR = 3.9
@@ -25,15 +28,24 @@ lint: install
 	$(BIN)/ruff format --check instinct_fleet scripts tests group_data inventories tasks deploy.py config.py benchmarks
 	$(BIN)/mypy
 
-unit: install
+unit: install unit-deps
 	$(BIN)/pytest tests/unit
 
-fleet-deps:
-	@missing=$$(for p in $(FLEET_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+# The quick inner loop: lint, format check, types and the unit tests (no fleet).
+check: lint unit
+
+# Installs what is missing of a list of Debian packages.
+apt_install = missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "apt-get install $$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+unit-deps:
+	@$(call apt_install,$(UNIT_PACKAGES) systemd iproute2)
+
+fleet-deps:
+	@$(call apt_install,$(FLEET_PACKAGES))
 
 $(FLOOR_VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(FLOOR_VENV)

@@ -76,9 +76,46 @@ class Job:
         return f"{self.spec.host}/{self.svc.name} {self.profile_name} concurrency {self.concurrency}, {self.num_prompts} prompts"
 
 
+class BenchRequestError(Exception):
+    """A bench request that cannot run as asked; the message says why, before any host is contacted."""
+
+
+def concurrencies(text: str | None) -> list[int] | None:
+    """``--concurrency 1,8``: positive whole numbers, or None for the profile's own."""
+    if text is None:
+        return None
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise BenchRequestError(f"--concurrency takes comma-separated whole numbers such as 1,8, got {text!r}") from None
+    if any(v < 1 for v in values):
+        raise BenchRequestError(f"--concurrency values must be 1 or more, got {text!r}")
+    return values
+
+
 def jobs(spec: HostSpec, svc: ServiceSpec, name: str, num_prompts: int | None, concurrency: list[int] | None) -> list[Job]:
-    """The runs of one instance for profile ``name``, with the CLI's overrides."""
-    profile = profiles(spec)[name]
+    """The runs of one instance for profile ``name``, with the CLI's overrides; refused when they cannot run.
+
+    A random prompt plus its output longer than the instance's ``--max-model-len`` is
+    refused by vLLM request by request, so the whole run would measure errors.
+    """
+    known = profiles(spec)
+    if name not in known:
+        raise BenchRequestError(f"{spec.host} has no bench profile {name!r}; profiles: {', '.join(sorted(known))}")
+    if num_prompts is not None and num_prompts < 1:
+        raise BenchRequestError(f"--num-prompts must be 1 or more, got {num_prompts}")
+    profile = known[name]
+    limit = svc.args.get("max-model-len")
+    if (
+        profile.dataset == "random"
+        and isinstance(limit, int)
+        and not isinstance(limit, bool)
+        and profile.input_len + profile.output_len > limit
+    ):
+        raise BenchRequestError(
+            f"profile {name!r} sends {profile.input_len} + {profile.output_len} tokens, more than {spec.host}/{svc.name}'s "
+            f"--max-model-len {limit}; choose a shorter profile or add one to bench_profiles"
+        )
     return [Job(spec, svc, name, profile, c, num_prompts or profile.num_prompts) for c in (concurrency or profile.concurrency)]
 
 
@@ -111,7 +148,7 @@ def command(job: Job, stamp: str, client: HostSpec | None) -> str:
     on = client or job.spec
     local = client is None
     address = "127.0.0.1" if local else monitoring.scrape_address(job.spec)
-    base_url = f"http://{address}:{job.svc.port}"
+    base_url = f"http://{monitoring.host_port(address, job.svc.port)}"
     out = remote_dir(stamp, job)
     argv = [render.DOCKER, "run", "--rm", "--network", "host", "--ipc", "host"]
     argv += ["-v", f"{on.settings.hf_cache_dir}:{render.HF_CACHE_IN_CONTAINER}", "-v", f"{out}:{IN_CONTAINER}"]

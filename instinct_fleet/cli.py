@@ -268,7 +268,12 @@ def cmd_targets(opts: argparse.Namespace) -> int:
         return EXIT_INVALID
     text = json.dumps(monitoring.file_sd([spec for spec, _ in planned]), indent=2) + "\n"
     if opts.output:
-        Path(opts.output).write_text(text)
+        out = Path(opts.output)
+        if out.is_dir():
+            raise UsageError(f"-o {opts.output!r} is a directory; name the file Prometheus reads, such as {out / 'instinct-fleet.json'}")
+        if not out.parent.is_dir():
+            raise UsageError(f"-o {opts.output!r}: the directory {str(out.parent)!r} does not exist")
+        out.write_text(text)
     else:
         print(text, end="")
     return 0
@@ -324,16 +329,15 @@ def cmd_bench(opts: argparse.Namespace) -> int:
         if opts.client not in everyone:
             raise UsageError(f"--client {opts.client!r} is not a host of {opts.inventory}")
         client = everyone[opts.client]
-    concurrency = [int(c) for c in opts.concurrency.split(",")] if opts.concurrency else None
     todo: list[bench.Job] = []
-    for spec in specs:
-        for svc in status.instances(spec):
-            if opts.instance and not fnmatch.fnmatch(svc.name, opts.instance):
-                continue
-            known = bench.profiles(spec)
-            if opts.profile not in known:
-                raise UsageError(f"{spec.host} has no bench profile {opts.profile!r}; profiles: {', '.join(sorted(known))}")
-            todo += bench.jobs(spec, svc, opts.profile, opts.num_prompts, concurrency)
+    try:
+        concurrency = bench.concurrencies(opts.concurrency)
+        for spec in specs:
+            for svc in status.instances(spec):
+                if not opts.instance or fnmatch.fnmatch(svc.name, opts.instance):
+                    todo += bench.jobs(spec, svc, opts.profile, opts.num_prompts, concurrency)
+    except bench.BenchRequestError as exc:
+        raise UsageError(f"{exc}; no host was contacted") from exc
     if not todo:
         raise UsageError("no vLLM instance matches --limit and --instance")
     hosts = remote.Hosts(opts.inventory, opts.project_dir)

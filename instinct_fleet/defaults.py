@@ -14,11 +14,13 @@ A value of the wrong form fails with a custom error type that names its rule
 from __future__ import annotations
 
 import copy
+import difflib
 import ipaddress
 import posixpath
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StrictBool, StrictInt, StrictStr
@@ -90,6 +92,28 @@ def _network(value: str) -> str:
     except ValueError:
         raise PydanticCustomError("allow_from", "{shown} is not an IP address or network", {"shown": repr(value)}) from None
     return value
+
+
+HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def _address(value: str) -> str:
+    """An IP address (v4 or v6) or an RFC 1123 host name: what Prometheus and a client join with a port."""
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    labels = value.rstrip(".").split(".")
+    if ":" in value:
+        why = "holds a port or is not an IPv6 address; the port comes from each instance and the exporter"
+    elif all(label.isdigit() for label in labels):
+        why = "looks like an IPv4 address but is not one"
+    elif len(value) > 253 or not all(HOST_LABEL.match(label) for label in labels):
+        why = "is not a host name (letters, digits and '-' in dot-separated labels)"
+    else:
+        return value
+    raise PydanticCustomError("value_format", "{shown} {why}", {"shown": repr(value), "why": why})
 
 
 def _one_of(choices: tuple[str, ...]) -> Callable[[Any], str]:
@@ -225,7 +249,27 @@ class Instance(_Strict):
 HookSetting = Annotated[Hook | None, BeforeValidator(_hook)]
 
 BENCH_DATASETS = ("random", "sharegpt")
-ExporterField = Annotated[StrictStr, _form(re.compile(r"^[A-Z][A-Z0-9_]*$"), "an exporter field name such as GPU_GFX_ACTIVITY")]
+
+
+def _exporter_field(value: Any) -> str:
+    if not isinstance(value, str) or value not in KNOWN_EXPORTER_FIELDS:
+        close = difflib.get_close_matches(str(value), KNOWN_EXPORTER_FIELDS, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise PydanticCustomError(
+            "value_format", "{shown} is not a field of the device metrics exporter{hint}", {"shown": repr(value), "hint": hint}
+        )
+    return value
+
+
+# The exporter's own field names: the GPUMetricField enum of ROCm/device-metrics-exporter
+# (pkg/exporter/proto/exporterconfig.proto); the exporter ignores a name it does not know.
+KNOWN_EXPORTER_FIELDS = tuple(
+    word
+    for line in (resources.files("instinct_fleet") / "knowledge" / "exporter-fields.txt").read_text().splitlines()
+    if not line.startswith("#")
+    for word in line.split()
+)
+ExporterField = Annotated[StrictStr, PlainValidator(_exporter_field)]
 # The device-metrics-exporter fields a serving fleet watches (names from its example config.json):
 # utilisation, power, temperatures, VRAM and uncorrectable ECC errors.
 EXPORTER_FIELDS = (
@@ -404,7 +448,7 @@ class FleetVars(_Strict):
         default=None,
         description='Addresses or networks allowed to reach the vLLM ports (`["10.0.0.0/8"]`), besides loopback and cluster members; `None` leaves them open.',
     )
-    scrape_address: Annotated[StrictStr, _form(re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$"), "a host name or IP address")] | None = Field(
+    scrape_address: Annotated[StrictStr, AfterValidator(_address)] | None = Field(
         default=None,
         description="Address other machines reach this host at: Prometheus scrapes its vLLM `/metrics` and exporter there (`instinct-fleet targets`), and `instinct-fleet bench --client` sends load there; `None` uses `ssh_hostname`, else the inventory name.",
     )

@@ -19,8 +19,8 @@ from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # C0, DEL, C1 (NEL) and the Unicode line separators
-SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN", "HUGGINGFACEHUB_API_TOKEN")
-SECRET_FLAGS = ("hf-token",)
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN", "HUGGINGFACEHUB_API_TOKEN", "VLLM_API_KEY")
+SECRET_FLAGS = ("hf-token", "api-key")
 
 BOOLEAN_ENV = re.compile(r"^VLLM_(?:ROCM_)?(?:USE|ENABLE|DISABLE)_")
 BOOLEAN_VALUES = ("0", "1", "true", "false", "True", "False", "TRUE", "FALSE")
@@ -63,7 +63,8 @@ def secrets_inline(spec: HostSpec) -> list[Finding]:
         inline = [(f"vllm_env.{n}", "the env lands in a file and in docker inspect") for n in SECRET_ENV if n in svc.env]
         inline += [(f"vllm_args.{f}", "argv shows in ps and in the unit") for f in SECRET_FLAGS if f in svc.args]
         for key, where in inline:
-            found.add(finding("secret-inline", spec.host, key, f"a token in {where}; put it in the file hf_token_path on each host"))
+            home = "vllm_api_key_path" if key.endswith(("api-key", "VLLM_API_KEY")) else "hf_token_path"
+            found.add(finding("secret-inline", spec.host, key, f"a secret in {where}; put it in the file {home} on each host"))
     return sorted(found, key=str)
 
 

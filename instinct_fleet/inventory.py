@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import traceback
 from collections import defaultdict
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
@@ -96,18 +97,43 @@ def pyinfra_inventory(path: str, project_dir: str | None = None) -> Any:
     from pyinfra_cli.inventory import make_inventory
 
     inventory_file = Path(path)
+    if inventory_file.is_dir():
+        raise InventoryError(f"inventory {path!r} is a directory; name the inventory file in it, such as {path.rstrip('/')}/prod.py")
     if not inventory_file.is_file():
         raise InventoryError(f"inventory file {path!r} does not exist")
+    if project_dir is not None and not Path(project_dir).is_dir():
+        raise InventoryError(f"--project-dir {project_dir!r} is not a directory; it must hold group_data/ (and deploy.py)")
     cwd = project_dir or str(inventory_file.resolve().parent.parent)
     sink = io.StringIO()
     record_groups()
     try:
         with ctx_state.use(State(check_for_changes=False)), redirect_stdout(sink), redirect_stderr(sink):
             inventory = make_inventory(str(inventory_file), cwd=cwd)
-    except Exception as exc:  # pyinfra raises many kinds for a broken inventory file
+    except Exception as exc:  # pyinfra raises many kinds for a broken inventory or group_data file
         inner = getattr(exc, "exception", exc)  # pyinfra wraps errors raised by the file itself
-        raise InventoryError(f"cannot load inventory {path!r}: {type(inner).__name__}: {inner}") from exc
+        raise InventoryError(f"cannot load {_blamed(inner, inventory_file, Path(cwd))}: {type(inner).__name__}: {inner}") from exc
+    variables = sorted(set(getattr(inventory, "instinct_fleet_groups", {})) & set(DEFAULTS))
+    if variables:
+        raise InventoryError(
+            f"inventory {path!r} defines {', '.join(variables)} at its top level, which pyinfra reads as a group of hosts; "
+            "set variables in group_data/*.py or in a host's data"
+        )
     return inventory
+
+
+def _blamed(error: BaseException, inventory: Path, project: Path) -> str:
+    """The inventory or group_data file (and line) an error was raised in, by the deepest frame in one of them."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.endswith(".py")]
+    ours = [
+        f
+        for f in frames
+        if Path(f.filename).resolve() == inventory.resolve() or Path(f.filename).resolve().parent == (project / "group_data").resolve()
+    ]
+    if not ours:
+        return f"inventory {str(inventory)!r}"
+    where = ours[-1]
+    kind = "inventory" if Path(where.filename).resolve() == inventory.resolve() else "group data"
+    return f"{kind} {where.filename!r} (line {where.lineno})"
 
 
 def select(hosts: list[HostData], limit: str | None) -> list[HostData]:

@@ -21,6 +21,11 @@ def scrape_address(spec: HostSpec) -> str:
     return str(spec.vars.scrape_address or spec.address or spec.host)
 
 
+def host_port(address: str, port: int) -> str:
+    """``address:port`` as a URL authority: an IPv6 address in brackets, which Prometheus and HTTP clients require."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
 def file_sd(specs: list[HostSpec]) -> list[dict[str, Any]]:
     """One file_sd group per vLLM instance and exporter: ``[{"targets": ["addr:port"], "labels": {...}}]``, sorted."""
     groups = []
@@ -29,7 +34,7 @@ def file_sd(specs: list[HostSpec]) -> list[dict[str, Any]]:
         cluster = spec.settings.cluster
         labels = {"job": job, "host": str(spec.host), "instance": instance, "model": model, "recipe": recipe}
         labels |= {"cluster": cluster.name if cluster else "", "role": cluster.role if cluster else "single"}
-        groups.append({"targets": [f"{scrape_address(spec)}:{port}"], "labels": labels})
+        groups.append({"targets": [host_port(scrape_address(spec), port)], "labels": labels})
 
     for spec in specs:
         cluster = spec.settings.cluster

@@ -14,7 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from paramiko.ssh_exception import SSHException
+
 from instinct_fleet.inventory import pyinfra_inventory
+
+# What a connection that dies under a command raises: a reset or closed socket (OSError), paramiko's
+# transport errors (SSHException; paramiko is pyinfra's SSH connector), a channel closed mid-read (EOFError).
+LOST = (OSError, EOFError, SSHException)
 
 
 @dataclass(frozen=True)
@@ -35,8 +41,10 @@ class Hosts:
         from pyinfra.api.config import Config
         from pyinfra.api.state import State
 
-        # pyinfra's connectors warn on their logger (unknown host keys and the like); a table is printed instead.
+        # pyinfra's connectors warn on their logger (unknown host keys and the like), and paramiko logs a
+        # traceback for a connection reset or a missing banner; a table with the host's error is printed instead.
         logging.getLogger("pyinfra").setLevel(logging.ERROR)
+        logging.getLogger("paramiko").setLevel(logging.CRITICAL)
         self.inventory = pyinfra_inventory(inventory_path, project_dir)
         self.state = State(self.inventory, Config())  # type: ignore[no-untyped-call]
 
@@ -49,6 +57,8 @@ class Hosts:
                 host.connect(show_errors=False, raise_exceptions=True)
             except ConnectError as exc:
                 return str(exc)
+            except LOST as exc:
+                return str(exc) or type(exc).__name__
         return host
 
     def run(self, name: str, command: str, timeout: int) -> Result:
@@ -62,6 +72,8 @@ class Hosts:
             ok, output = host.run_shell_command(StringCommand(command), _timeout=timeout)
         except TimeoutError:  # pyinfra's connectors raise it when _timeout passes
             return Result(name, False, "", "", f"no answer within {timeout}s")
+        except LOST as exc:  # the host reset or closed the connection mid-command
+            return Result(name, False, "", "", f"connection lost: {str(exc) or type(exc).__name__}")
         return Result(name, ok, "\n".join(output.stdout_lines), "\n".join(output.stderr_lines))
 
     def run_all(self, commands: dict[str, str], timeout: int) -> dict[str, Result]:

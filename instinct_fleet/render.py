@@ -319,11 +319,16 @@ def ray_ports(cluster: ClusterSpec) -> list[str]:
 
 
 def _address_sets(name: str, networks: tuple[str, ...]) -> list[str]:
-    """Two nftables sets, ``<name>_v4`` and ``<name>_v6``, of these addresses and networks."""
+    """Two nftables sets, ``<name>_v4`` and ``<name>_v6``, of these addresses and networks.
+
+    Overlapping entries are merged first (10.20.5.17 inside 10.20.0.0/16): ``nft -f``
+    refuses an interval set whose elements overlap ("conflicting intervals").
+    """
     nets = [ipaddress.ip_network(a, strict=False) for a in networks]
     lines = []
     for family, version in (("ipv4_addr", 4), ("ipv6_addr", 6)):
-        chosen = sorted(str(n) for n in nets if n.version == version)
+        same = [n for n in nets if n.version == version]
+        chosen = [str(n) for n in ipaddress.collapse_addresses(same)]  # type: ignore[type-var]
         lines += [f"    set {name}_v{version} {{", f"        type {family}", "        flags interval"]
         lines += [f"        elements = {{ {', '.join(chosen)} }}"] if chosen else []
         lines += ["    }"]

@@ -131,7 +131,7 @@ _RULES = (
     Rule(
         "cluster-mismatch",
         "error",
-        "Every node of a cluster needs the same GPU model, GPU count, image and vLLM version: Ray places ranks on any of them.",
+        "Every node of a cluster runs the same thing: GPU model and count, image, version, model, env, flags, Ray ports and cache paths (crosscheck.member); Ray places ranks on any of them.",
     ),
     Rule(
         "cluster-nic",
@@ -170,7 +170,41 @@ _RULES = (
         "The value must have the form its consumer accepts (docker's reference grammar, absolute paths, interface and user names, NCCL levels), checked before any host is touched.",
     ),
     Rule("instance-unique", "error", "Instance names name units, so they are unique on a host; an instance lists each GPU once."),
-    Rule("allow-from", "error", "`vllm_allow_from` takes IP addresses or networks (10.0.0.0/8), which become nftables set elements."),
+    Rule(
+        "allow-from",
+        "error",
+        "`vllm_allow_from` and `prometheus_allow_from` take IP addresses or networks (10.0.0.0/8) exactly as written: host bits set would widen an entry to its whole network.",
+    ),
+    Rule(
+        "port-conflict",
+        "error",
+        "Every port a feature listens on is distinct on its host: vLLM instances, the metrics exporter, Ray's ports and worker range, and SSH.",
+    ),
+    Rule(
+        "derived-setting",
+        "error",
+        "The deploy derives HF_HOME, HF_TOKEN_PATH and, on a cluster node, VLLM_HOST_IP and the RCCL/Gloo interface settings; a user value would fight it.",
+    ),
+    Rule(
+        "flag-twice",
+        "error",
+        "One flag under two spellings in one place (tp and tensor-parallel-size): which value vLLM sees would be an accident.",
+    ),
+    Rule(
+        "path-overlap",
+        "error",
+        "weights_source, hf_cache_dir and hf_token_path must not coincide or nest: staging copies one into the other.",
+    ),
+    Rule(
+        "firewall-off",
+        "error",
+        "An allow-list with `firewall = False` would not be enforced; the firewall must be on for it to mean anything.",
+    ),
+    Rule(
+        "timeouts",
+        "error",
+        "`rolling_drain_timeout` plus docker's 30 s stop margin must stay below `command_timeout`, or the hung-host watchdog kills a normal restart.",
+    ),
     Rule(
         "quick-reduce-tp1",
         "warning",

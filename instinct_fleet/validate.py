@@ -11,10 +11,10 @@ import difflib
 import json
 import re
 from collections import defaultdict
-from itertools import combinations
 from pathlib import Path
 
 from instinct_fleet import knowledge, startup
+from instinct_fleet.crosscheck import member, validate_crossings
 from instinct_fleet.defaults import default_image
 from instinct_fleet.inputs import validate_inputs
 from instinct_fleet.rules import Finding, finding
@@ -430,10 +430,6 @@ def validate_network(spec: HostSpec) -> list[Finding]:
                 f"ray_cluster {cluster.name!r} sets no nccl_ib_hca: RCCL will use TCP sockets on {cluster.nic or 'some interface'}",
             )
         )
-    ray_ports = set(cluster.ports.values()) | set(range(cluster.ports["min_worker"], cluster.ports["max_worker"] + 1))
-    for svc in spec.services:
-        if svc.port in ray_ports:
-            found.append(finding("ray-ports", spec.host, f"{svc.name}.port", f"port {svc.port} is one of Ray's ports (ray_ports)"))
     return found
 
 
@@ -486,16 +482,15 @@ def validate_clusters(specs: list[HostSpec]) -> list[Finding]:
                     f"vllm_nodes is {svc.nodes} but ray_cluster {name!r} has {len(hosts)} hosts: {listed}",
                 )
             )
+        wanted = member(head)
         for other in hosts:
-            for key, mine, theirs in (
-                ("gpu_model", other.gpu_model, head.gpu_model),
-                ("gpu_count", other.gpu_count, head.gpu_count),
-                ("vllm_image", other.services[0].image if other.services else None, svc.image),
-                ("vllm_version", other.services[0].version if other.services else None, svc.version),
-            ):
-                if mine != theirs:
+            mine = member(other)
+            for key in wanted:
+                if mine[key] != wanted[key]:
                     found.append(
-                        finding("cluster-mismatch", other.host, key, f"{mine!r} here, {theirs!r} on the head {head.host} of {name!r}")
+                        finding(
+                            "cluster-mismatch", other.host, key, f"{mine[key]!r} here, {wanted[key]!r} on the head {head.host} of {name!r}"
+                        )
                     )
     return found
 
@@ -515,7 +510,7 @@ def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
 
 def validate_host(spec: HostSpec) -> list[Finding]:
     """All per-service rules plus the rules across the instances of one host."""
-    found: list[Finding] = [*validate_inputs(spec), *validate_network(spec), *validate_local_files(spec)]
+    found: list[Finding] = [*validate_inputs(spec), *validate_network(spec), *validate_local_files(spec), *validate_crossings(spec)]
     if spec.services:
         found += check_image(spec.host, spec.services[0].image, spec.services[0].version)
     for svc in spec.services:
@@ -547,7 +542,4 @@ def validate_host(spec: HostSpec) -> list[Finding]:
                     f"GPU {gpu} is shared by {names} whose --gpu-memory-utilization add up to more than 1.0",
                 )
             )
-    for a, b in combinations(spec.services, 2):
-        if a.port == b.port:
-            found.append(finding("port-overlap", spec.host, "vllm_instances", f"{a.name} and {b.name} both use port {a.port}"))
     return found

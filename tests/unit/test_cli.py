@@ -205,3 +205,65 @@ def test_targets_use_the_scrape_address_and_refuse_invalid_input(tmp_path: Path,
     bad.write_text('hosts = [("h1", {"scrape_address": "10.1.0.9; rm -rf /"})]\n')
     code, out, err = run(capsys, "targets", str(bad))
     assert code == 1 and out == "" and "h1: scrape_address" in err and "[value-format]" in err
+
+
+def _inventory(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "inventories").mkdir(exist_ok=True)
+    (tmp_path / "group_data").mkdir(exist_ok=True)
+    path = tmp_path / "inventories" / "inv.py"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_targets_output_must_be_a_file_in_a_directory_that_exists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inventory = _inventory(tmp_path, "hosts = ['gpu-1']\n")
+    code, _, err = run(capsys, "targets", str(inventory), "-o", str(tmp_path / "no" / "such" / "t.json"))
+    assert code == 2 and "the directory" in err and "does not exist" in err and "Traceback" not in err
+    code, _, err = run(capsys, "targets", str(inventory), "-o", str(tmp_path))
+    assert code == 2 and "is a directory; name the file Prometheus reads" in err
+
+
+def test_inventory_and_project_dir_mistakes_say_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inventory = _inventory(tmp_path, "hosts = ['gpu-1']\n")
+    code, _, err = run(capsys, "plan", str(tmp_path / "inventories"))
+    assert code == 2 and "is a directory; name the inventory file in it" in err
+    code, _, err = run(capsys, "plan", str(inventory), "--project-dir", str(tmp_path / "nowhere"))
+    assert code == 2 and "--project-dir" in err and "is not a directory" in err
+
+
+def test_a_raising_group_data_file_is_blamed_not_the_inventory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inventory = _inventory(tmp_path, "hosts = ['gpu-1']\n")
+    (tmp_path / "group_data" / "all.py").write_text("vllm_recipe = 'gpt-oss-120b'\nboom = 1 / 0\n")
+    code, _, err = run(capsys, "plan", str(inventory))
+    assert code == 2 and "group data" in err and "all.py" in err and "(line 2)" in err and "ZeroDivisionError" in err
+
+
+def test_a_top_level_list_named_like_a_variable_is_not_taken_for_hosts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inventory = _inventory(tmp_path, "hosts = ['gpu-1']\nvllm_allow_from = ['10.0.0.0/8']\n")
+    code, _, err = run(capsys, "plan", str(inventory))
+    assert code == 2 and "defines vllm_allow_from at its top level" in err and "group_data" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--concurrency", "0"], "--concurrency values must be 1 or more"),
+        (["--concurrency", "eight"], "--concurrency takes comma-separated whole numbers"),
+        (["--num-prompts", "0"], "--num-prompts must be 1 or more"),
+        (["--profile", "long"], "more than gpu-1/main's --max-model-len 8192"),
+    ],
+)
+def test_bench_checks_its_arguments_before_contacting_any_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    from .test_inputs import ssh_port
+
+    with ssh_port() as (port, contacted):
+        inventory = _inventory(
+            tmp_path,
+            f"hosts = [('gpu-1', {{'ssh_hostname': '127.0.0.1', 'ssh_port': {port}, "
+            "'bench_profiles': {'long': {'input_len': 32768, 'output_len': 512}}})]\n",
+        )
+        code, _, err = run(capsys, "bench", str(inventory), *argv)
+    assert code == 2 and says in err and "no host was contacted" in err and "Traceback" not in err and "unexpected error" not in err
+    assert not contacted

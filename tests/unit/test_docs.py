@@ -24,6 +24,9 @@ def test_readme_lists_every_rule() -> None:
     text = (ROOT / "README.md").read_text()
     listed = set(re.findall(r"^\| `([a-z0-9-]+)` \| (?:error|warning) \|", text, re.M))
     assert listed == set(RULES)
+    # Written by scripts/sync_rule_docs.py: each row is the rules table's own severity and reason.
+    rows = re.findall(r"^\| `[a-z0-9-]+` \| (?:error|warning) \| .* \|$", text, re.M)
+    assert rows == [f"| `{r.id}` | {r.severity} | {r.reason} |" for r in RULES.values()]
 
 
 def test_group_data_all_shows_every_default_with_a_comment() -> None:

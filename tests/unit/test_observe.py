@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -82,7 +83,12 @@ def test_status_script_asks_every_unit_in_one_command() -> None:
 
 
 def test_bench_command_runs_the_instance_image_with_vllm_flag_names() -> None:
-    spec, _ = check({"bench_profiles": {"long": {"input_len": 32768, "output_len": 512, "concurrency": [2, 4], "num_prompts": 10}}})
+    spec, _ = check(
+        {
+            "bench_profiles": {"long": {"input_len": 32768, "output_len": 512, "concurrency": [2, 4], "num_prompts": 10}},
+            "vllm_args": {"max-model-len": 40960},
+        }
+    )
     svc = spec.services[0]
     (seed,) = bench.jobs(spec, svc, "seed-001-gpt-oss", 16, None)
     argv = shlex.split(bench.command(seed, "T", None).split(" && ", 1)[1].split(" && printf")[0])
@@ -101,6 +107,33 @@ def test_bench_command_runs_the_instance_image_with_vllm_flag_names() -> None:
     long = bench.jobs(spec, svc, "long", None, None)
     assert [(j.concurrency, j.num_prompts, j.filename) for j in long] == [(2, 10, "long-c2.json"), (4, 10, "long-c4.json")]
     assert set(bench.BUILTIN_PROFILES) <= set(bench.profiles(spec))
+
+
+@pytest.mark.parametrize(
+    ("profile", "num_prompts", "concurrency", "says"),
+    [
+        ("long", None, None, "sends 32768 + 512 tokens, more than h1/main's --max-model-len 8192"),
+        ("nope", None, None, "h1 has no bench profile 'nope'; profiles:"),
+        ("latency", 0, None, "--num-prompts must be 1 or more, got 0"),
+        ("latency", None, "0", "--concurrency values must be 1 or more, got '0'"),
+        ("latency", None, "8,x", "--concurrency takes comma-separated whole numbers such as 1,8, got '8,x'"),
+    ],
+)
+def test_a_bench_request_that_cannot_run_is_refused_before_any_host(
+    profile: str, num_prompts: int | None, concurrency: str | None, says: str
+) -> None:
+    spec, _ = check({"bench_profiles": {"long": {"input_len": 32768, "output_len": 512}}})
+    with pytest.raises(bench.BenchRequestError, match=re.escape(says)):
+        bench.jobs(spec, spec.services[0], profile, num_prompts, bench.concurrencies(concurrency))
+
+
+def test_ipv6_scrape_addresses_are_bracketed_for_prometheus_and_the_bench_client() -> None:
+    spec, findings = check({"scrape_address": "fd00::7", "metrics_exporter": True})
+    assert not [f for f in findings if f.severity == "error"]
+    assert [g["targets"] for g in monitoring.file_sd([spec])] == [["[fd00::7]:5000"], ["[fd00::7]:8080"]]
+    client, _ = check({}, host="loadgen")
+    (job,) = bench.jobs(spec, spec.services[0], "latency", None, None)
+    assert "--base-url 'http://[fd00::7]:8080'" in bench.command(job, "T", client)
 
 
 def test_bench_from_a_client_reaches_the_instance_at_its_scrape_address_and_checks_the_dataset() -> None:

@@ -168,6 +168,19 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"vllm_instances": [{"name": "a", "gpus": [0]}, {"name": "b", "gpus": [1]}]},
     ),
     "allow-from": ({"vllm_allow_from": ["10.0.0.0/33"]}, {"vllm_allow_from": ["10.0.0.0/8", "192.168.1.5", "fd00::/8"]}),
+    # Where features meet (instinct_fleet/crosscheck.py).
+    "port-conflict": (
+        {"metrics_exporter": True, "vllm_instances": [{"name": "main", "port": 5000}]},
+        {"metrics_exporter": True, "vllm_instances": [{"name": "main", "port": 8000}]},
+    ),
+    "derived-setting": ({"vllm_env": {"HF_HOME": "/data/hf"}}, {"hf_cache_dir": "/data/hf"}),
+    "path-overlap": (
+        {"weights_source": "/data/hf-cache/store", "hf_cache_dir": "/data/hf-cache"},
+        {"weights_source": "/mnt/store", "hf_cache_dir": "/data/hf-cache"},
+    ),
+    "firewall-off": ({"firewall": False, "vllm_allow_from": ["10.0.0.0/8"]}, {"firewall": True, "vllm_allow_from": ["10.0.0.0/8"]}),
+    "timeouts": ({"rolling_drain_timeout": 600}, {"rolling_drain_timeout": 60}),
+    "flag-twice": ({"vllm_args": {"max_num_seqs": 64, "max-num-seqs": 128}}, {"vllm_args": {"max-num-seqs": 128}}),
 }
 
 L405 = {"vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2}

@@ -8,8 +8,6 @@ checkpoint table.
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,24 +18,15 @@ from instinct_fleet.recipes import all_recipes
 from instinct_fleet.render import render_args
 from instinct_fleet.spec import ServiceSpec
 
+from . import consumers
 from .conftest import check, check_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
-STANDIN = ROOT / "tests" / "fleet" / "standin" / "vllm" / "vllm_standin.py"
-VERSION = "0.22.0"  # tests/fleet/fleet.py STANDIN_VERSION
 
 
 @pytest.fixture(scope="module")
-def standin(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    context = tmp_path_factory.mktemp("standin")
-    shutil.copy(STANDIN, context / "vllm_standin.py")
-    shutil.copy(ROOT / "instinct_fleet" / "knowledge" / f"vllm-{VERSION}.json", context / "vllm-knowledge.json")
-    shutil.copy(ROOT / "instinct_fleet" / "knowledge" / "checkpoints.toml", context / "checkpoints.toml")
-    spec = importlib.util.spec_from_file_location("vllm_standin", context / "vllm_standin.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def standin() -> ModuleType:
+    return consumers.standin()
 
 
 def starts(standin: ModuleType, svc: ServiceSpec) -> str | None:
@@ -51,7 +40,7 @@ def starts(standin: ModuleType, svc: ServiceSpec) -> str | None:
 
 
 def test_the_fleets_stand_in_is_the_default_version() -> None:
-    assert f'STANDIN_VERSION = "{VERSION}"' in (ROOT / "tests" / "fleet" / "fleet.py").read_text()
+    assert f'STANDIN_VERSION = "{consumers.STANDIN_VERSION}"' in (ROOT / "tests" / "fleet" / "fleet.py").read_text()
 
 
 @pytest.mark.parametrize("recipe", sorted(all_recipes()))

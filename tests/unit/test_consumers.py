@@ -1,0 +1,102 @@
+"""Whatever the validator accepts, the program that reads the rendered file accepts too.
+
+Hypothesis generates host data around the features that meet (instances and ports,
+allow-lists with overlapping and host-bit entries, the exporter, clusters, scrape
+addresses, vLLM flags); every configuration validation accepts is rendered as the
+deploy renders it and handed to its real reader (tests/unit/consumers.py). Anything
+accepted that a reader refuses is a validator bug. Validation refusing a
+configuration is fine: the property is only one way round.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from instinct_fleet import monitoring, render
+from instinct_fleet.hostplan import HostPlan, plan_inventory
+from instinct_fleet.inventory import HostData
+from instinct_fleet.recipes import all_recipes
+
+from . import consumers
+from . import test_preflight as pf
+from .conftest import CLUSTER
+
+ADDRESSES = ["10.20.0.0/16", "10.20.5.17", "10.20.5.17/16", "10.0.0.0/8", "192.168.1.0/24", "192.168.1.7", "fd00::/64", "fd00::5", "::1"]
+SCRAPE = ["10.0.0.7", "gpu-1.example.com", "fd00::7", "10.0.0.7:9000", "10.0.0.999", "bad_host", "gpu-1"]
+PORTS = [22, 5000, 6379, 8000, 8001, 8080, 8265, 10002, 12000]
+FLAGS = st.dictionaries(
+    st.sampled_from(["max-num-seqs", "max-num-batched-tokens", "max-model-len", "gpu-memory-utilization", "kv-cache-dtype", "block-size"]),
+    st.sampled_from([1, 16, 64, 256, 1024, 4096, 8192, 65536, 0.5, 0.9, "fp8", "auto", "fp8_inc", "bfloat16"]),
+    max_size=3,
+)
+SINGLE = sorted(name for name, recipe in all_recipes().items() if recipe.nodes == 1)
+
+host_data = st.fixed_dictionaries(
+    {"vllm_recipe": st.sampled_from(SINGLE)},
+    optional={
+        "vllm_instances": st.lists(
+            st.fixed_dictionaries({"name": st.sampled_from(["main", "b", "c"])}, optional={"port": st.sampled_from(PORTS)}),
+            min_size=1,
+            max_size=3,
+        ),
+        "vllm_args": FLAGS,
+        "vllm_allow_from": st.lists(st.sampled_from(ADDRESSES), max_size=5),
+        "prometheus_allow_from": st.lists(st.sampled_from(ADDRESSES), max_size=3),
+        "firewall": st.booleans(),
+        "metrics_exporter": st.booleans(),
+        "metrics_exporter_port": st.sampled_from(PORTS),
+        "scrape_address": st.sampled_from(SCRAPE),
+        "ray_cluster": st.just("c"),
+    },
+)
+
+
+def plans(data: dict[str, Any]) -> list[HostPlan] | None:
+    """The hosts' plans when validation accepts the data (a cluster of two when it names one), else None."""
+    report = pf.preflight.parse_report(pf.mi300x_host())
+    if "ray_cluster" in data:
+        data = {**data, **CLUSTER, "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2}
+        data.pop("vllm_instances", None)
+        hosts = [HostData("h1", ("all",), {**data, "ray_role": "head"}), HostData("h2", ("all",), {**data, "ray_role": "worker"})]
+    else:
+        hosts = [HostData("h1", ("all",), data)]
+    planned = plan_inventory(hosts, {h.name for h in hosts}, lambda specs: dict.fromkeys(specs, report))
+    if any(not p.ok for p in planned.values()):
+        return None
+    return list(planned.values())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(host_data)
+def test_what_validation_accepts_every_reader_accepts(data: dict[str, Any]) -> None:
+    accepted = plans(data)
+    if accepted is None:
+        event("refused by validation")
+        return
+    event("accepted")
+    tmp = Path(tempfile.mkdtemp(prefix="instinct-fleet-consumers-"))
+    for plan in accepted:
+        ruleset = plan.firewall()
+        if ruleset is not None:
+            path = tmp / f"{plan.spec.host}.nft"
+            path.write_text(ruleset)
+            assert consumers.nft_check(path) == "", ruleset
+            event("nft -c -f")
+        units = {path: text for files in plan.unit_files.values() for path, text in files.items() if path.endswith(".service")}
+        units.update({path: text for path, text in plan.exporter_files().items() if path.endswith(".service")})
+        if plan.firewall() is not None:
+            units[render.unit_path(render.FIREWALL_UNIT)] = render.firewall_unit()
+        assert consumers.units_check(units) == "", units
+        event("systemd-analyze verify")
+        for svc in plan.serves:
+            assert consumers.argv_check(svc.model, render.render_args(svc)) == ""
+            event("stand-in vLLM parser")
+    groups = monitoring.file_sd([plan.spec for plan in accepted])
+    if groups:
+        assert consumers.targets_check(groups) == "", groups
+        event("promtool check service-discovery")

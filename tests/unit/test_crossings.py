@@ -1,0 +1,151 @@
+"""Where features meet: every class of wrong input around two features is refused with host, key and rule, before any contact."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from instinct_fleet import render
+from instinct_fleet.crosscheck import listeners
+
+from .conftest import CLUSTER, check, check_cluster
+from .consumers import nft_check
+from .test_inputs import ssh_port
+
+ROOT = Path(__file__).resolve().parents[2]
+G = {"vllm_recipe": "gpt-oss-120b"}
+L405 = {"vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2}
+
+# (data, the key named, the rule): each trips exactly where two features meet.
+CROSSINGS: list[tuple[dict[str, Any], str, str]] = [
+    # One port map per host.
+    ({"metrics_exporter": True, "vllm_instances": [{"name": "main", "port": 5000}]}, "main.port", "port-conflict"),
+    ({"vllm_instances": [{"name": "main", "port": 22}]}, "main.port", "port-conflict"),
+    ({"metrics_exporter": True, "metrics_exporter_port": 22}, "metrics_exporter_port", "port-conflict"),
+    ({"vllm_instances": [{"name": "a", "port": 8000}, {"name": "b", "port": 8000}]}, "vllm_instances", "port-overlap"),
+    # Settings the deploy owns.
+    ({"vllm_env": {"HF_HOME": "/data/hf"}}, "vllm_env.HF_HOME", "derived-setting"),
+    ({"vllm_env": {"HF_TOKEN_PATH": "/tmp/t"}}, "vllm_env.HF_TOKEN_PATH", "derived-setting"),
+    ({"weights_source": "/data/hf-cache", "hf_cache_dir": "/data/hf-cache"}, "weights_source", "path-overlap"),
+    ({"weights_source": "/data", "hf_cache_dir": "/data/hf-cache"}, "weights_source", "path-overlap"),
+    ({"hf_token_path": "/data/hf-cache/token", "hf_cache_dir": "/data/hf-cache"}, "hf_token_path", "path-overlap"),
+    # Security inputs never widened or dropped.
+    ({"vllm_allow_from": ["10.20.5.17/16"]}, "vllm_allow_from[0]", "allow-from"),
+    ({"prometheus_allow_from": ["fd00::1/64"]}, "prometheus_allow_from[0]", "allow-from"),
+    ({"firewall": False, "vllm_allow_from": ["10.0.0.0/8"]}, "vllm_allow_from", "firewall-off"),
+    ({"firewall": False, "prometheus_allow_from": ["10.0.0.5"]}, "prometheus_allow_from", "firewall-off"),
+    ({"vllm_args": {"api-key": "sk-123"}}, "vllm_args.api-key", "secret-inline"),
+    ({"vllm_env": {"VLLM_API_KEY": "sk-123"}}, "vllm_env.VLLM_API_KEY", "secret-inline"),
+    # vLLM flags that contradict each other.
+    ({"vllm_args": {"tp": 1, "tensor-parallel-size": 1}}, "vllm_args.tensor-parallel-size", "flag-twice"),
+    ({"vllm_args": {"max_num_seqs": 64, "max-num-seqs": 128}}, "vllm_args.max-num-seqs", "flag-twice"),
+    ({"vllm_args": {"max-num-batched-tokens": 256}}, "main.args.--max-num-batched-tokens", "scheduler-batched-below-seqs"),
+    ({"vllm_args": {"max-num-batched-tokens": 4096}}, "main.args.--max-num-batched-tokens", "scheduler-batched-below-model-len"),
+    # Values that break what reads them.
+    ({"scrape_address": "10.0.0.7:9000"}, "scrape_address", "value-format"),
+    ({"scrape_address": "10.0.0.999"}, "scrape_address", "value-format"),
+    ({"scrape_address": "bad_host"}, "scrape_address", "value-format"),
+    (
+        {"metrics_exporter": True, "metrics_exporter_image": "rocm/device-metrics-exporter:latest"},
+        "metrics_exporter_image",
+        "image-unpinned",
+    ),
+    ({"metrics_exporter": True, "metrics_exporter_image": "rocm/device-metrics-exporter"}, "metrics_exporter_image", "image-unpinned"),
+    ({"metrics_exporter_fields": ["GPU_GFX_ACTIVTY"]}, "metrics_exporter_fields[0]", "value-format"),
+    ({"rolling_drain_timeout": 600}, "rolling_drain_timeout", "timeouts"),
+    ({"rolling_drain_timeout": 580, "command_timeout": 600}, "rolling_drain_timeout", "timeouts"),
+]
+
+
+@pytest.mark.parametrize(("data", "key", "rule"), CROSSINGS, ids=[f"{r}:{k}" for _, k, r in CROSSINGS])
+def test_each_crossing_names_the_host_the_key_and_the_rule(data: dict[str, Any], key: str, rule: str) -> None:
+    _, findings = check({**G, **data})
+    assert any(f.rule == rule and f.key == key and f.host == "h1" and f.severity == "error" for f in findings), [str(f) for f in findings]
+
+
+def test_every_crossing_is_refused_by_the_cli_before_any_contact(tmp_path: Path) -> None:
+    """All of CROSSINGS at once, one host each, through `instinct-fleet deploy`: each host named with its key and rule."""
+    inventory = tmp_path / "inventories" / "bad.py"
+    inventory.parent.mkdir()
+    with ssh_port() as (port, contacted):
+        hosts = []
+        for i, (data, _, _) in enumerate(CROSSINGS):
+            ssh = 22 if any(k == "port" and v == 22 for item in data.get("vllm_instances", []) for k, v in item.items()) else port
+            ssh = 22 if data.get("metrics_exporter_port") == 22 else ssh
+            hosts.append((f"bad-{i}", {"ssh_hostname": "127.0.0.1", "ssh_port": ssh, **G, **data}))
+        inventory.write_text(f"hosts = {hosts!r}\n")
+        done = subprocess.run(
+            [sys.executable, "-m", "instinct_fleet.cli", "deploy", str(inventory)], cwd=ROOT, capture_output=True, text=True
+        )
+    assert done.returncode == 1 and "Traceback" not in done.stderr and not contacted
+    lines = done.stderr.splitlines()
+    for i, (_, key, rule) in enumerate(CROSSINGS):
+        assert any(line.startswith(f"error: bad-{i}: {key}: ") and line.endswith(f"[{rule}]") for line in lines), (i, key, rule)
+
+
+def test_good_neighbours_pass() -> None:
+    _, findings = check(
+        {
+            **G,
+            "metrics_exporter": True,
+            "vllm_allow_from": ["10.20.0.0/16", "10.20.5.17", "fd00::/64"],
+            "prometheus_allow_from": ["10.9.0.5"],
+            "weights_source": "/mnt/store",
+            "hf_cache_dir": "/data/hf-cache",
+            "hf_token_path": "/etc/instinct-fleet/hf-token",
+            "scrape_address": "gpu-1.example.com",
+            "vllm_env": {"NCCL_SOCKET_IFNAME": "eth0"},  # derived only on a cluster node
+        }
+    )
+    assert [str(f) for f in findings if f.severity == "error"] == []
+
+
+def test_the_port_map_holds_every_listener_of_a_cluster_node() -> None:
+    spec = check_cluster({**L405, "metrics_exporter": True}, 2)[0][0]
+    kinds = {(x.kind, x.key) for x in listeners(spec)}
+    assert ("exporter", "metrics_exporter_port") in kinds and ("ssh", "ssh_port") in kinds
+    assert ("ray", "ray_ports.gcs") in kinds and ("ray", "ray_ports.min_worker") in kinds and ("vllm", "main.port") in kinds
+
+
+@pytest.mark.parametrize(
+    ("worker", "key"),
+    [
+        ({"vllm_env": {"NCCL_MIN_NCHANNELS": "64"}}, "vllm_env"),
+        ({"vllm_model": "meta-llama/Llama-3.1-405B-Instruct-FP8"}, "vllm_model"),
+        ({"ray_ports": {"gcs": 6390}}, "ray_ports"),
+        ({"vllm_args": {"max-model-len": 4096}}, "vllm_args"),
+        ({"hf_cache_dir": "/data/other-cache"}, "hf_cache_dir"),
+        ({"vllm_image": "registry.local:5000/vllm/vllm-openai-rocm:v0.22.0"}, "vllm_image"),
+    ],
+)
+def test_cluster_members_agree_on_everything_a_member_runs(worker: dict[str, Any], key: str, tmp_path: Path) -> None:
+    """A worker that differs from its head in anything it runs is named, with what the head has."""
+    from instinct_fleet.inventory import HostData, plan_hosts
+
+    hosts = [
+        HostData("h1", ("all",), {**CLUSTER, **L405, "ray_role": "head"}),
+        HostData("h2", ("all",), {**CLUSTER, **L405, "ray_role": "worker", **worker}),
+    ]
+    planned = plan_hosts(hosts)
+    mismatches = [f for _, fs in planned for f in fs if f.rule == "cluster-mismatch"]
+    assert [(f.host, f.key) for f in mismatches] == [("h2", key)], [str(f) for f in mismatches]
+    assert "on the head h1" in mismatches[0].message
+
+
+def test_overlapping_allow_list_entries_are_merged_and_load_in_nft(tmp_path: Path) -> None:
+    """10.20.5.17 inside 10.20.0.0/16 made `nft -f` refuse the whole ruleset ("conflicting intervals"); merged, it loads."""
+    text = render.firewall_ruleset(
+        [], [], [8000], ("10.20.0.0/16", "10.20.5.17", "fd00::/64", "fd00::5", "10.30.0.1"), ("10.20.0.9",), 5000
+    )
+    assert "elements = { 10.20.0.0/16, 10.30.0.1/32 }" in text and "elements = { fd00::/64 }" in text
+    assert "elements = { 10.20.0.9/32 }" in text
+    ruleset = tmp_path / "fw.nft"
+    ruleset.write_text(text)
+    assert nft_check(ruleset) == ""
+    # The reader is real: the unmerged elements are what it refused.
+    ruleset.write_text(text.replace("elements = { 10.20.0.0/16, 10.30.0.1/32 }", "elements = { 10.20.0.0/16, 10.20.5.17/32 }"))
+    assert "conflicting intervals" in nft_check(ruleset)
