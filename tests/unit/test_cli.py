@@ -267,3 +267,52 @@ def test_bench_checks_its_arguments_before_contacting_any_host(
         code, _, err = run(capsys, "bench", str(inventory), *argv)
     assert code == 2 and says in err and "no host was contacted" in err and "Traceback" not in err and "unexpected error" not in err
     assert not contacted
+
+
+def test_status_reports_a_host_that_resets_the_connection_without_a_traceback(tmp_path: Path) -> None:
+    """A host whose SSH port accepts and then resets: one line for it, no paramiko traceback, exit 1."""
+    import socket
+    import struct
+    import subprocess
+    import sys
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+
+    def reset_everyone() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
+            conn.close()
+
+    threading.Thread(target=reset_everyone, daemon=True).start()
+    inventory = _inventory(tmp_path, f"hosts = [('gpu-1', {{'ssh_hostname': '127.0.0.1', 'ssh_port': {port}}})]\n")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "instinct_fleet.cli", "status", str(inventory)], capture_output=True, text=True, timeout=120
+        )
+    finally:
+        server.close()
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "unexpected error" not in done.stderr, done.stderr
+    assert "gpu-1" in done.stdout and "unreachable" in done.stdout.lower(), done.stdout
+
+
+def test_a_connection_lost_mid_command_is_that_hosts_result() -> None:
+    from instinct_fleet import remote
+
+    class Resetting:
+        connected = True
+
+        def run_shell_command(self, *args: object, **kwargs: object) -> None:
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+    hosts = remote.Hosts.__new__(remote.Hosts)
+    hosts.inventory = type("Inventory", (), {"get_host": lambda self, name: Resetting()})()
+    result = hosts.run("gpu-1", "true", 5)
+    assert not result.ok and result.error == "connection lost: [Errno 104] Connection reset by peer"
