@@ -46,6 +46,11 @@ gpu_model = "MI300X"
 # unit, env file or argv.
 hf_token_path = "/etc/instinct-fleet/hf-token"
 
+# Root-only file on each host holding the API key vLLM then requires on its /v1 routes; mounted
+# read-only and exported as VLLM_API_KEY inside the container just before `vllm serve`, so it
+# never reaches a unit, argv, an env file or `docker inspect`. `None`: no key.
+vllm_api_key_path = None
+
 # Host directory mounted as the Hugging Face cache.
 hf_cache_dir = "/var/lib/instinct-fleet/huggingface"
 

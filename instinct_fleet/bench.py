@@ -163,7 +163,14 @@ def command(job: Job, stamp: str, client: HostSpec | None) -> str:
     token = on.settings.hf_token_path
     mount = f"-v {token}:{render.TOKEN_IN_CONTAINER}:ro -e HF_TOKEN_PATH={render.TOKEN_IN_CONTAINER}"
     checks.append(f"token=; if test -r {q(token)}; then token={q(mount)}; fi")
-    tail = " ".join(q(a) for a in ["--entrypoint", "vllm", job.svc.image, *vllm_bench_args(job, base_url)])
+    # With vllm_api_key_path the instance answers /v1 only with the key: the bench host's file at that path
+    # becomes OPENAI_API_KEY inside the container, which vllm bench serve sends as the bearer token.
+    entrypoint, bench_argv, key_mounts = render.with_api_key(
+        "vllm", vllm_bench_args(job, base_url), job.spec.vars.vllm_api_key_path, variable="OPENAI_API_KEY"
+    )
+    for mount in key_mounts:
+        argv += ["-v", mount]
+    tail = " ".join(q(a) for a in ["--entrypoint", entrypoint, job.svc.image, *bench_argv])
     run = " ".join(q(a) for a in argv) + " $token " + tail
     return "; ".join([*checks, f"mkdir -p {q(out)} && {run} && printf '\\n%s\\n' {RESULT_MARK} && cat {q(out + '/' + job.filename)}"])
 

@@ -344,6 +344,10 @@ class FleetVars(_Strict):
         default="/etc/instinct-fleet/hf-token",
         description="File on the host holding the Hugging Face token; it is mounted read-only and never put in a unit, env file or argv.",
     )
+    vllm_api_key_path: HostPath | None = Field(
+        default=None,
+        description="Root-only file on each host holding the API key vLLM then requires on its /v1 routes; mounted read-only and exported as VLLM_API_KEY inside the container just before `vllm serve`, so it never reaches a unit, argv, an env file or `docker inspect`. `None`: no key.",
+    )
     hf_cache_dir: HostPath = Field(
         default="/var/lib/instinct-fleet/huggingface",
         description="Host directory mounted as the Hugging Face cache.",

@@ -117,6 +117,7 @@ class Probe:
     endpoints: tuple[tuple[int, str], ...]
     weights: tuple[tuple[str, str], ...] = ()  # (repository in weights_source, repository in hf_cache_dir)
     exporter_image: str | None = None
+    api_key_path: str | None = None  # vllm_api_key_path: /v1 answers only with the key, and its file must be root's alone
 
 
 def probe(spec: HostSpec) -> Probe:
@@ -139,7 +140,14 @@ def probe(spec: HostSpec) -> Probe:
     endpoints = tuple((svc.port, render.served_model(svc)) for svc in spec.services)
     weights = tuple((w.source, w.local) for w in weights_of(spec))
     return Probe(
-        tuple(dict.fromkeys(paths)), tuple(dict.fromkeys(units)), settings.service_user, image, endpoints, weights, exporter_image(spec)
+        tuple(dict.fromkeys(paths)),
+        tuple(dict.fromkeys(units)),
+        settings.service_user,
+        image,
+        endpoints,
+        weights,
+        exporter_image(spec),
+        spec.vars.vllm_api_key_path,
     )
 
 

@@ -15,6 +15,20 @@ MARK = "@@health:"
 POLL_SECONDS = 2
 
 
+def v1_curl(url: str, key_path: str | None, timeout: int) -> str:
+    """``curl`` of a /v1 route on the host: with ``vllm_api_key_path``, the bearer header goes to curl on stdin.
+
+    vLLM guards /v1 with the API key (not /health or /metrics). The key is read from
+    its file by the shell and piped as curl config (``-K -``), so it never shows in a
+    process list; the preflight fact, the health gate and the verify module share this.
+    """
+    command = f"curl -fsS -m {int(timeout)} {shlex.quote(url)}"
+    if key_path is None:
+        return command
+    header = 'printf \'header = "Authorization: Bearer %s"\\n\' "$(cat ' + shlex.quote(key_path) + ')"'
+    return f"{header} | {command} -K -"
+
+
 @dataclass(frozen=True)
 class Health:
     code: str
@@ -23,7 +37,7 @@ class Health:
     journal: tuple[str, ...]
 
 
-def wait_script(unit: str, port: int, timeout: int) -> str:
+def wait_script(unit: str, port: int, timeout: int, key_path: str | None = None) -> str:
     u = shlex.quote(unit)
     url = f"http://127.0.0.1:{int(port)}"
     report = f"echo '{MARK}code'; echo \"$code\"; echo '{MARK}state'; echo \"$why\"; echo '{MARK}journal'; journalctl -u {u} -n 25 --no-pager -o cat 2>/dev/null; exit 0"
@@ -32,7 +46,7 @@ def wait_script(unit: str, port: int, timeout: int) -> str:
         "while :; do "
         f"code=$(curl -s -o /dev/null -m 5 -w '%{{http_code}}' {url}/health); "
         f"if [ \"$code\" = 200 ]; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo healthy; "
-        f"echo '{MARK}models'; curl -s -m 10 {url}/v1/models; echo; exit 0; fi; "
+        f"echo '{MARK}models'; {v1_curl(f'{url}/v1/models', key_path, 10)} 2>/dev/null; echo; exit 0; fi; "
         f"active=$(systemctl show -p ActiveState --value {u}); now=$(systemctl show -p NRestarts --value {u}); "
         f'if [ "$active" = failed ] || [ "$active" = inactive ]; then why="unit is $active"; {report}; fi; '
         f'if [ "$now" != "$start" ]; then why="unit restarted while starting (crash loop)"; {report}; fi; '

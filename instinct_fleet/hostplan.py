@@ -92,7 +92,14 @@ class HostPlan:
         cluster = self.spec.settings.cluster
         mounts = [f"{render.RAY_TMP}:/tmp/ray"] if self.role == "head" else []
         drain = self.spec.settings.rolling.drain_timeout
-        container = render.vllm_container(svc, self.devices(svc), drain, mounts, infiniband=cluster is not None and cluster.infiniband)
+        container = render.vllm_container(
+            svc,
+            self.devices(svc),
+            drain,
+            mounts,
+            infiniband=cluster is not None and cluster.infiniband,
+            api_key_path=self.spec.vars.vllm_api_key_path,
+        )
         return render.docker_run(container, self.spec.settings, self.group_ids, self.report.hf_token)
 
     def ray_argv(self) -> list[str]:

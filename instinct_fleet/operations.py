@@ -81,7 +81,12 @@ def hook(command: str, where: str, env: dict[str, str], record: Callable[[str, s
 
 @operation()
 def healthy(
-    unit: str, port: int, served_model: str, timeout: int, record: Callable[[str, str], None] | None = None
+    unit: str,
+    port: int,
+    served_model: str,
+    timeout: int,
+    key_path: str | None = None,
+    record: Callable[[str, str], None] | None = None,
 ) -> Generator[str, None, None]:
     """Wait for an instance to answer /health and list its model; fail the host if it does not.
 
@@ -90,7 +95,7 @@ def healthy(
     """
     if not host.state.is_executing:
         return
-    result = host.get_fact(InstanceHealth, unit=unit, port=port, timeout=timeout)
+    result = host.get_fact(InstanceHealth, unit=unit, port=port, timeout=timeout, key_path=key_path)
     problem = health.verdict(unit, port, served_model, result)
     if problem is None:
         host.noop(f"{unit} healthy on :{port}, serving {served_model}")

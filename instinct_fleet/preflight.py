@@ -15,6 +15,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from instinct_fleet import health as health_checks
 from instinct_fleet.paths import RESTART_FILES, WEIGHTS_COMPLETE, WEIGHTS_STAGED
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
@@ -105,6 +106,7 @@ class HostReport:
     commands: tuple[str, ...] = ()
     managed_units: tuple[str, ...] = ()
     hf_token: bool = False
+    api_key: str | None = None  # "mode|owner|size" of vllm_api_key_path; None when it is not there (or not asked for)
     infiniband: tuple[str, ...] = ()
     file_hashes: dict[str, str] = field(default_factory=dict)
     active_units: tuple[str, ...] = ()
@@ -283,6 +285,7 @@ def parse_report(text: str) -> HostReport:
         commands=tuple(part.get("commands", "").split()),
         managed_units=tuple(line.rsplit("/", 1)[-1].removesuffix(".service") for line in part.get("units", "").split()),
         hf_token=part.get("hf-token") == "present",
+        api_key=part.get("api-key", "").strip() or None,
         infiniband=tuple(part.get("infiniband", "").split()),
         file_hashes={path: digest for digest, path in (line.split(None, 1) for line in part.get("files", "").splitlines() if " " in line)},
         active_units=_unit_names(part.get("active", "")),
@@ -347,7 +350,7 @@ def script(token_path: str, probe: Probe) -> str:
     units = " ".join(q(u) for u in probe.units)
     health = "; ".join(
         f"curl -fsS -m 3 http://127.0.0.1:{port}/health >/dev/null 2>&1 && "
-        f"curl -fsS -m 3 http://127.0.0.1:{port}/v1/models 2>/dev/null | grep -qF {q(json.dumps(served))} && echo {port}"
+        f"{health_checks.v1_curl(f'http://127.0.0.1:{port}/v1/models', probe.api_key_path, 3)} 2>/dev/null | grep -qF {q(json.dumps(served))} && echo {port}"
         for port, served in probe.endpoints
     )
     weights = "; ".join(
@@ -357,6 +360,7 @@ def script(token_path: str, probe: Probe) -> str:
     )
     probes = (
         ("hf-token", f"test -r {q(token_path)} && echo present"),
+        ("api-key", f"stat -c '%a|%U|%s' {q(probe.api_key_path)} 2>/dev/null" if probe.api_key_path else "true"),
         # sha256sum and stat of what the deploy manages, and of every unit and env file it ever wrote (stale ones too).
         ("files", f"sha256sum {paths} {globs} 2>/dev/null"),
         ("stat", f"stat -c '%a|%U|%G|%F|%n' {paths} {globs} 2>/dev/null"),
@@ -478,6 +482,7 @@ def hard_problems(report: HostReport, spec: HostSpec) -> list[Finding]:
                 "infiniband is True but /dev/infiniband is missing: install the RDMA drivers (rdma-core) or set infiniband = False",
             )
         )
+    problems += api_key_problems(spec, report)
     used = range(spec.gpu_count) if cluster is not None else sorted({g for svc in spec.services for g in svc.gpus})
     missing = sorted({g for g in used if g < len(report.gpus) and report.gpus[g].render_node is None})
     if missing:
@@ -490,6 +495,31 @@ def hard_problems(report: HostReport, spec: HostSpec) -> list[Finding]:
             )
         )
     return problems
+
+
+def api_key_problems(spec: HostSpec, report: HostReport) -> list[Finding]:
+    """``vllm_api_key_path`` must be a non-empty file that only root can read: it holds the key every client needs."""
+    path = spec.vars.vllm_api_key_path
+    if path is None:
+        return []
+    fields = (report.api_key or "").split("|")
+    if len(fields) != 3:
+        return [
+            finding("host-api-key", spec.host, "vllm_api_key_path", f"{path} does not exist: write the key there (umask 077), one line")
+        ]
+    mode, owner, size = fields
+    if owner != "root" or int(mode, 8) & 0o077:
+        return [
+            finding(
+                "host-api-key",
+                spec.host,
+                "vllm_api_key_path",
+                f"{path} is mode {mode}, owner {owner}: only root may read it (chown root {path}; chmod 600 {path})",
+            )
+        ]
+    if size == "0":
+        return [finding("host-api-key", spec.host, "vllm_api_key_path", f"{path} is empty: write the key there, one line")]
+    return []
 
 
 def render_nodes(report: HostReport, gpus: tuple[int, ...]) -> list[str]:

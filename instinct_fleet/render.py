@@ -212,11 +212,35 @@ def drain_args(svc: ServiceSpec, drain_timeout: int) -> list[str]:
     return ["--shutdown-timeout", str(drain_timeout)]
 
 
+# vLLM reads VLLM_API_KEY from its environment. A shell sets it from the mounted file and then becomes
+# vllm (exec, so docker stop's signal reaches it): the key is in no unit, argv, env file or docker inspect.
+API_KEY_IN_CONTAINER = "/run/secrets/vllm-api-key"
+
+
+def with_api_key(
+    entrypoint: str, command: list[str], key_path: str | None, variable: str = "VLLM_API_KEY"
+) -> tuple[str, list[str], list[str]]:
+    """(entrypoint, command, mounts) of a process that must see the key at ``key_path`` as ``variable``.
+
+    vLLM's server reads VLLM_API_KEY; ``vllm bench serve`` sends OPENAI_API_KEY.
+    """
+    if key_path is None:
+        return entrypoint, command, []
+    script = f'{variable}="$(cat {API_KEY_IN_CONTAINER})" exec {entrypoint} "$@"'
+    return "/bin/sh", ["-c", script, entrypoint, *command], [f"{key_path}:{API_KEY_IN_CONTAINER}:ro"]
+
+
 def vllm_container(
-    svc: ServiceSpec, devices: list[str], drain_timeout: int, mounts: list[str] | None = None, infiniband: bool = False
+    svc: ServiceSpec,
+    devices: list[str],
+    drain_timeout: int,
+    mounts: list[str] | None = None,
+    infiniband: bool = False,
+    api_key_path: str | None = None,
 ) -> Container:
     command = ["serve", svc.model, *render_args(svc), *drain_args(svc, drain_timeout)]
-    return Container(unit_name(svc), svc.image, "vllm", command, env_path(svc), devices, mounts or [], infiniband)
+    entrypoint, command, key_mounts = with_api_key("vllm", command, api_key_path)
+    return Container(unit_name(svc), svc.image, entrypoint, command, env_path(svc), devices, [*(mounts or []), *key_mounts], infiniband)
 
 
 def docker_run(container: Container, settings: HostSettings, group_ids: list[int], with_token: bool) -> list[str]:

@@ -300,6 +300,11 @@ _HOST_RULES = (
     Rule("host-reboot-required", "warning", "The GRUB drop-in changed the kernel command line; it takes effect at the next boot."),
     Rule("host-numa-balancing", "warning", "The kernel has no kernel.numa_balancing, so there is nothing to turn off."),
     Rule("host-hf-token", "warning", "Without a token at `hf_token_path`, gated models (Llama) fail to download."),
+    Rule(
+        "host-api-key",
+        "error",
+        "`vllm_api_key_path` must be a non-empty file only root can read: vLLM refuses every /v1 request without the key it holds.",
+    ),
 )
 
 RULES: dict[str, Rule] = {r.id: r for r in (*_RULES, *_STARTUP_RULES, *_HOST_RULES)}

@@ -82,6 +82,7 @@ def healthy(
             port=svc.port,
             served_model=render.served_model(svc),
             timeout=timeout,
+            key_path=plan.spec.vars.vllm_api_key_path,
             record=record,
             _if=gate,
             _timeout=timeout + 60,  # the wait ends itself at health_timeout; this bounds a hung host

@@ -65,6 +65,8 @@ sim_gpu = [
             {"name": "llama-b", "port": 8001},
         ],
         vllm_env={"HF_HUB_OFFLINE": "1"},
+        # /v1 answers only with the key in this root-only file (the fleet writes it, as an operator would).
+        vllm_api_key_path="/etc/instinct-fleet/api-key",
         **weights,
     ),
 ]

@@ -62,6 +62,19 @@ def test_endpoint_serves_a_completion(second: Run, fleet: dict[str, Any]) -> Non
     assert json.loads(reply)["choices"][0]["text"].strip()
 
 
+def test_the_api_key_guards_v1_and_never_leaves_its_file(second: Run, fleet: dict[str, Any]) -> None:
+    """sim-gpu-2 serves with vllm_api_key_path: a client gets 401 without the key and 200 with it; /health stays open."""
+    port = next(h["api_port"] for h in fleet["hosts"] if h["name"] == "sim-gpu-2")
+    url = f"http://{address(fleet, 'sim-gpu-2')}:{port}"
+    code = "curl -s -o /dev/null -w '%{http_code}' -m 5"
+    assert ssh(fleet, "sim-gpu-1", f"{code} {url}/v1/models").strip() == "401"
+    assert ssh(fleet, "sim-gpu-1", f"{code} -H 'Authorization: Bearer wrong' {url}/v1/models").strip() == "401"
+    assert ssh(fleet, "sim-gpu-1", f"{code} -H 'Authorization: Bearer {fleet['api_key']}' {url}/v1/models").strip() == "200"
+    assert ssh(fleet, "sim-gpu-1", f"{code} {url}/health").strip() == "200"
+    places = "cat /etc/systemd/system/vllm-*.service /etc/instinct-fleet/*.env; ps -eo args; docker inspect vllm-llama-a vllm-llama-b"
+    assert fleet["api_key"] not in ssh(fleet, "sim-gpu-2", places)
+
+
 def test_bad_input_fails_before_any_connection(tmp_path: Path) -> None:
     (tmp_path / "inventories").mkdir()
     shutil.copytree(ROOT / "group_data", tmp_path / "group_data")

@@ -62,6 +62,7 @@ BRIDGE_CIDR = "172.17.0.1/16"
 LABEL = "instinct-fleet-test=1"
 # A fake token the tests look for everywhere it must not appear.
 HF_TOKEN = "hf_standinTOKENdoNotLeak" + "0123456789abcdef"
+API_KEY = "sk-standinAPIKEYdoNotLeak" + "fedcba9876543210"  # at /etc/instinct-fleet/api-key; inventories/local.py gives it to sim-gpu-2
 
 HOST_FLAGS = [
     "--cap-add",
@@ -425,7 +426,10 @@ def start_host(host: SimHost, key: Path, sysfs: Path) -> None:
     if host.gpus:
         run(DOCKER, "exec", name, "sh", "-c", gpu_device_script())
         # The operator's job on a real host: a Hugging Face token in a root-only file.
-        token = f"mkdir -p /etc/instinct-fleet && umask 077 && printf '%s\\n' {HF_TOKEN} > /etc/instinct-fleet/hf-token"
+        token = (
+            f"mkdir -p /etc/instinct-fleet && umask 077 && printf '%s\\n' {HF_TOKEN} > /etc/instinct-fleet/hf-token"
+            f" && printf '%s\\n' {API_KEY} > /etc/instinct-fleet/api-key"
+        )
         run(DOCKER, "exec", name, "sh", "-c", token)
 
 
@@ -504,6 +508,7 @@ def up(count: int | None = None) -> dict[str, object]:
         "vllm_version": STANDIN_VERSION,
         "ssh_key": str(key),
         "hf_token": HF_TOKEN,
+        "api_key": API_KEY,
         "hosts": [asdict(h) for h in hosts],
     }
     (STATE / "fleet.json").write_text(json.dumps(fleet, indent=2) + "\n")

@@ -52,13 +52,14 @@ host_data = st.fixed_dictionaries(
         "metrics_exporter_port": st.sampled_from(PORTS),
         "scrape_address": st.sampled_from(SCRAPE),
         "ray_cluster": st.just("c"),
+        "vllm_api_key_path": st.just("/etc/instinct-fleet/api-key"),
     },
 )
 
 
 def plans(data: dict[str, Any]) -> list[HostPlan] | None:
     """The hosts' plans when validation accepts the data (a cluster of two when it names one), else None."""
-    report = pf.preflight.parse_report(pf.mi300x_host())
+    report = pf.preflight.parse_report(pf.mi300x_host(api_key="600|root|33"))
     if "ray_cluster" in data:
         data = {**data, **CLUSTER, "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2}
         data.pop("vllm_instances", None)

@@ -149,3 +149,39 @@ def test_overlapping_allow_list_entries_are_merged_and_load_in_nft(tmp_path: Pat
     # The reader is real: the unmerged elements are what it refused.
     ruleset.write_text(text.replace("elements = { 10.20.0.0/16, 10.30.0.1/32 }", "elements = { 10.20.0.0/16, 10.20.5.17/32 }"))
     assert "conflicting intervals" in nft_check(ruleset)
+
+
+def test_the_api_key_reaches_vllm_only_through_its_file() -> None:
+    """vllm_api_key_path: the unit mounts the file and a shell exports it just before vllm; no key in any rendered text."""
+    from . import test_preflight as pf
+
+    report = pf.preflight.parse_report(pf.mi300x_host(api_key="600|root|33"))
+    plan = pf.plan({**G, "vllm_api_key_path": "/etc/instinct-fleet/api-key"}, report)
+    assert plan.ok, [str(e) for e in plan.errors]
+    (svc,) = plan.serves
+    argv = plan.vllm_argv(svc)
+    entry = argv.index("--entrypoint")
+    assert argv[entry + 1 : entry + 4] == ["/bin/sh", svc.image, "-c"]
+    assert argv[entry + 4] == 'VLLM_API_KEY="$(cat /run/secrets/vllm-api-key)" exec vllm "$@"'
+    assert argv[entry + 5 : entry + 8] == ["vllm", "serve", svc.model]
+    assert "/etc/instinct-fleet/api-key:/run/secrets/vllm-api-key:ro" in argv
+    unit = next(iter(plan.unit_files[render.unit_name(svc)].values()))
+    # systemd unquotes this to the argv above: \" is a quote, $$ a dollar the shell then expands.
+    assert '-c "VLLM_API_KEY=\\"$$(cat /run/secrets/vllm-api-key)\\" exec vllm \\"$$@\\"" vllm serve' in unit
+    assert consumers_units(unit) == ""
+
+
+def consumers_units(unit: str) -> str:
+    from .consumers import units_check
+
+    return units_check({"/etc/systemd/system/vllm-main.service": unit})
+
+
+def test_bench_sends_the_key_as_vllm_bench_serve_reads_it() -> None:
+    from instinct_fleet import bench
+
+    spec, _ = check({**G, "vllm_api_key_path": "/etc/instinct-fleet/api-key"})
+    (job,) = bench.jobs(spec, spec.services[0], "latency", None, None)
+    text = bench.command(job, "T", None)
+    assert "-v /etc/instinct-fleet/api-key:/run/secrets/vllm-api-key:ro" in text
+    assert """--entrypoint /bin/sh""" in text and 'OPENAI_API_KEY="$(cat /run/secrets/vllm-api-key)" exec vllm "$@"' in text

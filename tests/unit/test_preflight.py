@@ -285,3 +285,30 @@ def test_an_unreachable_member_stops_its_cluster_with_the_members_name() -> None
     plans = plan_inventory(hosts, {"head"}, lambda specs: {"head": head, "w1": None})
     (error,) = plans["head"].errors
     assert (error.rule, error.host, error.key) == ("host-cluster-member", "head", "ray_cluster") and "w1" in error.message
+
+
+@pytest.mark.parametrize(
+    ("api_key", "says"),
+    [
+        (None, "/etc/instinct-fleet/api-key does not exist"),
+        ("644|root|33", "is mode 644, owner root: only root may read it"),
+        ("600|vllm|33", "is mode 600, owner vllm: only root may read it"),
+        ("600|root|0", "is empty"),
+    ],
+)
+def test_the_api_key_file_must_be_roots_alone(api_key: str | None, says: str) -> None:
+    """host-api-key: a key file that is missing, readable by others or empty fails its host before anything changes."""
+    key = {"vllm_api_key_path": "/etc/instinct-fleet/api-key"}
+    changes = {} if api_key is None else {"api_key": api_key}
+    problems = preflight.hard_problems(preflight.parse_report(mi300x_host(**changes)), spec(**key))  # type: ignore[arg-type]
+    assert [p.rule for p in problems] == ["host-api-key"] and says in problems[0].message and problems[0].key == "vllm_api_key_path"
+    good = preflight.parse_report(mi300x_host(api_key="600|root|33"))
+    assert preflight.hard_problems(good, spec(**key)) == []  # type: ignore[arg-type]
+    assert preflight.hard_problems(preflight.parse_report(mi300x_host()), spec()) == []  # type: ignore[arg-type]
+
+
+def test_the_fact_reads_v1_with_the_key_from_its_file_never_in_argv() -> None:
+    probe = desired.probe(spec(vllm_api_key_path="/etc/instinct-fleet/api-key"))  # type: ignore[arg-type]
+    text = preflight.script("/etc/instinct-fleet/hf-token", probe)
+    assert "cat /etc/instinct-fleet/api-key" in text and "-K -" in text and "Authorization: Bearer %s" in text
+    assert "stat -c '%a|%U|%s' /etc/instinct-fleet/api-key" in text

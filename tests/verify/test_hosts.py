@@ -7,7 +7,7 @@ import shlex
 
 from conftest import Target
 
-from instinct_fleet import render
+from instinct_fleet import health, render
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
 
@@ -142,7 +142,8 @@ def test_containers_run_exactly_the_rendered_env_and_args(target: Target) -> Non
 def test_endpoints_answer_with_the_model(target: Target) -> None:
     for want in target.plan.desired.endpoints:
         assert target.sh(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{want.port}/health") == "200"
-        models = json.loads(target.sh(f"curl -s http://127.0.0.1:{want.port}/v1/models"))
+        key = target.plan.spec.vars.vllm_api_key_path
+        models = json.loads(target.sh(health.v1_curl(f"http://127.0.0.1:{want.port}/v1/models", key, 10)))
         assert want.served in [card["id"] for card in models["data"]]
 
 
@@ -166,6 +167,27 @@ def test_token_never_leaves_its_file(target: Target) -> None:
     for name in names:
         mounted = target.sh(f"docker exec {name} cat {render.TOKEN_IN_CONTAINER}").strip()
         assert mounted == token, f"{name} does not see the token at {render.TOKEN_IN_CONTAINER}"
+
+
+def test_api_key_never_leaves_its_file(target: Target) -> None:
+    """With vllm_api_key_path, the key is only in that file and, mounted, in each vLLM container: no unit, env file, argv or inspect."""
+    path = target.plan.spec.vars.vllm_api_key_path
+    if path is None:
+        assert not [s for s in target.plan.serves if render.API_KEY_IN_CONTAINER in render.exec_line(target.plan.vllm_argv(s))]
+        return
+    key = target.sh(f"cat {shlex.quote(path)}").strip()
+    assert key and target.sh(f"stat -c '%a %U' {shlex.quote(path)}") == "600 root"
+    names = [render.unit_name(s) for s in target.plan.serves]
+    places = {
+        "unit files": f"cat {' '.join(render.unit_path(n) for n in names)}",
+        "env files": f"cat {' '.join(render.env_path(s) for s in target.plan.serves)}",
+        "process list": "ps -eo args",
+        "docker inspect": f"docker inspect {' '.join(names)}",
+    }
+    for where, command in places.items():
+        assert key not in target.sh(command), f"{target.name}: the API key appears in the {where}"
+    for name in names:
+        assert target.sh(f"docker exec {name} cat {render.API_KEY_IN_CONTAINER}").strip() == key, name
 
 
 ALIVE = (

@@ -95,7 +95,10 @@ def one_request(url: str, model: str, prompt: str, output_len: int, ignore_eos: 
     conn = http.client.HTTPConnection(target.hostname, target.port, timeout=600)
     result: dict[str, Any] = {"success": False, "ttft": 0.0, "itl": [], "latency": 0.0, "output_tokens": 0, "error": ""}
     try:
-        conn.request("POST", target.path, json.dumps(body), {"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if os.environ.get("OPENAI_API_KEY"):  # as vllm bench serve sends it (vllm/benchmarks/lib/endpoint_request_func.py)
+            headers["Authorization"] = f"Bearer {os.environ['OPENAI_API_KEY']}"
+        conn.request("POST", target.path, json.dumps(body), headers)
         response = conn.getresponse()
         if response.status != 200:
             result["error"] = f"HTTP {response.status}: {response.read()[:200]!r}"

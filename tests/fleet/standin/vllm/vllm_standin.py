@@ -6,7 +6,9 @@ extracted from the real vLLM release's source (vllm-knowledge.json, the same
 table instinct-fleet validates with), exits 2 with argparse's message on a flag
 vLLM would reject, refuses to start without /dev/kfd or with fewer render nodes
 than tensor x pipeline parallel (as vLLM fails on too few GPUs), and then answers
-/health, /v1/models, /v1/completions, /v1/chat/completions and /metrics.
+/health, /v1/models, /v1/completions, /v1/chat/completions and /metrics; with
+VLLM_API_KEY in its environment the /v1 routes answer 401 without the bearer
+token, as vLLM's AuthenticationMiddleware does.
 
 Like vLLM with ``--shutdown-timeout``, SIGTERM drains: /health turns 503 and the
 process exits once in-flight requests are done, or when the timeout ends.
@@ -308,7 +310,20 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def authorized(self) -> bool:
+        """vLLM's AuthenticationMiddleware: with VLLM_API_KEY (or --api-key) set, /v1, /v2 and /inference need the bearer token."""
+        key = State.args.get("--api-key") or os.environ.get("VLLM_API_KEY")
+        if not key or not self.path.startswith(("/v1", "/v2", "/inference")):
+            return True
+        scheme, _, token = self.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token == key:
+            return True
+        self.reply(401, {"error": "Unauthorized"})
+        return False
+
     def do_GET(self) -> None:
+        if not self.authorized():
+            return
         if self.path == "/health":
             self.reply(200 if State.ready and not State.draining else 503, "", "text/plain")
         elif self.path == "/v1/models":
@@ -321,6 +336,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
+        if not self.authorized():
+            return
         with State.lock:
             State.inflight += 1
         try:
