@@ -176,7 +176,7 @@ def test_api_key_never_leaves_its_file(target: Target) -> None:
         assert not [s for s in target.plan.serves if render.API_KEY_IN_CONTAINER in render.exec_line(target.plan.vllm_argv(s))]
         return
     key = target.sh(f"cat {shlex.quote(path)}").strip()
-    assert key and target.sh(f"stat -c '%a %U' {shlex.quote(path)}") == "600 root"
+    assert key and target.sh(f"stat -c '%a %U' {shlex.quote(path)}").strip() == "600 root"
     names = [render.unit_name(s) for s in target.plan.serves]
     places = {
         "unit files": f"cat {' '.join(render.unit_path(n) for n in names)}",
