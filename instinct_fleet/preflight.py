@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from instinct_fleet import health as health_checks
@@ -50,7 +50,6 @@ SCRIPT = "; ".join(
         ("docker", "command -v docker >/dev/null 2>&1 && docker version --format '{{.Server.Version}}' 2>/dev/null"),
         ("os-release", "cat /etc/os-release 2>/dev/null"),
         ("groups", "getent group render video"),
-        ("grub", "command -v update-grub grub2-mkconfig grub-mkconfig 2>/dev/null"),
         ("interfaces", "ip -o -4 addr show 2>/dev/null"),
         ("commands", "for c in cpupower curl nft; do command -v $c >/dev/null 2>&1 && echo $c; done"),
         ("infiniband", "ls /dev/infiniband 2>/dev/null"),
@@ -101,7 +100,6 @@ class HostReport:
     os_id: str
     os_like: tuple[str, ...]
     group_ids: dict[str, int]
-    grub_tool: str | None
     addresses: dict[str, str] = field(default_factory=dict)
     commands: tuple[str, ...] = ()
     managed_units: tuple[str, ...] = ()
@@ -129,9 +127,6 @@ class HostReport:
     @property
     def is_debian_family(self) -> bool:
         return self.os_id in ("debian", "ubuntu") or "debian" in self.os_like
-
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def model_of(name: str) -> str | None:
@@ -262,7 +257,6 @@ def parse_report(text: str) -> HostReport:
     addresses: dict[str, str] = {}
     for match in re.finditer(r"^\d+:\s+(\S+)\s+inet\s+([0-9.]+)/", part.get("interfaces", ""), re.M):
         addresses.setdefault(match.group(1), match.group(2))
-    grub = part.get("grub", "").split()
     return HostReport(
         smi=smi,
         smi_error=smi_error,
@@ -280,7 +274,6 @@ def parse_report(text: str) -> HostReport:
         os_id=osr.get("ID", ""),
         os_like=tuple(osr.get("ID_LIKE", "").split()),
         group_ids=groups,
-        grub_tool=grub[0].rsplit("/", 1)[-1] if grub else None,
         addresses=addresses,
         commands=tuple(part.get("commands", "").split()),
         managed_units=tuple(line.rsplit("/", 1)[-1].removesuffix(".service") for line in part.get("units", "").split()),
