@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from instinct_fleet import knowledge
+from instinct_fleet.defaults import image_tag
 from instinct_fleet.render import STOP_MARGIN_SECONDS
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec, canonical_arg
@@ -224,8 +225,7 @@ def duplicate_flags(spec: HostSpec) -> list[Finding]:
 def exporter_image(spec: HostSpec) -> list[Finding]:
     """The exporter's image is pinned like the vLLM image: a `latest` or missing tag pulls a different one each run."""
     image = spec.vars.metrics_exporter_image
-    last = image.rsplit("/", 1)[-1]
-    if "@" in image or (":" in last and not last.endswith(":latest")):
+    if image_tag(image) not in (None, "", "latest"):
         return []
     return [
         finding(

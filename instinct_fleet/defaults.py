@@ -35,6 +35,14 @@ GPU_ARCH = {"MI300X": "gfx942", "MI325X": "gfx942", "MI350X": "gfx950", "MI355X"
 GDR_LEVELS = ("0", "1", "2", "3", "4", "5", "LOC", "PIX", "PXB", "PHB", "SYS")
 
 
+def image_tag(image: str) -> str | None:
+    """The tag of an image reference, ``"@digest"`` for a digest, None without either: `latest` or none is unpinned."""
+    if "@" in image:
+        return "@digest"
+    last = image.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else None
+
+
 def default_image(version: str) -> str:
     """The upstream vLLM ROCm image for ``version``: the default, and the example in messages."""
     return f"vllm/vllm-openai-rocm:v{version}"

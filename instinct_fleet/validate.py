@@ -15,7 +15,7 @@ from pathlib import Path
 
 from instinct_fleet import knowledge, startup
 from instinct_fleet.crosscheck import member, validate_crossings
-from instinct_fleet.defaults import default_image
+from instinct_fleet.defaults import default_image, image_tag
 from instinct_fleet.inputs import validate_inputs
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec, ServiceSpec
@@ -38,16 +38,8 @@ GPU_MEMORY_HIGH = 0.95  # 000 Part II: "0.95+ on MI300X with AITER active can tr
 TRUE = {"1", "true", "True", "TRUE"}
 
 
-def _image_tag(image: str) -> str | None:
-    """The tag of an image reference, ``"@digest"`` for a digest, None without either."""
-    if "@" in image:
-        return "@digest"
-    last = image.rsplit("/", 1)[-1]
-    return last.split(":", 1)[1] if ":" in last else None
-
-
 def check_image(host: str | None, image: str, version: str) -> list[Finding]:
-    tag = _image_tag(image)
+    tag = image_tag(image)
     if tag is None or tag == "latest" or not tag:
         return [
             finding(

@@ -249,17 +249,28 @@ def test_limit_to_one_member_still_refuses_a_peer_with_bad_data(tmp_path: Path) 
     assert not contacted and "Traceback" not in done.stderr
 
 
-def test_every_bad_value_is_refused_by_the_cli_before_any_contact(tmp_path: Path) -> None:
-    """All of BAD at once, one host each, through `instinct-fleet deploy`: each host named with its key and rule."""
+def refused_before_contact(tmp_path: Path, cases: list[tuple[dict[str, Any], str, str]], ssh_of: Any = None) -> None:
+    """All ``cases`` at once, one host each, through `instinct-fleet deploy`: each host named with its key and rule, none contacted.
+
+    ``ssh_of(data, port)`` gives a host's ssh_port (default: the listener's), for cases about the SSH port itself.
+    """
     inventory = tmp_path / "inventories" / "bad.py"
-    inventory.parent.mkdir()
+    inventory.parent.mkdir(exist_ok=True)
     with ssh_port() as (port, contacted):
-        hosts = [(f"bad-{i}", {"ssh_hostname": "127.0.0.1", "ssh_port": port, **G, **data}) for i, (data, _, _) in enumerate(BAD)]
+        hosts = []
+        for i, (data, _, _) in enumerate(cases):
+            ssh = ssh_of(data, port) if ssh_of else port
+            hosts.append((f"bad-{i}", {"ssh_hostname": "127.0.0.1", "ssh_port": ssh, **G, **data}))
         inventory.write_text(f"hosts = {hosts!r}\n")
         done = subprocess.run(
             [sys.executable, "-m", "instinct_fleet.cli", "deploy", str(inventory)], cwd=ROOT, capture_output=True, text=True
         )
     assert done.returncode == 1 and "Traceback" not in done.stderr and not contacted
     lines = done.stderr.splitlines()
-    for i, (_, key, rule) in enumerate(BAD):
+    for i, (_, key, rule) in enumerate(cases):
         assert any(line.startswith(f"error: bad-{i}: {key}: ") and line.endswith(f"[{rule}]") for line in lines), (i, key, rule)
+
+
+def test_every_bad_value_is_refused_by_the_cli_before_any_contact(tmp_path: Path) -> None:
+    """All of BAD at once, one host each, through `instinct-fleet deploy`: each host named with its key and rule."""
+    refused_before_contact(tmp_path, BAD)

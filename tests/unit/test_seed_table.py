@@ -20,6 +20,7 @@ from instinct_fleet.render import render_args
 from instinct_fleet.spec import ServiceSpec, canonical_arg, parallel_size
 
 from .conftest import check, check_cluster
+from .test_seed_recipes import flag_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = tomllib.loads((Path(__file__).parent / "seed_commands.toml").read_text())["command"]
@@ -29,19 +30,6 @@ SEEDS = ROOT / "tests" / "fixtures" / "seeds"  # copies of ../shared/seeds, so t
 
 def pinned(version: str) -> dict[str, Any]:
     return {"vllm_version": version, "vllm_image": f"vllm/vllm-openai-rocm:v{version}"}
-
-
-def flag_pairs(argv: list[str]) -> dict[str, str | None]:
-    pairs: dict[str, str | None] = {}
-    i = 0
-    while i < len(argv):
-        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            pairs[argv[i]] = argv[i + 1]
-            i += 2
-        else:
-            pairs[argv[i]] = None
-            i += 1
-    return pairs
 
 
 def wanted(parsed: LaunchCommand, table: knowledge.VllmKnowledge) -> dict[str, str | None]:
