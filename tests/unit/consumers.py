@@ -14,6 +14,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 NETNS = "instinct-fleet-nft-check"
@@ -106,11 +108,11 @@ def targets_check(groups: list[dict[str, Any]]) -> str:
 
 
 @cache
-def standin() -> ModuleType:
-    """The stand-in vLLM as the fleet builds it: beside the generated table of its version and the checkpoint table."""
+def standin(version: str = STANDIN_VERSION) -> ModuleType:
+    """The stand-in vLLM as the fleet builds it: beside the generated table of ``version`` and the checkpoint table."""
     context = Path(tempfile.mkdtemp(prefix="instinct-fleet-standin-"))
     shutil.copy(ROOT / "tests" / "fleet" / "standin" / "vllm" / "vllm_standin.py", context / "vllm_standin.py")
-    shutil.copy(ROOT / "instinct_fleet" / "knowledge" / f"vllm-{STANDIN_VERSION}.json", context / "vllm-knowledge.json")
+    shutil.copy(ROOT / "instinct_fleet" / "knowledge" / f"vllm-{version}.json", context / "vllm-knowledge.json")
     shutil.copy(ROOT / "instinct_fleet" / "knowledge" / "checkpoints.toml", context / "checkpoints.toml")
     spec = importlib.util.spec_from_file_location("vllm_standin", context / "vllm_standin.py")
     assert spec and spec.loader
@@ -119,12 +121,12 @@ def standin() -> ModuleType:
     return module
 
 
-def argv_check(model: str, argv: list[str]) -> str:
-    """The stand-in's argparse-like parser and its start-up checks, on ``vllm serve MODEL ARGV``."""
-    module = standin()
+def argv_check(model: str, argv: list[str], env: dict[str, str] | None = None, version: str = STANDIN_VERSION) -> str:
+    """The stand-in's argparse-like parser and its start-up checks, on ``vllm serve MODEL ARGV`` in the instance's env."""
+    module = standin(version)
     said = io.StringIO()
     try:
-        with contextlib.redirect_stderr(said):
+        with contextlib.redirect_stderr(said), mock.patch.dict(os.environ, env or {}):
             parsed_model, args = module.parse(["serve", model, *argv])
             module.check_startup(parsed_model, args)
     except SystemExit as exc:

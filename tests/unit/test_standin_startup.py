@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 
+from instinct_fleet import startup
 from instinct_fleet.recipes import all_recipes
 from instinct_fleet.render import render_args
 from instinct_fleet.spec import ServiceSpec
 
 from . import consumers
 from .conftest import check, check_cluster
+from .test_rules import CASES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,11 +45,16 @@ def test_the_fleets_stand_in_is_the_default_version() -> None:
     assert f'STANDIN_VERSION = "{consumers.STANDIN_VERSION}"' in (ROOT / "tests" / "fleet" / "fleet.py").read_text()
 
 
+@pytest.mark.parametrize("version", ["0.22.0", "0.33.0"])
 @pytest.mark.parametrize("recipe", sorted(all_recipes()))
-def test_every_recipe_starts(standin: ModuleType, recipe: str) -> None:
+def test_every_recipe_starts_on_every_version_it_validates_on(recipe: str, version: str) -> None:
+    """The recipes are written for 0.22.0 and 0.33.0 (on 0.11.0 validation refuses their V1 flags, as the seed table records)."""
     nodes = all_recipes()[recipe].nodes
-    spec = check_cluster({"vllm_recipe": recipe, "vllm_nodes": nodes}, nodes)[0][0] if nodes > 1 else check({"vllm_recipe": recipe})[0]
-    assert starts(standin, spec.services[0]) is None
+    data = {"vllm_recipe": recipe, "vllm_version": version, "vllm_image": f"vllm/vllm-openai-rocm:v{version}"}
+    planned = check_cluster({**data, "vllm_nodes": nodes}, nodes) if nodes > 1 else [check(data)]
+    assert [str(f) for _, fs in planned for f in fs if f.severity == "error"] == []
+    svc = planned[0][0].services[0]
+    assert consumers.argv_check(svc.model, render_args(svc), svc.env, version) == ""
 
 
 L8B = {"vllm_model": "meta-llama/Llama-3.1-8B-Instruct"}
@@ -91,3 +98,25 @@ def test_validation_and_the_stand_in_refuse_alike(standin: ModuleType, case: str
     spec, findings = check(data)
     assert rule in {f.rule for f in findings if f.severity == "error"}, case
     assert starts(standin, spec.services[0]) == "refused", case
+
+
+STARTUP_RULES = [
+    *startup.CHECKS,
+    "quantization-unknown",
+    "quantization-rocm",
+    "quantization-deprecated",
+    "quantization-mismatch",
+    "attention-backend",
+]
+
+
+@pytest.mark.parametrize("rule", STARTUP_RULES)
+def test_the_stand_in_refuses_each_start_up_rule_where_validation_does(rule: str) -> None:
+    """Each start-up rule's case from the rules table: the stand-in refuses the tripping one and starts the passing one."""
+    trip, passing = CASES[rule]
+    for data, refused in ((trip, True), (passing, False)):
+        spec, findings = check(data)
+        assert (rule in {f.rule for f in findings}) is refused, (rule, data)
+        svc = spec.services[0]
+        said = consumers.argv_check(svc.model, render_args(svc), svc.env)
+        assert bool(said) is refused, (rule, data, said)

@@ -154,6 +154,61 @@ def check_bounds(name: str, value: float, bounds: dict[str, float]) -> None:
             config_error(f"pydantic_core.ValidationError: {name}: Input should be {op} {bounds[op]}")
 
 
+def check_settings(args: dict[str, Any]) -> None:
+    """The checks between settings, in vLLM's words, where this version's source raises them (TABLE["startup_checks"])."""
+    raises = TABLE["startup_checks"]
+    number = {flag: float(args[flag]) for flag in args if isinstance(args[flag], str) and args[flag].replace(".", "", 1).isdigit()}
+    seqs, batched, length = number.get("--max-num-seqs"), number.get("--max-num-batched-tokens"), number.get("--max-model-len")
+    chunked_off = args.get("--enable-chunked-prefill") is False
+    if "scheduler-batched-below-model-len" in raises and chunked_off and batched and length and batched < length:
+        config_error(f"ValueError: max_num_batched_tokens ({batched:g}) is smaller than max_model_len ({length:g}).")
+    if "scheduler-batched-below-seqs" in raises and seqs and batched and batched < seqs:
+        config_error(f"ValueError: max_num_batched_tokens ({batched:g}) must be greater than or equal to max_num_seqs ({seqs:g}).")
+    partial, long = number.get("--max-num-partial-prefills", 1), number.get("--max-long-partial-prefills", 1)
+    if "scheduler-partial-prefills-chunked" in raises and partial > 1 and chunked_off:
+        config_error("ValueError: Chunked prefill must be enabled to set max_num_partial_prefills > 1.")
+    if "scheduler-long-partial-prefills" in raises and long > partial:
+        config_error(f"ValueError: max_long_partial_prefills ({long:g}) must be less than or equal to max_num_partial_prefills.")
+    spec = json.loads(args["--speculative-config"]) if args.get("--speculative-config") else None
+    if spec is not None:
+        tp = int(args.get("--tensor-parallel-size", 1))
+        draft = spec.get("draft_tensor_parallel_size")
+        if "speculative-draft-tp" in raises and isinstance(draft, int) and draft not in (1, tp):
+            config_error(
+                f"ValueError: speculative_draft_tensor_parallel_size={draft} cannot be other value than 1 or target model tensor_parallel_size"
+            )
+        method = str(spec.get("method") or "")
+        draftless = method in (
+            "ngram",
+            "[ngram]",
+            "ngram_gpu",
+            "suffix",
+            "mtp",
+            "extract_hidden_states",
+            "custom_class",
+        ) or method.endswith("_mtp")
+        if (
+            "speculative-tokens-without-model" in raises
+            and spec.get("model") is None
+            and "num_speculative_tokens" in spec
+            and not draftless
+        ):
+            config_error("ValueError: num_speculative_tokens was provided but without speculative model.")
+        if "speculative-tensor-parallel-key" in raises and "tensor_parallel_size" in spec:
+            config_error("ValueError: 'tensor_parallel_size' is not a valid argument in the speculative_config.")
+        low, high = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
+        if "speculative-prompt-lookup" in raises and isinstance(low, int) and isinstance(high, int) and low > high:
+            config_error(f"ValueError: prompt_lookup_min={low} must be <= prompt_lookup_max={high}")
+        shuffled = os.environ.get("VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT") in ("1", "true", "True")
+        backend = str(args.get("--attention-backend") or "ROCM_AITER_FA").upper()
+        if "shuffle-kv-speculative" in raises and shuffled and backend == "ROCM_AITER_FA":
+            # vLLM asserts at the first multi-token decode; the stand-in refuses at once.
+            config_error("AssertionError: Shuffle KV cache layout is not supported with speculative decoding (multi-token decode).")
+    transfer = json.loads(args["--kv-transfer-config"]) if args.get("--kv-transfer-config") else None
+    if "kv-connector-role" in raises and transfer and transfer.get("kv_connector") and not transfer.get("kv_role"):
+        config_error("ValueError: Please specify kv_role when kv_connector is set.")
+
+
 def check_startup(model: str, args: dict[str, Any]) -> None:
     """What vLLM's engine config refuses at start-up, read from the same generated tables.
 
@@ -196,9 +251,7 @@ def check_startup(model: str, args: dict[str, Any]) -> None:
             config_error(f"ValueError: {method} quantization is currently not supported in rocm.")
         if method in quant["deprecated"] and args.get(quant["deprecated_flag"] or "") is not True:
             config_error(f"ValueError: The quantization method {method} is deprecated and will be removed in future versions of vLLM.")
-    seqs, batched = args.get("--max-num-seqs"), args.get("--max-num-batched-tokens")
-    if seqs and batched and "scheduler-batched-below-seqs" in TABLE["startup_checks"] and int(batched) < int(seqs):
-        config_error(f"ValueError: max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({seqs}).")
+    check_settings(args)
     backends = TABLE["attention_backends"].get("rocm", {})
     selected = args.get("--attention-backend")
     if backends and selected:
