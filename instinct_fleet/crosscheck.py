@@ -242,8 +242,9 @@ def member(spec: HostSpec) -> dict[str, object]:
 
     Ray places ranks on any node, and each node's Ray container carries its own
     image, env and ports, and stages its own model; a node that differs joins late,
-    never joins, or serves a different model. Only the node's own address and role
-    (from ``cluster_nic`` and ``ray_role``) may differ.
+    never joins, or serves a different model. The node's own address and role, and
+    host paths each node mounts at the same place in its containers (the cache, the
+    weights store), may differ.
     """
     cluster = spec.settings.cluster
     svc = spec.services[0] if spec.services else None
@@ -259,9 +260,6 @@ def member(spec: HostSpec) -> dict[str, object]:
         "ray_ports": cluster.ports if cluster else None,
         "ray_ready_timeout": cluster.ready_timeout if cluster else None,
         "infiniband": cluster.infiniband if cluster else None,
-        "hf_cache_dir": spec.settings.hf_cache_dir,
-        "weights_source": spec.vars.weights_source,
-        "service_user": spec.settings.service_user,
     }
 
 

@@ -131,7 +131,7 @@ _RULES = (
     Rule(
         "cluster-mismatch",
         "error",
-        "Every node of a cluster runs the same thing: GPU model and count, image, version, model, env, flags, Ray ports and cache paths (crosscheck.member); Ray places ranks on any of them.",
+        "Every node of a cluster runs the same thing: GPU model and count, image, version, model, env, flags, nodes, Ray ports, ready timeout and InfiniBand (crosscheck.member); Ray places ranks on any of them.",
     ),
     Rule(
         "cluster-nic",

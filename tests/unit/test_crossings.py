@@ -107,12 +107,12 @@ def test_the_port_map_holds_every_listener_of_a_cluster_node() -> None:
         ({"vllm_model": "meta-llama/Llama-3.1-405B-Instruct-FP8"}, "vllm_model"),
         ({"ray_ports": {"gcs": 6390}}, "ray_ports"),
         ({"vllm_args": {"max-model-len": 4096}}, "vllm_args"),
-        ({"hf_cache_dir": "/data/other-cache"}, "hf_cache_dir"),
+        ({"infiniband": True}, "infiniband"),
         ({"vllm_image": "registry.local:5000/vllm/vllm-openai-rocm:v0.22.0"}, "vllm_image"),
     ],
 )
 def test_cluster_members_agree_on_everything_a_member_runs(worker: dict[str, Any], key: str, tmp_path: Path) -> None:
-    """A worker that differs from its head in anything it runs is named, with what the head has."""
+    """A worker that differs from its head in anything it runs is named, with what the head has; its own cache path may differ."""
     from instinct_fleet.inventory import HostData, plan_hosts
 
     hosts = [
@@ -174,3 +174,11 @@ def test_bench_sends_the_key_as_vllm_bench_serve_reads_it() -> None:
     text = bench.command(job, "T", None)
     assert "-v /etc/instinct-fleet/api-key:/run/secrets/vllm-api-key:ro" in text
     assert """--entrypoint /bin/sh""" in text and 'OPENAI_API_KEY="$(cat /run/secrets/vllm-api-key)" exec vllm "$@"' in text
+
+
+def test_a_worker_may_keep_its_cache_elsewhere() -> None:
+    from instinct_fleet.inventory import HostData, plan_hosts
+
+    worker = {**CLUSTER, **L405, "ray_role": "worker", "hf_cache_dir": "/nvme/hf-cache"}
+    planned = plan_hosts([HostData("h1", ("all",), {**CLUSTER, **L405, "ray_role": "head"}), HostData("h2", ("all",), worker)])
+    assert [str(f) for _, fs in planned for f in fs if f.severity == "error"] == []
