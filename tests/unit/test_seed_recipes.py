@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from instinct_fleet import knowledge
 from instinct_fleet.defaults import DEFAULTS
-from instinct_fleet.launch import parse_launch_command
+from instinct_fleet.launch import LaunchCommand, parse_launch_command
 from instinct_fleet.recipes import all_recipes
 from instinct_fleet.render import render_args, service_json
 from instinct_fleet.spec import canonical_arg
@@ -110,18 +111,23 @@ def flag_pairs(argv: list[str]) -> dict[str, str | None]:
     return pairs
 
 
-def seed_pairs(command: str) -> tuple[dict[str, str], str | None, dict[str, str | None]]:
-    parsed = parse_launch_command(command, VERSION)
+def argv_pairs(parsed: LaunchCommand, table: knowledge.VllmKnowledge) -> dict[str, str | None]:
+    """A parsed command's flags as the rendered argv spells them: ``--flag value``, ``--flag`` or ``--no-flag``."""
     args: dict[str, str | None] = {}
     for name, value in parsed.args.items():
-        flag = canonical_arg(name, _table())
+        flag = canonical_arg(name, table)
         if value is True:
             args[f"--{flag}"] = None
         elif value is False:
             args[f"--no-{flag}"] = None
         else:
             args[f"--{flag}"] = str(value)
-    return parsed.env, parsed.model, args
+    return args
+
+
+def seed_pairs(command: str) -> tuple[dict[str, str], str | None, dict[str, str | None]]:
+    parsed = parse_launch_command(command, VERSION)
+    return parsed.env, parsed.model, argv_pairs(parsed, _table())
 
 
 @pytest.mark.parametrize(
@@ -332,7 +338,5 @@ def test_every_seed_command_is_expressible(command: str) -> None:
     assert argv[-2:] == ["--port", str(port)]
 
 
-def _table():  # type: ignore[no-untyped-def]
-    from instinct_fleet import knowledge
-
+def _table() -> knowledge.VllmKnowledge:
     return knowledge.load(VERSION)

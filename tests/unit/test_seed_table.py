@@ -20,7 +20,7 @@ from instinct_fleet.render import render_args
 from instinct_fleet.spec import ServiceSpec, canonical_arg, parallel_size
 
 from .conftest import check, check_cluster
-from .test_seed_recipes import flag_pairs
+from .test_seed_recipes import argv_pairs, flag_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = tomllib.loads((Path(__file__).parent / "seed_commands.toml").read_text())["command"]
@@ -32,26 +32,12 @@ def pinned(version: str) -> dict[str, Any]:
     return {"vllm_version": version, "vllm_image": f"vllm/vllm-openai-rocm:v{version}"}
 
 
-def wanted(parsed: LaunchCommand, table: knowledge.VllmKnowledge) -> dict[str, str | None]:
-    """The seed's flags as the rendered argv spells them."""
-    out: dict[str, str | None] = {}
-    for name, value in parsed.args.items():
-        flag = canonical_arg(name, table)
-        if value is True:
-            out[f"--{flag}"] = None
-        elif value is False:
-            out[f"--no-{flag}"] = None
-        else:
-            out[f"--{flag}"] = str(value)
-    return out
-
-
 def missing(parsed: LaunchCommand, svc: ServiceSpec, table: knowledge.VllmKnowledge) -> list[str]:
     """The seed's env vars and flags that the rendered instance does not carry as written."""
     gone = [f"{k}={v}" for k, v in parsed.env.items() if k != "CUDA_VISIBLE_DEVICES" and svc.env.get(k) != v]
     got = flag_pairs(render_args(svc))
     got["--port"] = str(svc.port)
-    return gone + [f"{k} {v or ''}".strip() for k, v in wanted(parsed, table).items() if got.get(k, "MISSING") != v]
+    return gone + [f"{k} {v or ''}".strip() for k, v in argv_pairs(parsed, table).items() if got.get(k, "MISSING") != v]
 
 
 def instance(parsed: LaunchCommand, name: str, model: str | None, version: str) -> dict[str, Any]:
