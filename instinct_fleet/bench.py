@@ -7,7 +7,7 @@ distort the figures (``--client`` chooses another host instead).
 
 A run is refused for an instance that is not serving (unit not active,
 ``/health`` not 200, another image than the inventory's) and for a host whose
-roll is in progress: the deploy's marker (:data:`instinct_fleet.render.ROLL_MARKER`)
+roll is in progress: the deploy's marker (:data:`instinct_fleet.paths.ROLL_MARKER`)
 is there while a batch runs and stays after a roll failed.
 
 Results land under ``results/<UTC timestamp>/<host>/<instance>/``: vLLM's own
@@ -26,13 +26,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import monitoring, remote, render
+from instinct_fleet import monitoring, paths, remote, render
 from instinct_fleet.defaults import BenchProfile
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
-REMOTE_ROOT = "/var/lib/instinct-fleet/bench"
-IN_CONTAINER = "/results"
-DATASETS_DIR = "/var/lib/instinct-fleet/datasets"
 RESULT_MARK = "@@instinct-fleet-bench-result"
 
 # Built-in profiles. seed-001-gpt-oss is exactly seed 001's run; its published figures are in
@@ -42,7 +39,7 @@ BUILTIN_PROFILES: dict[str, BenchProfile] = {
     # Seed 004 compares servers on ShareGPT; the dataset file is the one vLLM's docs download.
     "sharegpt-chat": BenchProfile(
         dataset="sharegpt",
-        dataset_path=f"{DATASETS_DIR}/ShareGPT_V3_unfiltered_cleaned_split.json",
+        dataset_path=f"{paths.DATASETS_DIR}/ShareGPT_V3_unfiltered_cleaned_split.json",
         num_prompts=1000,
         concurrency=[64],
         ignore_eos=False,
@@ -134,12 +131,12 @@ def vllm_bench_args(job: Job, base_url: str) -> list[str]:
     if p.ignore_eos:
         argv.append("--ignore-eos")
     argv += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"]
-    argv += ["--save-result", "--result-dir", IN_CONTAINER, "--result-filename", job.filename, "--label", job.profile_name]
+    argv += ["--save-result", "--result-dir", paths.RESULTS_IN_CONTAINER, "--result-filename", job.filename, "--label", job.profile_name]
     return argv
 
 
 def remote_dir(stamp: str, job: Job) -> str:
-    return f"{REMOTE_ROOT}/{stamp}/{job.spec.host}/{job.svc.name}"
+    return f"{paths.BENCH_ROOT}/{stamp}/{job.spec.host}/{job.svc.name}"
 
 
 def command(job: Job, stamp: str, client: HostSpec | None) -> str:
@@ -150,8 +147,8 @@ def command(job: Job, stamp: str, client: HostSpec | None) -> str:
     address = "127.0.0.1" if local else monitoring.scrape_address(job.spec)
     base_url = f"http://{monitoring.host_port(address, job.svc.port)}"
     out = remote_dir(stamp, job)
-    argv = [render.DOCKER, "run", "--rm", "--network", "host", "--ipc", "host"]
-    argv += ["-v", f"{on.settings.hf_cache_dir}:{render.HF_CACHE_IN_CONTAINER}", "-v", f"{out}:{IN_CONTAINER}"]
+    argv = [paths.DOCKER, "run", "--rm", "--network", "host", "--ipc", "host"]
+    argv += ["-v", f"{on.settings.hf_cache_dir}:{paths.HF_CACHE_IN_CONTAINER}", "-v", f"{out}:{paths.RESULTS_IN_CONTAINER}"]
     if local:  # the instance's env (HF_HUB_OFFLINE, HF_TOKEN_PATH and all) for loading its tokenizer
         argv += ["--env-file", render.env_path(job.svc)]
     checks = []
@@ -161,7 +158,7 @@ def command(job: Job, stamp: str, client: HostSpec | None) -> str:
         checks.append(f"test -f {q(job.profile.dataset_path)} || {{ printf '%s\\n' {q(missing)} >&2; exit 3; }}")
     # The bench host's Hugging Face token, when it has one, for a gated model's tokenizer: mounted as the units mount it.
     token = on.settings.hf_token_path
-    mount = f"-v {token}:{render.TOKEN_IN_CONTAINER}:ro -e HF_TOKEN_PATH={render.TOKEN_IN_CONTAINER}"
+    mount = f"-v {token}:{paths.TOKEN_IN_CONTAINER}:ro -e HF_TOKEN_PATH={paths.TOKEN_IN_CONTAINER}"
     checks.append(f"token=; if test -r {q(token)}; then token={q(mount)}; fi")
     # With vllm_api_key_path the instance answers /v1 only with the key: the bench host's file at that path
     # becomes OPENAI_API_KEY inside the container, which vllm bench serve sends as the bearer token.

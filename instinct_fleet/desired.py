@@ -15,16 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from instinct_fleet import render
+from instinct_fleet import paths, render
 from instinct_fleet.paths import CONFIG_DIR, DAEMON_JSON, DOCKER_DROP_IN
 from instinct_fleet.spec import HostSpec
 
 if TYPE_CHECKING:
     from instinct_fleet.hostplan import HostPlan
     from instinct_fleet.preflight import HostReport
-
-CA_DIR = "/etc/docker/certs.d"
-CREDENTIALS = "/root/.docker/config.json"
 
 
 @dataclass(frozen=True)
@@ -123,24 +120,24 @@ class Probe:
 def probe(spec: HostSpec) -> Probe:
     """The paths, units and endpoints this host's deploy may touch, so the fact can read their state."""
     settings = spec.settings
-    paths = [render.SYSCTL_FILE, render.GRUB_DROP_IN, render.REBOOT_MARKER, render.unit_path(render.CPU_IDLE_UNIT)]
-    paths += [DAEMON_JSON, DOCKER_DROP_IN, CREDENTIALS, *(f"{CA_DIR}/{r}/ca.crt" for r in sorted(settings.registry_ca_certs))]
-    paths += [CONFIG_DIR, settings.hf_cache_dir, render.RAY_TMP, render.RAY_READY_SCRIPT, render.RAY_ENV]
-    paths += [render.FIREWALL_FILE, render.unit_path(render.FIREWALL_UNIT), render.ROLL_MARKER]
-    paths += [render.unit_path(render.EXPORTER_UNIT), render.EXPORTER_CONFIG]
-    units = ["docker.service", render.CPU_IDLE_UNIT, render.FIREWALL_UNIT, f"{render.EXPORTER_UNIT}.service"]
+    files = [paths.SYSCTL_FILE, paths.GRUB_DROP_IN, paths.REBOOT_MARKER, render.unit_path(paths.CPU_IDLE_UNIT)]
+    files += [DAEMON_JSON, DOCKER_DROP_IN, paths.CREDENTIALS, *(f"{paths.CA_DIR}/{r}/ca.crt" for r in sorted(settings.registry_ca_certs))]
+    files += [CONFIG_DIR, settings.hf_cache_dir, paths.RAY_TMP, paths.RAY_READY_SCRIPT, paths.RAY_ENV]
+    files += [paths.FIREWALL_FILE, render.unit_path(paths.FIREWALL_UNIT), paths.ROLL_MARKER]
+    files += [render.unit_path(paths.EXPORTER_UNIT), paths.EXPORTER_CONFIG]
+    units = ["docker.service", paths.CPU_IDLE_UNIT, paths.FIREWALL_UNIT, f"{paths.EXPORTER_UNIT}.service"]
     for svc in spec.services:
-        paths += [render.unit_path(render.unit_name(svc)), render.env_path(svc)]
+        files += [render.unit_path(render.unit_name(svc)), render.env_path(svc)]
         units.append(f"{render.unit_name(svc)}.service")
     if settings.cluster is not None:
         ray = render.ray_unit(settings.cluster.role)
-        paths.append(render.unit_path(ray))
+        files.append(render.unit_path(ray))
         units.append(f"{ray}.service")
     image = spec.services[0].image if spec.services else None
     endpoints = tuple((svc.port, render.served_model(svc)) for svc in spec.services)
     weights = tuple((w.source, w.local) for w in weights_of(spec))
     return Probe(
-        tuple(dict.fromkeys(paths)),
+        tuple(dict.fromkeys(files)),
         tuple(dict.fromkeys(units)),
         settings.service_user,
         image,
@@ -181,40 +178,40 @@ def desired(plan: HostPlan) -> Desired:
     sysctl = {}
     if settings.tune_numa_balancing and plan.report.numa_balancing is not None:
         sysctl["kernel.numa_balancing"] = "0"
-        files.append(File(render.SYSCTL_FILE, render.sysctl_file().encode()))
+        files.append(File(paths.SYSCTL_FILE, render.sysctl_file().encode()))
     if settings.tune_kernel_cmdline:
-        files.append(File(render.GRUB_DROP_IN, render.grub_drop_in().encode()))
+        files.append(File(paths.GRUB_DROP_IN, render.grub_drop_in().encode()))
         if not settings.tune_reboot and plan.report.missing_kernel_args:
-            files.append(File(render.REBOOT_MARKER, b""))
+            files.append(File(paths.REBOOT_MARKER, b""))
     if settings.tune_cpu_idle:
-        files.append(File(render.unit_path(render.CPU_IDLE_UNIT), render.cpu_idle_unit().encode()))
-        units.append(Unit(render.CPU_IDLE_UNIT, running=None))
+        files.append(File(render.unit_path(paths.CPU_IDLE_UNIT), render.cpu_idle_unit().encode()))
+        units.append(Unit(paths.CPU_IDLE_UNIT, running=None))
     for path, content in plan.docker_files().items():
         files.append(File(path, None if content is None else content.encode()))
     for registry, source in sorted(settings.registry_ca_certs.items()):
-        files.append(File(f"{CA_DIR}/{registry}/ca.crt", _local(source)))
+        files.append(File(f"{paths.CA_DIR}/{registry}/ca.crt", _local(source)))
     if settings.credentials_file:
-        files.append(File(CREDENTIALS, _local(settings.credentials_file), "600"))
+        files.append(File(paths.CREDENTIALS, _local(settings.credentials_file), "600"))
     if plan.role is not None:
-        directories.append(Directory(render.RAY_TMP, None))
-        files.append(File(render.RAY_READY_SCRIPT, render.template_bytes("ray-ready.py")))
+        directories.append(Directory(paths.RAY_TMP, None))
+        files.append(File(paths.RAY_READY_SCRIPT, render.template_bytes("ray-ready.py")))
     ruleset = plan.firewall()
     if ruleset is not None:
-        files.append(File(render.FIREWALL_FILE, ruleset.encode(), "600"))
-        files.append(File(render.unit_path(render.FIREWALL_UNIT), render.firewall_unit().encode()))
-        units.append(Unit(render.FIREWALL_UNIT))
+        files.append(File(paths.FIREWALL_FILE, ruleset.encode(), "600"))
+        files.append(File(render.unit_path(paths.FIREWALL_UNIT), render.firewall_unit().encode()))
+        units.append(Unit(paths.FIREWALL_UNIT))
     for name, unit_files in plan.unit_files.items():
         for path, content in unit_files.items():
             files.append(File(path, content.encode(), "644" if path.endswith(".service") else "600"))
         units.append(Unit(f"{name}.service"))
-    exporter_unit = render.unit_path(render.EXPORTER_UNIT)
+    exporter_unit = render.unit_path(paths.EXPORTER_UNIT)
     if spec.vars.metrics_exporter:
         files += [File(path, content.encode()) for path, content in plan.exporter_files().items()]
-        units.append(Unit(f"{render.EXPORTER_UNIT}.service"))
+        units.append(Unit(f"{paths.EXPORTER_UNIT}.service"))
     elif exporter_unit in plan.report.stats:  # switched off: stopped, disabled and removed
-        files += [File(exporter_unit, None), File(render.EXPORTER_CONFIG, None)]
-        units.append(Unit(f"{render.EXPORTER_UNIT}.service", enabled=False, running=False))
-    files.append(File(render.ROLL_MARKER, None))  # a finished roll leaves none behind
+        files += [File(exporter_unit, None), File(paths.EXPORTER_CONFIG, None)]
+        units.append(Unit(f"{paths.EXPORTER_UNIT}.service", enabled=False, running=False))
+    files.append(File(paths.ROLL_MARKER, None))  # a finished roll leaves none behind
     wanted = {f.path for f in files}
     for stale in plan.stale_units:
         files += [File(path, None) for path in (render.unit_path(stale), render.unit_env_path(stale)) if path not in wanted]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from instinct_fleet import desired, preflight, render
+from instinct_fleet import desired, paths, preflight, render
 from instinct_fleet.desired import Weights
 from instinct_fleet.inventory import HostData, hosts_of, plan_hosts
 from instinct_fleet.paths import DAEMON_JSON, DOCKER_DROP_IN
@@ -90,7 +90,7 @@ class HostPlan:
 
     def vllm_argv(self, svc: ServiceSpec) -> list[str]:
         cluster = self.spec.settings.cluster
-        mounts = [f"{render.RAY_TMP}:/tmp/ray"] if self.role == "head" else []
+        mounts = [f"{paths.RAY_TMP}:/tmp/ray"] if self.role == "head" else []
         drain = self.spec.settings.rolling.drain_timeout
         container = render.vllm_container(
             svc,
@@ -113,9 +113,9 @@ class HostPlan:
             image=svc.image,
             entrypoint="ray",
             command=command,
-            env_path=render.RAY_ENV,
+            env_path=paths.RAY_ENV,
             devices=self.devices(svc),
-            mounts=[f"{render.RAY_TMP}:/tmp/ray"],
+            mounts=[f"{paths.RAY_TMP}:/tmp/ray"],
             infiniband=cluster.infiniband,
         )
         return render.docker_run(container, self.spec.settings, self.group_ids, self.report.hf_token)
@@ -134,7 +134,7 @@ class HostPlan:
             "port": svc.port,
             "gpus": ",".join(map(str, svc.gpus)),
             "env_path": render.env_path(svc),
-            "docker": render.DOCKER,
+            "docker": paths.DOCKER,
             "exec_start": render.exec_line(self.vllm_argv(svc)),
             "stop_seconds": render.stop_seconds(svc, self.spec.settings.rolling.drain_timeout),
             "ray_unit": render.ray_unit("head") if ready else None,
@@ -149,7 +149,7 @@ class HostPlan:
             "unit": render.ray_unit(cluster.role),
             "role": cluster.role,
             "cluster": cluster.name,
-            "docker": render.DOCKER,
+            "docker": paths.DOCKER,
             "exec_start": render.exec_line(self.ray_argv()),
         }
 
@@ -168,14 +168,14 @@ class HostPlan:
             return {}
         unit = render.template(
             "amd-metrics-exporter.service.j2",
-            unit=render.EXPORTER_UNIT,
-            docker=render.DOCKER,
+            unit=paths.EXPORTER_UNIT,
+            docker=paths.DOCKER,
             port=v.metrics_exporter_port,
             exec_start=render.exec_line(render.exporter_argv(v.metrics_exporter_image)),
         )
         return {
-            render.unit_path(render.EXPORTER_UNIT): unit,
-            render.EXPORTER_CONFIG: render.exporter_config(v.metrics_exporter_port, v.metrics_exporter_fields),
+            render.unit_path(paths.EXPORTER_UNIT): unit,
+            paths.EXPORTER_CONFIG: render.exporter_config(v.metrics_exporter_port, v.metrics_exporter_fields),
         }
 
     @cached_property
@@ -185,7 +185,7 @@ class HostPlan:
         if self.role is not None:
             units[render.ray_unit(self.role)] = {
                 render.unit_path(render.ray_unit(self.role)): render.template("ray.service.j2", **self.ray_unit_vars()),
-                render.RAY_ENV: self.env_text(self.spec.services[0]),
+                paths.RAY_ENV: self.env_text(self.spec.services[0]),
             }
         for svc in self.serves:
             units[render.unit_name(svc)] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from instinct_fleet import render
+from instinct_fleet import paths
 from instinct_fleet.spec import HostSpec
 
 
@@ -39,7 +39,7 @@ def file_sd(specs: list[HostSpec]) -> list[dict[str, Any]]:
     for spec in specs:
         cluster = spec.settings.cluster
         if spec.vars.metrics_exporter:
-            group(spec, spec.vars.metrics_exporter_port, "amd-device-metrics", render.EXPORTER_UNIT)
+            group(spec, spec.vars.metrics_exporter_port, "amd-device-metrics", paths.EXPORTER_UNIT)
         if cluster is not None and cluster.role == "worker":
             continue
         for svc in spec.services:

@@ -16,7 +16,7 @@ from pyinfra.context import host
 from pyinfra.operations import systemd
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet import health, render
+from instinct_fleet import health, paths
 from instinct_fleet.facts import DockerImageId, InstanceHealth, UnitProblems
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
@@ -165,9 +165,9 @@ def weights_downloaded(
     q = shlex.quote
     run = [
         "docker run --rm --network host",
-        f"-v {q(source_root)}:{render.HF_CACHE_IN_CONTAINER}",
-        f"-v {q(token_path)}:{render.TOKEN_IN_CONTAINER}:ro" if token_path else "",
-        f"--entrypoint python3 {q(image)} -c {q(_DOWNLOAD)} {q(model)} {q(revision)} {render.TOKEN_IN_CONTAINER}",
+        f"-v {q(source_root)}:{paths.HF_CACHE_IN_CONTAINER}",
+        f"-v {q(token_path)}:{paths.TOKEN_IN_CONTAINER}:ro" if token_path else "",
+        f"--entrypoint python3 {q(image)} -c {q(_DOWNLOAD)} {q(model)} {q(revision)} {paths.TOKEN_IN_CONTAINER}",
     ]
     yield (
         f"mkdir -p {q(source_root)} && line=$({' '.join(p for p in run if p)} | tail -n1) && "

@@ -7,15 +7,43 @@ SYSTEMD_DIR = "/etc/systemd/system"
 DAEMON_JSON = "/etc/docker/daemon.json"
 DOCKER_DROP_IN = f"{SYSTEMD_DIR}/docker.service.d/90-instinct-fleet.conf"
 
+# What the deploy writes on a host and the names it gives: every module reads them from here.
+DOCKER = "/usr/bin/docker"
+SYSCTL_FILE = "/etc/sysctl.d/90-instinct-fleet.conf"
+GRUB_DROP_IN = "/etc/default/grub.d/90-instinct-fleet.cfg"
+CPU_IDLE_UNIT = "instinct-fleet-cpu-idle.service"
+REBOOT_MARKER = "/run/instinct-fleet/reboot-required"
+RAY_ENV = f"{CONFIG_DIR}/ray.env"
+RAY_READY_SCRIPT = f"{CONFIG_DIR}/ray-ready.py"
+RAY_TMP = "/var/lib/instinct-fleet/ray"  # shared /tmp/ray: the vLLM driver joins the head's Ray node through it
+FIREWALL_FILE = f"{CONFIG_DIR}/firewall.nft"
+FIREWALL_UNIT = "instinct-fleet-firewall.service"
+# Present while a host's roll batch runs (or after it failed): `instinct-fleet bench` refuses such a host.
+ROLL_MARKER = "/run/instinct-fleet/roll-in-progress"
+EXPORTER_UNIT = "amd-metrics-exporter"
+EXPORTER_DIR = f"{CONFIG_DIR}/metrics-exporter"
+EXPORTER_CONFIG = f"{EXPORTER_DIR}/config.json"
+CA_DIR = "/etc/docker/certs.d"
+CREDENTIALS = "/root/.docker/config.json"
+BENCH_ROOT = "/var/lib/instinct-fleet/bench"
+DATASETS_DIR = "/var/lib/instinct-fleet/datasets"
+
+# Inside the containers.
+TOKEN_IN_CONTAINER = "/run/secrets/hf-token"
+API_KEY_IN_CONTAINER = "/run/secrets/vllm-api-key"
+HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
+RESULTS_IN_CONTAINER = "/results"
+
 # Weight staging: written after a complete download into weights_source ("<revision> <commit>"),
 # and after a complete copy into hf_cache_dir (the same line), so that a cut copy never counts.
 WEIGHTS_COMPLETE = ".instinct-fleet-complete"
 WEIGHTS_STAGED = ".instinct-fleet-staged"
 
 # Files whose change restarts a serving unit; the preflight fact hashes them (roll.py).
+# Every vLLM and Ray unit this tool may have written, stale ones included.
+UNIT_GLOBS = (f"{SYSTEMD_DIR}/vllm-*.service", f"{SYSTEMD_DIR}/ray-*.service")
 RESTART_FILES = (
-    f"{SYSTEMD_DIR}/vllm-*.service",
-    f"{SYSTEMD_DIR}/ray-*.service",
+    *UNIT_GLOBS,
     f"{CONFIG_DIR}/*.env",
     DAEMON_JSON,
     DOCKER_DROP_IN,

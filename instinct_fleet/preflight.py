@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from instinct_fleet import health as health_checks
-from instinct_fleet.paths import RESTART_FILES, WEIGHTS_COMPLETE, WEIGHTS_STAGED
+from instinct_fleet.paths import RESTART_FILES, UNIT_GLOBS, WEIGHTS_COMPLETE, WEIGHTS_STAGED
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
 
@@ -53,7 +53,7 @@ SCRIPT = "; ".join(
         ("interfaces", "ip -o -4 addr show 2>/dev/null"),
         ("commands", "for c in cpupower curl nft; do command -v $c >/dev/null 2>&1 && echo $c; done"),
         ("infiniband", "ls /dev/infiniband 2>/dev/null"),
-        ("units", "grep -l 'Managed by instinct-fleet' /etc/systemd/system/vllm-*.service /etc/systemd/system/ray-*.service 2>/dev/null"),
+        ("units", f"grep -l 'Managed by instinct-fleet' {' '.join(UNIT_GLOBS)} 2>/dev/null"),
         # What decides a restart: the files a unit runs from, and whether it is running now (roll.py).
     )
 )

@@ -16,7 +16,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from instinct_fleet import knowledge
+from instinct_fleet import knowledge, paths
 from instinct_fleet.paths import CONFIG_DIR, SYSTEMD_DIR
 from instinct_fleet.preflight import KERNEL_ARGS
 from instinct_fleet.recipes import ArgValue
@@ -61,24 +61,7 @@ def service_json(svc: ServiceSpec) -> dict[str, Any]:
 
 
 # What the deploy writes on a host. Every path and flag of the vLLM unit comes from here.
-DOCKER = "/usr/bin/docker"
-TOKEN_IN_CONTAINER = "/run/secrets/hf-token"
-HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 STOP_MARGIN_SECONDS = 30
-SYSCTL_FILE = "/etc/sysctl.d/90-instinct-fleet.conf"
-GRUB_DROP_IN = "/etc/default/grub.d/90-instinct-fleet.cfg"
-CPU_IDLE_UNIT = "instinct-fleet-cpu-idle.service"
-REBOOT_MARKER = "/run/instinct-fleet/reboot-required"
-RAY_ENV = f"{CONFIG_DIR}/ray.env"
-RAY_READY_SCRIPT = f"{CONFIG_DIR}/ray-ready.py"
-RAY_TMP = "/var/lib/instinct-fleet/ray"  # shared /tmp/ray: the vLLM driver joins the head's Ray node through it
-FIREWALL_FILE = f"{CONFIG_DIR}/firewall.nft"
-FIREWALL_UNIT = "instinct-fleet-firewall.service"
-# Present while a host's roll batch runs (or after it failed): `instinct-fleet bench` refuses such a host.
-ROLL_MARKER = "/run/instinct-fleet/roll-in-progress"
-EXPORTER_UNIT = "amd-metrics-exporter"
-EXPORTER_DIR = f"{CONFIG_DIR}/metrics-exporter"
-EXPORTER_CONFIG = f"{EXPORTER_DIR}/config.json"
 # The exporter's labels: those of the captured MI300X scrape (tests/fixtures, device-metrics-exporter-*).
 EXPORTER_LABELS = (
     "GPU_UUID",
@@ -115,8 +98,18 @@ def exporter_config(port: int, fields: list[str]) -> str:
 
 def exporter_argv(image: str) -> list[str]:
     """The exporter's ``docker run``, as its documentation gives it, with the host's network so the firewall sees its port."""
-    argv = [DOCKER, "run", "--rm", "--name", EXPORTER_UNIT, "--label", f"instinct-fleet.unit={EXPORTER_UNIT}", "--network", "host"]
-    argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "-v", f"{EXPORTER_DIR}:/etc/metrics:ro", image]
+    argv = [
+        paths.DOCKER,
+        "run",
+        "--rm",
+        "--name",
+        paths.EXPORTER_UNIT,
+        "--label",
+        f"instinct-fleet.unit={paths.EXPORTER_UNIT}",
+        "--network",
+        "host",
+    ]
+    argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "-v", f"{paths.EXPORTER_DIR}:/etc/metrics:ro", image]
     return argv
 
 
@@ -135,7 +128,7 @@ def env_path(svc: ServiceSpec) -> str:
 
 def unit_env_path(unit: str) -> str:
     """The env file of a vLLM or Ray unit this tool writes (a stale one included); both Ray roles use ray.env."""
-    return RAY_ENV if unit.startswith("ray-") else f"{CONFIG_DIR}/{unit}.env"
+    return paths.RAY_ENV if unit.startswith("ray-") else f"{CONFIG_DIR}/{unit}.env"
 
 
 def served_model(svc: ServiceSpec) -> str:
@@ -148,7 +141,7 @@ def env_file(env: dict[str, str], with_token: bool) -> str:
     """docker --env-file lines. The token is never here: only the path of its read-only mount."""
     lines = dict(env)
     if with_token:
-        lines["HF_TOKEN_PATH"] = TOKEN_IN_CONTAINER
+        lines["HF_TOKEN_PATH"] = paths.TOKEN_IN_CONTAINER
     return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
@@ -212,9 +205,8 @@ def drain_args(svc: ServiceSpec, drain_timeout: int) -> list[str]:
     return ["--shutdown-timeout", str(drain_timeout)]
 
 
-# vLLM reads VLLM_API_KEY from its environment. A shell sets it from the mounted file and then becomes
-# vllm (exec, so docker stop's signal reaches it): the key is in no unit, argv, env file or docker inspect.
-API_KEY_IN_CONTAINER = "/run/secrets/vllm-api-key"
+# vLLM reads VLLM_API_KEY from its environment. A shell sets it from the mounted file (paths.API_KEY_IN_CONTAINER)
+# and then becomes vllm (exec, so docker stop's signal reaches it): the key is in no unit, argv, env file or docker inspect.
 
 
 def with_api_key(
@@ -226,8 +218,8 @@ def with_api_key(
     """
     if key_path is None:
         return entrypoint, command, []
-    script = f'{variable}="$(cat {API_KEY_IN_CONTAINER})" exec {entrypoint} "$@"'
-    return "/bin/sh", ["-c", script, entrypoint, *command], [f"{key_path}:{API_KEY_IN_CONTAINER}:ro"]
+    script = f'{variable}="$(cat {paths.API_KEY_IN_CONTAINER})" exec {entrypoint} "$@"'
+    return "/bin/sh", ["-c", script, entrypoint, *command], [f"{key_path}:{paths.API_KEY_IN_CONTAINER}:ro"]
 
 
 def vllm_container(
@@ -245,7 +237,7 @@ def vllm_container(
 
 def docker_run(container: Container, settings: HostSettings, group_ids: list[int], with_token: bool) -> list[str]:
     """The full ``docker run`` argv of a container, in a fixed order so that units only change when inputs do."""
-    argv = [DOCKER, "run", "--rm", "--name", container.name, "--label", f"instinct-fleet.unit={container.name}"]
+    argv = [paths.DOCKER, "run", "--rm", "--name", container.name, "--label", f"instinct-fleet.unit={container.name}"]
     # --ipc host: the host's /dev/shm and IPC namespace, which PyTorch workers and RCCL share (004's docker run);
     # docker ignores --shm-size with it, so none is given.
     argv += ["--network", "host", "--ipc", "host"]
@@ -260,9 +252,9 @@ def docker_run(container: Container, settings: HostSettings, group_ids: list[int
     ulimit = memlock_ulimit(settings.tune_memlock)
     if ulimit:
         argv += ["--ulimit", ulimit]
-    argv += ["--env-file", container.env_path, "-v", f"{settings.hf_cache_dir}:{HF_CACHE_IN_CONTAINER}"]
+    argv += ["--env-file", container.env_path, "-v", f"{settings.hf_cache_dir}:{paths.HF_CACHE_IN_CONTAINER}"]
     if with_token:
-        argv += ["-v", f"{settings.hf_token_path}:{TOKEN_IN_CONTAINER}:ro"]
+        argv += ["-v", f"{settings.hf_token_path}:{paths.TOKEN_IN_CONTAINER}:ro"]
     for mount in container.mounts:
         argv += ["-v", mount]
     argv += ["--entrypoint", container.entrypoint, container.image, *container.command]
@@ -305,10 +297,10 @@ def ray_ready_command(nodes: int, gpus: int, timeout: int) -> list[str]:
     """ExecStartPre of the head's vLLM unit: wait until Ray shows every node and GPU of the cluster."""
     head = ray_unit("head")
     wait = (
-        f"end=$(( $(date +%s) + {timeout} )); until {DOCKER} exec {head} true 2>/dev/null; do "
+        f"end=$(( $(date +%s) + {timeout} )); until {paths.DOCKER} exec {head} true 2>/dev/null; do "
         f"if [ $(date +%s) -ge $end ]; then echo '{head} container not running after {timeout}s' >&2; exit 1; fi; sleep 2; done"
     )
-    return ["/bin/sh", "-c", f"{wait}; exec {DOCKER} exec -i {head} python3 - {nodes} {gpus} {timeout} < {RAY_READY_SCRIPT}"]
+    return ["/bin/sh", "-c", f"{wait}; exec {paths.DOCKER} exec -i {head} python3 - {nodes} {gpus} {timeout} < {paths.RAY_READY_SCRIPT}"]
 
 
 def ray_start(cluster: ClusterSpec, node_ip: str, head_ip: str, num_gpus: int) -> list[str]:

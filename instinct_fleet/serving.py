@@ -16,7 +16,7 @@ from io import StringIO
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet import operations, render
+from instinct_fleet import operations, paths, render
 from instinct_fleet.defaults import Hook
 from instinct_fleet.hostplan import FleetPlan, HostPlan
 
@@ -109,7 +109,7 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
         files.put(
             name="Roll: mark the host as rolling",
             src=StringIO(f"roll batch {batch} started {started}\n"),
-            dest=render.ROLL_MARKER,
+            dest=paths.ROLL_MARKER,
             _if=gate,
         )
     if rolling and plan.serves:
@@ -153,5 +153,5 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
     healthy(plan, gate, roll.note, units={name for name, _ in written})
     if rolling and plan.serves:
         _hooks(plan, fleet, "post-start", hooks.post_start, gate)
-    if busy or plan.drifted(render.ROLL_MARKER):  # a marker left by a roll that failed goes once the host is whole
-        files.file(name="Roll: done on this host", path=render.ROLL_MARKER, present=False, _if=gate)
+    if busy or plan.drifted(paths.ROLL_MARKER):  # a marker left by a roll that failed goes once the host is whole
+        files.file(name="Roll: done on this host", path=paths.ROLL_MARKER, present=False, _if=gate)

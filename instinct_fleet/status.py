@@ -16,7 +16,7 @@ import shlex
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from instinct_fleet import render
+from instinct_fleet import paths, render
 from instinct_fleet.preflight import sections
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
@@ -78,7 +78,7 @@ def instances(spec: HostSpec) -> tuple[ServiceSpec, ...]:
 def script(spec: HostSpec) -> str:
     """One shell command that reads every unit of this host."""
     q = shlex.quote
-    parts = [f"printf '{MARK}roll\\n'; cat {render.ROLL_MARKER} 2>/dev/null; true"]
+    parts = [f"printf '{MARK}roll\\n'; cat {paths.ROLL_MARKER} 2>/dev/null; true"]
     for svc in instances(spec):
         unit = render.unit_name(svc)
         metrics = "|".join(re.escape(m) for m in (RUNNING, WAITING, kv_cache_metric(svc.version)))
@@ -95,7 +95,7 @@ def script(spec: HostSpec) -> str:
     if spec.vars.metrics_exporter:
         port = spec.vars.metrics_exporter_port
         parts.append(
-            f"printf '{MARK}unit {render.EXPORTER_UNIT}\\n'; systemctl show -p ActiveState --value {render.EXPORTER_UNIT}.service; "
+            f"printf '{MARK}unit {paths.EXPORTER_UNIT}\\n'; systemctl show -p ActiveState --value {paths.EXPORTER_UNIT}.service; "
             f"curl -s -o /dev/null -m 3 -w 'health %{{http_code}}\\n' http://127.0.0.1:{port}/metrics; true"
         )
     return "; ".join(parts)
@@ -154,7 +154,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
     for key, lines in part.items():
         if key.startswith("unit "):
             name = key[5:]
-            exporter = name == render.EXPORTER_UNIT
+            exporter = name == paths.EXPORTER_UNIT
             state = lines[0] if lines and not lines[0].startswith("health ") else "unknown"
             rows.append(Row(host, name, f"{name}.service", state, _health(lines) if exporter else "-", rolling=rolling))
     return rows
@@ -169,7 +169,7 @@ def unreachable(spec: HostSpec, why: str) -> list[Row]:
         ray = render.ray_unit(spec.settings.cluster.role)
         units.append((ray, f"{ray}.service", "-", None))
     if spec.vars.metrics_exporter:
-        units.append((render.EXPORTER_UNIT, f"{render.EXPORTER_UNIT}.service", "-", None))
+        units.append((paths.EXPORTER_UNIT, f"{paths.EXPORTER_UNIT}.service", "-", None))
     return [
         Row(str(spec.host), name, unit, "unreachable", "-", wanted_image=image, port=port, error=why) for name, unit, image, port in units
     ]

@@ -12,13 +12,13 @@ from pyinfra.context import host
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet import operations, render, serving
+from instinct_fleet import operations, paths, render, serving
 from instinct_fleet.hostplan import plan_for
 
 plan = plan_for(host)
 v = plan.spec.vars
-unit = f"{render.EXPORTER_UNIT}.service"
-unit_file = render.unit_path(render.EXPORTER_UNIT)
+unit = f"{paths.EXPORTER_UNIT}.service"
+unit_file = render.unit_path(paths.EXPORTER_UNIT)
 
 if v.metrics_exporter:
     pulled = []
@@ -37,9 +37,9 @@ if v.metrics_exporter:
         systemd.daemon_reload(name="Reload systemd (metrics exporter)", _if=any_changed(*written))
     changed = [*written, *pulled]
     if changed or plan.unit_drifted(unit):  # restarted when one of them changed, and kept running and enabled
-        operations.service_converged(render.EXPORTER_UNIT, changed, serving.always, plan.spec.settings.command_timeout)
+        operations.service_converged(paths.EXPORTER_UNIT, changed, serving.always, plan.spec.settings.command_timeout)
 elif plan.drifted(unit_file) or plan.unit_drifted(unit):
     systemd.service(name="Stop the metrics exporter (metrics_exporter is off)", service=unit, running=False, enabled=False)
     files.file(name="Remove the metrics exporter unit", path=unit_file, present=False)
-    files.file(name="Remove the metrics exporter config", path=render.EXPORTER_CONFIG, present=False)
+    files.file(name="Remove the metrics exporter config", path=paths.EXPORTER_CONFIG, present=False)
     systemd.daemon_reload(name="Reload systemd (metrics exporter removed)")

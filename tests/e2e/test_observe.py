@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from fleetctl import CLI, FIGURES, INVENTORY, ROOT, Run, deploy, ssh
 
-from instinct_fleet import render
+from instinct_fleet import paths
 
 INSTANCES = {("sim-gpu-1", "main"), ("sim-gpu-1", "batch"), ("sim-gpu-2", "llama-a"), ("sim-gpu-2", "llama-b"), ("sim-c1", "llama-405b")}
 EXPORTERS = {"sim-gpu-1", "sim-c1", "sim-c2"}
@@ -71,14 +71,14 @@ def test_status_agrees_with_the_units(converged: Run, fleet: dict[str, Any]) -> 
     for row in rows:
         active = ssh(fleet, row["host"], f"systemctl show -p ActiveState --value {row['unit']}").strip()
         assert row["state"] == active == "active", row
-    ssh(fleet, "sim-c2", f"systemctl stop {render.EXPORTER_UNIT}")
+    ssh(fleet, "sim-c2", f"systemctl stop {paths.EXPORTER_UNIT}")
     stopped = cli("status", INVENTORY, "--limit", "sim-c2", "--json")
     assert stopped.returncode == 1
-    (exporter,) = [r for r in json.loads(stopped.stdout) if r["instance"] == render.EXPORTER_UNIT]
-    actual = ssh(fleet, "sim-c2", f"systemctl show -p ActiveState --value {render.EXPORTER_UNIT}").strip()
+    (exporter,) = [r for r in json.loads(stopped.stdout) if r["instance"] == paths.EXPORTER_UNIT]
+    actual = ssh(fleet, "sim-c2", f"systemctl show -p ActiveState --value {paths.EXPORTER_UNIT}").strip()
     assert exporter["host"] == "sim-c2" and exporter["state"] == actual == "inactive" and not exporter["ok"]
     repaired = changed(deploy())
-    assert repaired == {("sim-c2", f"{render.EXPORTER_UNIT} running and enabled")}, repaired
+    assert repaired == {("sim-c2", f"{paths.EXPORTER_UNIT} running and enabled")}, repaired
     assert settled(INVENTORY, "--limit", "sim-c2").returncode == 0
 
 
@@ -120,7 +120,7 @@ def test_bench_from_a_client_host_reaches_the_instance_over_the_network(converge
 
 
 def test_bench_refuses_a_host_whose_roll_is_in_progress(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
-    ssh(fleet, "sim-gpu-2", f"mkdir -p /run/instinct-fleet && echo 'roll batch 1 started 2026-11-23T00:00:00Z' > {render.ROLL_MARKER}")
+    ssh(fleet, "sim-gpu-2", f"mkdir -p /run/instinct-fleet && echo 'roll batch 1 started 2026-11-23T00:00:00Z' > {paths.ROLL_MARKER}")
     done = cli("bench", INVENTORY, "--limit", "sim-gpu-2", "--num-prompts", "2", "--output", str(tmp_path))
     assert done.returncode == 1
     assert "refused, a roll is in progress on sim-gpu-2 (roll batch 1 started" in done.stderr
@@ -157,7 +157,7 @@ def query(url: str, promql: str) -> list[dict[str, Any]]:
 
 def test_prometheus_scrapes_every_vllm_instance_and_exporter(prometheus: str) -> None:
     expected = {("vllm", host, instance, "1") for host, instance in INSTANCES}
-    expected |= {("amd-device-metrics", host, render.EXPORTER_UNIT, "1") for host in EXPORTERS}
+    expected |= {("amd-device-metrics", host, paths.EXPORTER_UNIT, "1") for host in EXPORTERS}
     expected.add(("vllm", "sim-nogpu", "main", "0"))  # in the inventory, but it failed preflight: down
     deadline = time.monotonic() + 90
     seen: set[tuple[str, str, str, str]] = set()

@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet import monitoring, render
+from instinct_fleet import monitoring, paths, render
 from instinct_fleet.hostplan import HostPlan, plan_inventory
 from instinct_fleet.inventory import HostData
 from instinct_fleet.recipes import all_recipes
@@ -96,7 +96,7 @@ def test_what_validation_accepts_every_reader_accepts(data: dict[str, Any]) -> N
         units = {path: text for files in plan.unit_files.values() for path, text in files.items() if path.endswith(".service")}
         units.update({path: text for path, text in plan.exporter_files().items() if path.endswith(".service")})
         if plan.firewall() is not None:
-            units[render.unit_path(render.FIREWALL_UNIT)] = render.firewall_unit()
+            units[render.unit_path(paths.FIREWALL_UNIT)] = render.firewall_unit()
         assert consumers.units_check(units) == "", units
         event("systemd-analyze verify")
         for svc in plan.serves:

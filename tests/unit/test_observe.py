@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet import bench, monitoring, preflight, render, status
+from instinct_fleet import bench, monitoring, paths, preflight, render, status
 from instinct_fleet.desired import probe
 from instinct_fleet.hostplan import plan_inventory, weight_seeds
 from instinct_fleet.inventory import HostData
@@ -50,13 +50,13 @@ def test_status_reads_units_health_image_and_vllm_metrics() -> None:
             ],
         ),
         ("instance vllm-b", ["activating", "health 000"]),
-        (f"unit {render.EXPORTER_UNIT}", ["active", "health 200"]),
+        (f"unit {paths.EXPORTER_UNIT}", ["active", "health 200"]),
     )
     a, b, exporter = status.parse(spec, text)
     assert (a.state, a.health, a.running, a.waiting, a.kv_cache, a.image_id, a.ok) == ("active", "ok", 5.0, 1.0, 0.5, "sha256:abc", True)
     assert (b.state, b.health, b.ok) == ("activating", "no answer", False)
     assert b.problem() == "vllm-b.service is activating"
-    assert exporter.instance == render.EXPORTER_UNIT and exporter.ok
+    assert exporter.instance == paths.EXPORTER_UNIT and exporter.ok
     table = status.table([a, b, exporter])
     assert "50.0%" in table and "activating" in table
 
@@ -78,7 +78,7 @@ def test_status_marks_a_rolling_host_another_image_and_an_unreachable_host() -> 
 def test_status_script_asks_every_unit_in_one_command() -> None:
     (head, _), (worker, _) = check_cluster({"metrics_exporter": True}, 2)
     script = status.script(head)
-    assert "vllm:kv_cache_usage_perc" in script and "ray-head.service" in script and render.ROLL_MARKER in script
+    assert "vllm:kv_cache_usage_perc" in script and "ray-head.service" in script and paths.ROLL_MARKER in script
     assert "vllm-" not in status.script(worker) and "ray-worker.service" in status.script(worker)
 
 
@@ -226,5 +226,5 @@ def test_one_host_per_missing_model_downloads_it() -> None:
 def test_a_finished_roll_leaves_no_marker_and_the_exporter_is_in_the_desired_state() -> None:
     report = preflight.parse_report(pf.mi300x_host())
     want = pf.plan({"metrics_exporter": True}, report).desired
-    assert want.file(render.ROLL_MARKER).content is None
-    assert want.file(render.EXPORTER_CONFIG).content and f"{render.EXPORTER_UNIT}.service" in {u.name for u in want.units}
+    assert want.file(paths.ROLL_MARKER).content is None
+    assert want.file(paths.EXPORTER_CONFIG).content and f"{paths.EXPORTER_UNIT}.service" in {u.name for u in want.units}

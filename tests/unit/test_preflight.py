@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet import desired, preflight, render
+from instinct_fleet import desired, paths, preflight, render
 from instinct_fleet.hostplan import HostPlan, plan_inventory
 from instinct_fleet.inventory import HostData
 from instinct_fleet.spec import resolve_host
@@ -252,7 +252,7 @@ def test_a_host_exactly_as_desired_has_nothing_to_do(data: dict[str, object]) ->
     moved = preflight.parse_report(
         as_found(first).replace("644|root|root|regular file|/etc/sysctl.d", "600|root|root|regular file|/etc/sysctl.d")
     )
-    assert plan(data, moved).drifted(render.SYSCTL_FILE)
+    assert plan(data, moved).drifted(paths.SYSCTL_FILE)
     stopped = preflight.parse_report(as_found(first).replace("vllm-main.service loaded active running", ""))
     if "vllm-main" in first.unit_files:
         assert not plan(data, stopped).serving_in_place("vllm-main")

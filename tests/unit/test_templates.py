@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet import render
+from instinct_fleet import paths, render
 from instinct_fleet.hostplan import HostPlan, plan_inventory
 from instinct_fleet.inventory import HostData
 from instinct_fleet.paths import DOCKER_DROP_IN
@@ -82,9 +82,9 @@ def test_the_vllm_unit_of_a_single_node_instance() -> None:
         "TimeoutStartSec",
         "TimeoutStopSec",
     ]
-    assert service["ExecStart"].startswith(f"{render.DOCKER} run --rm --name vllm-main")
+    assert service["ExecStart"].startswith(f"{paths.DOCKER} run --rm --name vllm-main")
     assert "--env-file /etc/instinct-fleet/vllm-main.env" in service["ExecStart"]
-    assert service["ExecStop"] == f"{render.DOCKER} stop --time 90 vllm-main"  # drain 60 s + 30 s
+    assert service["ExecStop"] == f"{paths.DOCKER} stop --time 90 vllm-main"  # drain 60 s + 30 s
     assert int(service["TimeoutStopSec"]) == 105 and service["TimeoutStartSec"] == "120"  # ExecStartPre only; health has its own wait
     assert unit["Install"] == [("WantedBy", "multi-user.target")]
     # Every flag on its own continuation line, the JSON-free argv split exactly as rendered.
@@ -145,13 +145,13 @@ def test_plan_inventory_is_the_one_entry_point() -> None:
 def test_the_metrics_exporter_unit_runs_the_pinned_image_with_the_gpus_and_its_config() -> None:
     report = pf.preflight.parse_report(pf.mi300x_host())
     files = pf.plan({"metrics_exporter": True, "metrics_exporter_port": 5050}, report).exporter_files()
-    unit = parse_unit(files[render.unit_path(render.EXPORTER_UNIT)])  # amd-metrics-exporter.service.j2
+    unit = parse_unit(files[render.unit_path(paths.EXPORTER_UNIT)])  # amd-metrics-exporter.service.j2
     start = dict(unit["Service"])["ExecStart"]
     assert "--device /dev/kfd" in start and "--device /dev/dri" in start and "--network host" in start
     assert "-v /etc/instinct-fleet/metrics-exporter:/etc/metrics:ro" in start
     assert start.rstrip().endswith("rocm/device-metrics-exporter:v1.2.0")
     assert ("Requires", "docker.service") in unit["Unit"] and unit["Install"] == [("WantedBy", "multi-user.target")]
-    config = json.loads(files[render.EXPORTER_CONFIG])
+    config = json.loads(files[paths.EXPORTER_CONFIG])
     assert config["ServerPort"] == 5050 and "GPU_GFX_ACTIVITY" in config["GPUConfig"]["Fields"]
     assert {"GPU_UUID", "CARD_SERIES", "HOSTNAME"} <= set(config["GPUConfig"]["Labels"])
     assert pf.plan({}, report).exporter_files() == {}

@@ -7,7 +7,7 @@ import shlex
 
 from conftest import Target
 
-from instinct_fleet import health, render
+from instinct_fleet import health, paths, render
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
 
@@ -104,9 +104,9 @@ def test_weights_are_staged_before_the_instances_start(target: Target) -> None:
 def test_metrics_exporter_serves_gpu_metrics(target: Target) -> None:
     v = target.plan.spec.vars
     if target.plan.desired.exporter_image is None:
-        assert not target.host.file(render.unit_path(render.EXPORTER_UNIT)).exists
+        assert not target.host.file(render.unit_path(paths.EXPORTER_UNIT)).exists
         return
-    assert target.inspect(render.EXPORTER_UNIT)["Config"]["Image"] == v.metrics_exporter_image
+    assert target.inspect(paths.EXPORTER_UNIT)["Config"]["Image"] == v.metrics_exporter_image
     metrics = target.sh(f"curl -s http://127.0.0.1:{v.metrics_exporter_port}/metrics")
     for name in v.metrics_exporter_fields:
         assert f"\n{name.lower()}{{" in f"\n{metrics}", f"{target.name}: the exporter does not export {name}"
@@ -154,7 +154,7 @@ def test_token_never_leaves_its_file(target: Target) -> None:
     assert token, "the token file is empty"
     names = [name for name, _, _ in _containers(target)]
     units = " ".join(render.unit_path(n) for n in names)
-    envs = " ".join([render.env_path(s) for s in target.plan.serves] + ([render.RAY_ENV] if target.plan.role else []))
+    envs = " ".join([render.env_path(s) for s in target.plan.serves] + ([paths.RAY_ENV] if target.plan.role else []))
     places = {
         "unit files": f"cat {units}",
         "env files": f"cat {envs}",
@@ -165,15 +165,15 @@ def test_token_never_leaves_its_file(target: Target) -> None:
     for where, command in places.items():
         assert token not in target.sh(command), f"{target.name}: the Hugging Face token appears in the {where}"
     for name in names:
-        mounted = target.sh(f"docker exec {name} cat {render.TOKEN_IN_CONTAINER}").strip()
-        assert mounted == token, f"{name} does not see the token at {render.TOKEN_IN_CONTAINER}"
+        mounted = target.sh(f"docker exec {name} cat {paths.TOKEN_IN_CONTAINER}").strip()
+        assert mounted == token, f"{name} does not see the token at {paths.TOKEN_IN_CONTAINER}"
 
 
 def test_api_key_never_leaves_its_file(target: Target) -> None:
     """With vllm_api_key_path, the key is only in that file and, mounted, in each vLLM container: no unit, env file, argv or inspect."""
     path = target.plan.spec.vars.vllm_api_key_path
     if path is None:
-        assert not [s for s in target.plan.serves if render.API_KEY_IN_CONTAINER in render.exec_line(target.plan.vllm_argv(s))]
+        assert not [s for s in target.plan.serves if paths.API_KEY_IN_CONTAINER in render.exec_line(target.plan.vllm_argv(s))]
         return
     key = target.sh(f"cat {shlex.quote(path)}").strip()
     assert key and target.sh(f"stat -c '%a %U' {shlex.quote(path)}").strip() == "600 root"
@@ -187,7 +187,7 @@ def test_api_key_never_leaves_its_file(target: Target) -> None:
     for where, command in places.items():
         assert key not in target.sh(command), f"{target.name}: the API key appears in the {where}"
     for name in names:
-        assert target.sh(f"docker exec {name} cat {render.API_KEY_IN_CONTAINER}").strip() == key, name
+        assert target.sh(f"docker exec {name} cat {paths.API_KEY_IN_CONTAINER}").strip() == key, name
 
 
 ALIVE = (
