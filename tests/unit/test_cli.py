@@ -288,6 +288,8 @@ def test_status_reports_a_host_that_resets_the_connection_without_a_traceback(tm
                 conn, _ = server.accept()
             except OSError:
                 return
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2p1\r\n")  # a banner, then the reset: paramiko's transport thread sees it
+            conn.recv(4096)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
             conn.close()
 
