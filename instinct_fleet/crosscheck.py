@@ -39,12 +39,16 @@ class Listener:
 
 
 def listeners(spec: HostSpec) -> list[Listener]:
-    """Every port a feature of this host listens on: vLLM instances, the exporter, Ray's ports and range, SSH."""
-    found = [Listener("vllm", f"vLLM instance {s.name}", f"{s.name}.port", s.port, s.port) for s in spec.services]
+    """Every port a feature of this host listens on: vLLM instances, the exporter, Ray's ports and range, SSH.
+
+    A Ray worker serves no vLLM endpoint (its head does), so its instance ports are not its own.
+    """
+    cluster = spec.settings.cluster
+    serves = spec.services if cluster is None or cluster.role != "worker" else ()
+    found = [Listener("vllm", f"vLLM instance {s.name}", f"{s.name}.port", s.port, s.port) for s in serves]
     if spec.vars.metrics_exporter:
         port = spec.vars.metrics_exporter_port
         found.append(Listener("exporter", "the device metrics exporter", "metrics_exporter_port", port, port))
-    cluster = spec.settings.cluster
     if cluster is not None:
         for name, port in sorted(cluster.ports.items()):
             if name not in ("min_worker", "max_worker"):

@@ -182,3 +182,9 @@ def test_a_worker_may_keep_its_cache_elsewhere() -> None:
     worker = {**CLUSTER, **L405, "ray_role": "worker", "hf_cache_dir": "/nvme/hf-cache"}
     planned = plan_hosts([HostData("h1", ("all",), {**CLUSTER, **L405, "ray_role": "head"}), HostData("h2", ("all",), worker)])
     assert [str(f) for _, fs in planned for f in fs if f.severity == "error"] == []
+
+
+def test_a_ray_worker_does_not_listen_on_its_heads_instance_port() -> None:
+    head, worker = (spec for spec, _ in check_cluster(L405, 2))
+    assert ("vllm", "main.port") in {(x.kind, x.key) for x in listeners(head)}
+    assert "vllm" not in {x.kind for x in listeners(worker)}
