@@ -116,6 +116,14 @@ def jobs(spec: HostSpec, svc: ServiceSpec, name: str, num_prompts: int | None, c
     return [Job(spec, svc, name, profile, c, num_prompts or profile.num_prompts) for c in (concurrency or profile.concurrency)]
 
 
+RUN_LIMIT_FACTOR = 6  # a benchmark runs for minutes: several command_timeouts, not one
+
+
+def time_limit(jobs: list[Job]) -> int:
+    """Seconds one ``vllm bench serve`` run may take before its host counts as hung."""
+    return max(j.spec.settings.command_timeout for j in jobs) * RUN_LIMIT_FACTOR
+
+
 def vllm_bench_args(job: Job, base_url: str) -> list[str]:
     """``vllm bench serve`` flags, by the names of vLLM's vllm/benchmarks/serve.py."""
     p = job.profile

@@ -27,7 +27,7 @@ from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts,
 from instinct_fleet.recipes import all_recipes
 from instinct_fleet.render import render_args, service_json
 from instinct_fleet.roll import SUMMARY_ENV
-from instinct_fleet.rules import Finding
+from instinct_fleet.rules import Finding, refused
 from instinct_fleet.spec import HostSpec, ServiceSpec, resolve_host, unknown_recipe_message
 from instinct_fleet.validate import validate_host
 
@@ -209,12 +209,7 @@ def _project_dir(opts: argparse.Namespace) -> Path:
 
 def cmd_deploy(opts: argparse.Namespace) -> int:
     """Validate every chosen host before connecting to any, then hand over to pyinfra."""
-    findings = [f for _, fs in _plan_limited(opts) for f in fs]
-    errors = [f for f in findings if f.severity == "error"]
-    for f in findings:
-        print(str(f), file=sys.stderr)
-    if errors:
-        print(f"{len(errors)} error(s): nothing was deployed and no host was contacted", file=sys.stderr)
+    if refused((f for _, fs in _plan_limited(opts) for f in fs), "nothing was deployed and no host was contacted", warnings=True):
         return EXIT_INVALID
     project = _project_dir(opts)
     if not (project / "deploy.py").is_file():
@@ -260,11 +255,7 @@ def cmd_verify(opts: argparse.Namespace) -> int:
 def cmd_targets(opts: argparse.Namespace) -> int:
     """Prometheus file_sd JSON for the vLLM endpoints of the chosen hosts (validated first, nothing contacted)."""
     planned = _plan_limited(opts)
-    errors = [f for _, fs in planned for f in fs if f.severity == "error"]
-    for f in errors:
-        print(str(f), file=sys.stderr)
-    if errors:
-        print(f"{len(errors)} error(s): no targets written", file=sys.stderr)
+    if refused((f for _, fs in planned for f in fs), "no targets written"):
         return EXIT_INVALID
     text = json.dumps(monitoring.file_sd([spec for spec, _ in planned]), indent=2) + "\n"
     if opts.output:
@@ -282,11 +273,7 @@ def cmd_targets(opts: argparse.Namespace) -> int:
 def _valid_specs(opts: argparse.Namespace, doing: str) -> list[HostSpec] | None:
     """The chosen hosts' specs, or None after printing their errors and their peers' (nothing is contacted then)."""
     planned, chosen = _plan_scope(opts)
-    errors = [f for _, fs in planned for f in fs if f.severity == "error"]
-    for f in errors:
-        print(str(f), file=sys.stderr)
-    if errors:
-        print(f"{len(errors)} error(s): {doing}", file=sys.stderr)
+    if refused((f for _, fs in planned for f in fs), doing):
         return None
     return [spec for spec, _ in planned if spec.host in chosen]
 
@@ -363,8 +350,7 @@ def cmd_bench(opts: argparse.Namespace) -> int:
     out_dir = Path(opts.output) / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     image_ids = {key: row.image_id for key, row in rows.items()}
     print(f"benchmarking {len(ready)} run(s) with profile {opts.profile}; results in {out_dir}", flush=True)
-    timeout = max(j.spec.settings.command_timeout for j in ready) * 6  # a benchmark runs for minutes
-    outcomes = bench.run(hosts, ready, client, out_dir, timeout, lambda line: print(line, flush=True), image_ids)
+    outcomes = bench.run(hosts, ready, client, out_dir, bench.time_limit(ready), lambda line: print(line, flush=True), image_ids)
     failed = [o for o in outcomes if o.problem]
     for o in failed:
         print(f"{o.job.label()}: {o.problem}", file=sys.stderr)

@@ -9,12 +9,12 @@ ends the run with the findings when there is an error.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 from pyinfra.api.state import BaseStateCallback
 
 from instinct_fleet.inventory import hosts_of, plan_hosts, record_groups, with_cluster_peers
+from instinct_fleet.rules import refused
 
 
 class InventoryGate(BaseStateCallback):
@@ -28,11 +28,9 @@ class InventoryGate(BaseStateCallback):
         data = hosts_of(state.inventory)
         planned = plan_hosts(data)
         chosen = with_cluster_peers(planned, {h.name for h in state.inventory if state.is_host_in_limit(h)})
-        errors = [f for spec, findings in planned if spec.host in chosen for f in findings if f.severity == "error"]
-        if errors:
-            for f in errors:
-                print(str(f), file=sys.stderr)
-            print(f"{len(errors)} error(s): nothing was deployed and no host was contacted", file=sys.stderr, flush=True)
+        if refused(
+            (f for spec, findings in planned if spec.host in chosen for f in findings), "nothing was deployed and no host was contacted"
+        ):
             # Inside pyinfra's connect greenlet an exception would become a traceback; leave before any connection.
             os._exit(1)
 

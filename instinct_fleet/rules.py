@@ -7,6 +7,8 @@ goes on.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -308,6 +310,21 @@ _HOST_RULES = (
 )
 
 RULES: dict[str, Rule] = {r.id: r for r in (*_RULES, *_STARTUP_RULES, *_HOST_RULES)}
+
+
+def refused(findings: Iterable[Finding], consequence: str, warnings: bool = False) -> bool:
+    """Print the errors (and the warnings, if asked) to stderr with a count and what follows from them; True when there is an error.
+
+    The one printer for every command that validates before it acts: deploy, targets,
+    status, bench and plain pyinfra's gate.
+    """
+    shown = [f for f in findings if warnings or f.severity == "error"]
+    for f in shown:
+        print(str(f), file=sys.stderr)
+    errors = sum(f.severity == "error" for f in shown)
+    if errors:
+        print(f"{errors} error(s): {consequence}", file=sys.stderr, flush=True)
+    return errors > 0
 
 
 def finding(rule: str, host: str | None, key: str, message: str) -> Finding:
