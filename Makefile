@@ -31,8 +31,10 @@ lint: install
 unit: install unit-deps
 	$(BIN)/pytest tests/unit
 
-# The quick inner loop: lint, format check, types and the unit tests (no fleet).
-check: lint unit
+# The quick inner loop: lint, format check, types and the unit tests (no fleet), with the
+# consumer property at 40 examples instead of make test's 150.
+check: lint
+	INSTINCT_FLEET_CONSUMER_EXAMPLES=40 $(MAKE) --no-print-directory unit
 
 # Installs what is missing of a list of Debian packages.
 apt_install = missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \

@@ -10,6 +10,7 @@ configuration is fine: the property is only one way round.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ FLAGS = st.dictionaries(
     st.sampled_from([16, 64, 256, 1024, 8192, 16384, 65536, 0.5, 0.9, "fp8", "auto", "bfloat16", 1, "fp8_inc"]),
     max_size=2,
 )
+# make test runs 150 examples; make check fewer, for a quick inner loop (Makefile).
+EXAMPLES = int(os.environ.get("INSTINCT_FLEET_CONSUMER_EXAMPLES", "150"))
 SINGLE = sorted(name for name, recipe in all_recipes().items() if recipe.nodes == 1)
 
 host_data = st.fixed_dictionaries(
@@ -77,7 +80,7 @@ def plans(data: dict[str, Any]) -> list[HostPlan] | None:
     return list(planned.values())
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(host_data)
 def test_what_validation_accepts_every_reader_accepts(data: dict[str, Any]) -> None:
     accepted = plans(data)
