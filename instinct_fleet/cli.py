@@ -50,10 +50,7 @@ def _parse_env(items: Sequence[str]) -> dict[str, str]:
 
 def _parse_args(items: Sequence[str], version: str) -> dict[str, Any]:
     """``FLAG``, ``no-FLAG`` or ``FLAG=VALUE``, with or without leading dashes."""
-    try:
-        table: knowledge.VllmKnowledge | None = knowledge.load(version)
-    except KeyError:
-        table = None
+    table = knowledge.find(version)
     args: dict[str, Any] = {}
     for item in items:
         name, sep, value = item.lstrip("-").partition("=")

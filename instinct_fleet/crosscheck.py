@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from instinct_fleet import knowledge
-from instinct_fleet.defaults import image_tag
+from instinct_fleet.defaults import DEFAULTS, image_tag
 from instinct_fleet.render import STOP_MARGIN_SECONDS
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec, canonical_arg
@@ -202,10 +202,7 @@ def _timeouts(spec: HostSpec) -> Iterator[Finding]:
 
 def duplicate_flags(spec: HostSpec) -> list[Finding]:
     """One flag given twice in one place under two spellings (``tp`` and ``tensor-parallel-size``): which one wins is an accident."""
-    try:
-        table: knowledge.VllmKnowledge | None = knowledge.load(str(spec.vars.vllm_version))
-    except KeyError:
-        table = None
+    table = knowledge.find(str(spec.vars.vllm_version))
     layers: list[tuple[str, object]] = [("vllm_args", spec.data.get("vllm_args"))]
     instances = spec.data.get("vllm_instances")
     if isinstance(instances, list):
@@ -226,19 +223,11 @@ def duplicate_flags(spec: HostSpec) -> list[Finding]:
     return found
 
 
-def exporter_image(spec: HostSpec) -> list[Finding]:
-    """The exporter's image is pinned like the vLLM image: a `latest` or missing tag pulls a different one each run."""
-    image = spec.vars.metrics_exporter_image
+def unpinned_image(host: str | None, key: str, image: str, example: str) -> list[Finding]:
+    """A `latest` or missing tag pulls a different image each run: the vLLM image and the exporter's are pinned alike."""
     if image_tag(image) not in (None, "", "latest"):
         return []
-    return [
-        finding(
-            "image-unpinned",
-            spec.host,
-            "metrics_exporter_image",
-            f"{image!r} has no pinned tag; use a version tag such as 'rocm/device-metrics-exporter:v1.2.0' or a digest",
-        )
-    ]
+    return [finding("image-unpinned", host, key, f"{image!r} has no pinned tag; use a version tag such as {example!r} or a digest")]
 
 
 def member(spec: HostSpec) -> dict[str, object]:
@@ -276,5 +265,9 @@ def validate_crossings(spec: HostSpec) -> list[Finding]:
         *allow_lists(spec),
         *_timeouts(spec),
         *duplicate_flags(spec),
-        *(exporter_image(spec) if spec.vars.metrics_exporter else []),
+        *(
+            unpinned_image(spec.host, "metrics_exporter_image", spec.vars.metrics_exporter_image, DEFAULTS["metrics_exporter_image"])
+            if spec.vars.metrics_exporter
+            else []
+        ),
     ]

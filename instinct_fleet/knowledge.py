@@ -156,6 +156,14 @@ def supported_versions() -> list[str]:
     return sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".")))
 
 
+def find(version: str) -> VllmKnowledge | None:
+    """The table for ``version``, or None when there is none (validation reports that once, as version-unsupported)."""
+    try:
+        return load(version)
+    except KeyError:
+        return None
+
+
 @cache
 def load(version: str) -> VllmKnowledge:
     """Load the table for ``version``; raise KeyError if there is none."""

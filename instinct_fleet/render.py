@@ -29,10 +29,7 @@ def _format(value: ArgValue) -> str:
 
 def render_args(svc: ServiceSpec) -> list[str]:
     """The flags after ``vllm serve MODEL``; the port comes last, from the instance."""
-    try:
-        table: knowledge.VllmKnowledge | None = knowledge.load(svc.version)
-    except KeyError:
-        table = None
+    table = knowledge.find(svc.version)
     argv: list[str] = []
     for flag, value in svc.args.items():
         kind = table.flag(flag).kind if table is not None and f"--{flag}" in table.flags else "bool"
@@ -147,10 +144,8 @@ def env_file(env: dict[str, str], with_token: bool) -> str:
 
 def has_flag(svc: ServiceSpec, flag: str) -> bool:
     """Whether the pinned vLLM version knows ``--flag`` (its knowledge table)."""
-    try:
-        return f"--{flag}" in knowledge.load(svc.version).flags
-    except KeyError:
-        return False
+    table = knowledge.find(svc.version)
+    return table is not None and f"--{flag}" in table.flags
 
 
 def drain_seconds(svc: ServiceSpec, drain_timeout: int) -> int:

@@ -362,10 +362,8 @@ def settings_of(v: FleetVars) -> HostSettings:
 def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, list[Finding]]:
     """Turn one host's data into typed services. Never raises on bad input."""
     v, instances, found = typed_vars(host, data)
-    try:
-        table: knowledge.VllmKnowledge | None = knowledge.load(v.vllm_version)
-    except KeyError:
-        table = None
+    table = knowledge.find(v.vllm_version)
+    if table is None:
         found.append(
             finding(
                 "version-unsupported",

@@ -14,11 +14,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from instinct_fleet import knowledge, startup
-from instinct_fleet.crosscheck import member, validate_crossings
+from instinct_fleet.crosscheck import member, unpinned_image, validate_crossings
 from instinct_fleet.defaults import default_image, image_tag
 from instinct_fleet.inputs import validate_inputs
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec, ServiceSpec
+from instinct_fleet.startup import TRUE
 
 QUICK_REDUCE_LEVELS = ("NONE", "FP", "INT8", "INT6", "INT4")
 POSITIVE_INT_FLAGS = (
@@ -35,20 +36,13 @@ MANAGED_ENV = {"CUDA_VISIBLE_DEVICES": "gpus", "ROCR_VISIBLE_DEVICES": "gpus"}
 MANAGED_FLAGS = {"port": "port", "model": "model"}
 XGMI_ISLAND = 8
 GPU_MEMORY_HIGH = 0.95  # 000 Part II: "0.95+ on MI300X with AITER active can trigger OOM"
-TRUE = {"1", "true", "True", "TRUE"}
 
 
 def check_image(host: str | None, image: str, version: str) -> list[Finding]:
-    tag = image_tag(image)
-    if tag is None or tag == "latest" or not tag:
-        return [
-            finding(
-                "image-unpinned",
-                host,
-                "vllm_image",
-                f"{image!r} has no pinned tag; use a version tag such as {default_image(version)!r} or a digest",
-            )
-        ]
+    unpinned = unpinned_image(host, "vllm_image", image, default_image(version))
+    if unpinned:
+        return unpinned
+    tag = str(image_tag(image))
     match = re.search(r"(\d+\.\d+\.\d+)", tag)
     if match and match.group(1) != version:
         return [
@@ -350,10 +344,7 @@ def _quantization_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | No
 
 
 def validate_service(svc: ServiceSpec, gpu_count: int, gpu_model: str) -> list[Finding]:
-    try:
-        table: knowledge.VllmKnowledge | None = knowledge.load(svc.version)
-    except KeyError:
-        table = None  # reported once per host by spec.resolve_host
+    table = knowledge.find(svc.version)  # None: reported once per host by spec.resolve_host
     return [
         *_env_findings(svc, table),
         *_flag_findings(svc, table),
