@@ -121,7 +121,7 @@ RUN_LIMIT_FACTOR = 6  # a benchmark runs for minutes: several command_timeouts, 
 
 def time_limit(jobs: list[Job]) -> int:
     """Seconds one ``vllm bench serve`` run may take before its host counts as hung."""
-    return max(j.spec.settings.command_timeout for j in jobs) * RUN_LIMIT_FACTOR
+    return max(j.spec.vars.command_timeout for j in jobs) * RUN_LIMIT_FACTOR
 
 
 def vllm_bench_args(job: Job, base_url: str) -> list[str]:
@@ -156,16 +156,16 @@ def command(job: Job, stamp: str, client: HostSpec | None) -> str:
     base_url = f"http://{monitoring.host_port(address, job.svc.port)}"
     out = remote_dir(stamp, job)
     argv = [paths.DOCKER, "run", "--rm", "--network", "host", "--ipc", "host"]
-    argv += ["-v", f"{on.settings.hf_cache_dir}:{paths.HF_CACHE_IN_CONTAINER}", "-v", f"{out}:{paths.RESULTS_IN_CONTAINER}"]
+    argv += ["-v", f"{on.vars.hf_cache_dir}:{paths.HF_CACHE_IN_CONTAINER}", "-v", f"{out}:{paths.RESULTS_IN_CONTAINER}"]
     if local:  # the instance's env (HF_HUB_OFFLINE, HF_TOKEN_PATH and all) for loading its tokenizer
-        argv += ["--env-file", render.env_path(job.svc)]
+        argv += ["--env-file", paths.unit_env_path(paths.vllm_unit(job.svc.name))]
     checks = []
     if job.profile.dataset_path:
         argv += ["-v", f"{job.profile.dataset_path}:/datasets/{job.profile.dataset_path.rsplit('/', 1)[-1]}:ro"]
         missing = f"{job.profile.dataset_path} is not on {on.host}: download the dataset there first"
         checks.append(f"test -f {q(job.profile.dataset_path)} || {{ printf '%s\\n' {q(missing)} >&2; exit 3; }}")
     # The bench host's Hugging Face token, when it has one, for a gated model's tokenizer: mounted as the units mount it.
-    token = on.settings.hf_token_path
+    token = on.vars.hf_token_path
     mount = f"-v {token}:{paths.TOKEN_IN_CONTAINER}:ro -e HF_TOKEN_PATH={paths.TOKEN_IN_CONTAINER}"
     checks.append(f"token=; if test -r {q(token)}; then token={q(mount)}; fi")
     # With vllm_api_key_path the instance answers /v1 only with the key: the bench host's file at that path
@@ -260,7 +260,7 @@ def run(
         folder = out_dir / str(job.spec.host) / job.svc.name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / job.filename).write_text(json.dumps(data) + "\n")
-        cluster = job.spec.settings.cluster
+        cluster = job.spec.cluster
         env = {**job.svc.env, **(cluster.rccl_env() if cluster else {})}
         info = config(job, env, image_ids.get((str(job.spec.host), job.svc.name), ""), str(client.host) if client else None, started)
         (folder / "config.json").write_text(json.dumps(info, indent=2) + "\n")

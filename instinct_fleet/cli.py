@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import bench, knowledge, monitoring, remote, status
+from instinct_fleet import bench, knowledge, managed, monitoring, remote, status
 from instinct_fleet.defaults import DEFAULTS, default_image
 from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts, select, with_cluster_peers
 from instinct_fleet.recipes import all_recipes
@@ -68,7 +68,7 @@ def _served(planned: list[tuple[HostSpec, list[Finding]]]) -> list[tuple[HostSpe
     """(host, instance, its env) for every instance a host runs; Ray workers run their head's ranks instead."""
     served = []
     for spec, _ in planned:
-        cluster = spec.settings.cluster
+        cluster = spec.cluster
         if cluster is not None and cluster.role == "worker":
             continue
         for svc in spec.services:
@@ -79,7 +79,7 @@ def _served(planned: list[tuple[HostSpec, list[Finding]]]) -> list[tuple[HostSpe
 def _clusters(planned: list[tuple[HostSpec, list[Finding]]]) -> list[dict[str, Any]]:
     members: dict[str, dict[str, Any]] = {}
     for spec, _ in planned:
-        cluster = spec.settings.cluster
+        cluster = spec.cluster
         if cluster is not None:
             entry = members.setdefault(cluster.name, {"name": cluster.name, "head": None, "workers": []})
             if cluster.role == "head":
@@ -87,6 +87,18 @@ def _clusters(planned: list[tuple[HostSpec, list[Finding]]]) -> list[dict[str, A
             else:
                 entry["workers"].append(spec.host)
     return list(members.values())
+
+
+def _explain_managed(spec: HostSpec) -> None:
+    """What the deploy may write, remove or run on this host: the entries of instinct_fleet/managed.py, from the spec alone."""
+    entries, units = managed.declare(spec)
+    print(f"{spec.host or 'every host'} manages (instinct_fleet/managed.py; whether each applies may also depend on the host's facts):")
+    for e in entries:
+        what = "dir " if e.directory else "file"
+        mode = e.mode or "-"
+        restarts = f", a change restarts {e.restarts}" if e.restarts else ""
+        print(f"  {what} {e.path}  {mode} {e.owner}:{e.group}  stage {e.stage}{restarts}")
+    print(f"  units: {', '.join(u.name for u in units)}")
 
 
 def _report(planned: list[tuple[HostSpec, list[Finding]]], as_json: bool, explain: bool) -> int:
@@ -118,6 +130,9 @@ def _report(planned: list[tuple[HostSpec, list[Finding]]], as_json: bool, explai
         for cluster in _clusters(planned):
             workers = ", ".join(map(str, cluster["workers"])) or "none"
             print(f"Ray cluster {cluster['name']}: head {cluster['head']}, workers {workers}")
+        if explain:
+            for spec, _ in planned:
+                _explain_managed(spec)
         for f in [*warnings, *errors]:
             print(str(f), file=sys.stderr)
         print(f"{len(errors)} error(s), {len(warnings)} warning(s)", file=sys.stderr)
@@ -277,7 +292,7 @@ def _valid_specs(opts: argparse.Namespace, doing: str) -> list[HostSpec] | None:
 
 def _read_status(hosts: remote.Hosts, specs: list[HostSpec]) -> list[status.Row]:
     """Every unit of these hosts, one round trip per host, all hosts at once."""
-    timeout = max(s.settings.command_timeout for s in specs)
+    timeout = max(s.vars.command_timeout for s in specs)
     results = hosts.run_all({str(s.host): status.script(s) for s in specs}, min(timeout, 60))
     rows: list[status.Row] = []
     for spec in specs:

@@ -43,7 +43,7 @@ def listeners(spec: HostSpec) -> list[Listener]:
 
     A Ray worker serves no vLLM endpoint (its head does), so its instance ports are not its own.
     """
-    cluster = spec.settings.cluster
+    cluster = spec.cluster
     serves = spec.services if cluster is None or cluster.role != "worker" else ()
     found = [Listener("vllm", f"vLLM instance {s.name}", f"{s.name}.port", s.port, s.port) for s in serves]
     if spec.vars.metrics_exporter:
@@ -111,7 +111,7 @@ DERIVED_ENV = {
 def derived_settings(spec: HostSpec) -> list[Finding]:
     """A user value for a setting the deploy derives is refused, naming the variable that controls it."""
     found = set()
-    in_cluster = spec.settings.cluster is not None
+    in_cluster = spec.cluster is not None
     for svc in spec.services:
         for name in svc.env:
             controller = DERIVED_ENV.get(name)
@@ -239,7 +239,7 @@ def member(spec: HostSpec) -> dict[str, object]:
     host paths each node mounts at the same place in its containers (the cache, the
     weights store), may differ.
     """
-    cluster = spec.settings.cluster
+    cluster = spec.cluster
     svc = spec.services[0] if spec.services else None
     return {
         "gpu_model": spec.gpu_model,

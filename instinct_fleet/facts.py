@@ -7,20 +7,16 @@ pure functions that unit tests run on captured output.
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
 
 from pyinfra.api.facts import FactBase
 
 from instinct_fleet import health, preflight
 
-if TYPE_CHECKING:
-    from instinct_fleet.desired import Probe
-
 
 class HostReport(FactBase[preflight.HostReport]):
     """Everything preflight needs, in one SSH round trip (see ``preflight.SCRIPT``)."""
 
-    def command(self, token_path: str, probe: Probe) -> str:
+    def command(self, token_path: str, probe: preflight.Probe) -> str:
         return preflight.script(token_path, probe)
 
     def process(self, output: list[str]) -> preflight.HostReport:

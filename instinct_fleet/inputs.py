@@ -91,7 +91,7 @@ def env_forms(spec: HostSpec) -> list[Finding]:
 
 def ray_port_layout(spec: HostSpec) -> list[Finding]:
     """Ray's pinned ports: each distinct, none inside the worker range, and the range the right way round."""
-    cluster = spec.settings.cluster
+    cluster = spec.cluster
     if cluster is None:
         return []
     found = []

@@ -173,5 +173,5 @@ def with_cluster_peers(planned: list[tuple[HostSpec, list[Finding]]], chosen: se
     A run limited to one member still reads its peers (their addresses, their
     GPUs), so a peer's invalid data must stop the run as the member's own would.
     """
-    clusters = {spec.settings.cluster.name for spec, _ in planned if spec.host in chosen and spec.settings.cluster is not None}
-    return chosen | {str(spec.host) for spec, _ in planned if spec.settings.cluster is not None and spec.settings.cluster.name in clusters}
+    clusters = {spec.cluster.name for spec, _ in planned if spec.host in chosen and spec.cluster is not None}
+    return chosen | {str(spec.host) for spec, _ in planned if spec.cluster is not None and spec.cluster.name in clusters}

@@ -31,13 +31,13 @@ def file_sd(specs: list[HostSpec]) -> list[dict[str, Any]]:
     groups = []
 
     def group(spec: HostSpec, port: int, job: str, instance: str, model: str = "", recipe: str = "") -> None:
-        cluster = spec.settings.cluster
+        cluster = spec.cluster
         labels = {"job": job, "host": str(spec.host), "instance": instance, "model": model, "recipe": recipe}
         labels |= {"cluster": cluster.name if cluster else "", "role": cluster.role if cluster else "single"}
         groups.append({"targets": [host_port(scrape_address(spec), port)], "labels": labels})
 
     for spec in specs:
-        cluster = spec.settings.cluster
+        cluster = spec.cluster
         if spec.vars.metrics_exporter:
             group(spec, spec.vars.metrics_exporter_port, "amd-device-metrics", paths.EXPORTER_UNIT)
         if cluster is not None and cluster.role == "worker":

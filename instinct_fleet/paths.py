@@ -11,22 +11,61 @@ DOCKER_DROP_IN = f"{SYSTEMD_DIR}/docker.service.d/90-instinct-fleet.conf"
 DOCKER = "/usr/bin/docker"
 SYSCTL_FILE = "/etc/sysctl.d/90-instinct-fleet.conf"
 GRUB_DROP_IN = "/etc/default/grub.d/90-instinct-fleet.cfg"
-CPU_IDLE_UNIT = "instinct-fleet-cpu-idle.service"
+# What tune_kernel_cmdline adds to the kernel command line (README, Host tuning).
+KERNEL_ARGS = ("iommu=pt", "pci=realloc=off")
+CPU_IDLE_UNIT = "instinct-fleet-cpu-idle"
 REBOOT_MARKER = "/run/instinct-fleet/reboot-required"
 RAY_ENV = f"{CONFIG_DIR}/ray.env"
 RAY_READY_SCRIPT = f"{CONFIG_DIR}/ray-ready.py"
 RAY_TMP = "/var/lib/instinct-fleet/ray"  # shared /tmp/ray: the vLLM driver joins the head's Ray node through it
 FIREWALL_FILE = f"{CONFIG_DIR}/firewall.nft"
-FIREWALL_UNIT = "instinct-fleet-firewall.service"
+FIREWALL_UNIT = "instinct-fleet-firewall"
+FIREWALL_TABLE = "inet instinct_fleet"  # the nftables table the firewall owns, beside Docker's
 # Present while a host's roll batch runs (or after it failed): `instinct-fleet bench` refuses such a host.
 ROLL_MARKER = "/run/instinct-fleet/roll-in-progress"
 EXPORTER_UNIT = "amd-metrics-exporter"
 EXPORTER_DIR = f"{CONFIG_DIR}/metrics-exporter"
 EXPORTER_CONFIG = f"{EXPORTER_DIR}/config.json"
 CA_DIR = "/etc/docker/certs.d"
+DOCKER_UNIT = "docker"
 CREDENTIALS = "/root/.docker/config.json"
 BENCH_ROOT = "/var/lib/instinct-fleet/bench"
 DATASETS_DIR = "/var/lib/instinct-fleet/datasets"
+
+SERVICE_USER_SHELL = "/usr/sbin/nologin"
+DEVICE_GROUPS = ("render", "video")  # own /dev/kfd and /dev/dri; the service user and the containers join them
+CPUPOWER = "/usr/bin/cpupower"
+
+# Unit names carry no ".service"; systemd and pyinfra get service(name).
+
+
+def service(unit: str) -> str:
+    return f"{unit}.service"
+
+
+def unit_path(unit: str) -> str:
+    """Where a unit file instinct-fleet writes lives; ``unit`` with or without ``.service``."""
+    return f"{SYSTEMD_DIR}/{unit.removesuffix('.service')}.service"
+
+
+def vllm_unit(instance: str) -> str:
+    """The unit (and container) of one vLLM instance."""
+    return f"vllm-{instance}"
+
+
+def ray_unit(role: str) -> str:
+    """``ray-head`` or ``ray-worker``: the unit and its container share the name."""
+    return f"ray-{role}"
+
+
+def unit_env_path(unit: str) -> str:
+    """The env file of a vLLM or Ray unit this tool writes (a stale one included); both Ray roles use ray.env."""
+    return RAY_ENV if unit.startswith("ray-") else f"{CONFIG_DIR}/{unit}.env"
+
+
+def ca_path(registry: str) -> str:
+    return f"{CA_DIR}/{registry}/ca.crt"
+
 
 # Inside the containers.
 TOKEN_IN_CONTAINER = "/run/secrets/hf-token"
@@ -41,7 +80,8 @@ WEIGHTS_STAGED = ".instinct-fleet-staged"
 
 # Files whose change restarts a serving unit; the preflight fact hashes them (roll.py).
 # Every vLLM and Ray unit this tool may have written, stale ones included.
-UNIT_GLOBS = (f"{SYSTEMD_DIR}/vllm-*.service", f"{SYSTEMD_DIR}/ray-*.service")
+UNIT_PATTERNS = ("vllm-*.service", "ray-*.service")
+UNIT_GLOBS = tuple(f"{SYSTEMD_DIR}/{pattern}" for pattern in UNIT_PATTERNS)
 RESTART_FILES = (
     *UNIT_GLOBS,
     f"{CONFIG_DIR}/*.env",

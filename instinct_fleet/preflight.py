@@ -13,19 +13,15 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from instinct_fleet import health as health_checks
-from instinct_fleet.paths import RESTART_FILES, UNIT_GLOBS, WEIGHTS_COMPLETE, WEIGHTS_STAGED
+from instinct_fleet.paths import FIREWALL_TABLE, KERNEL_ARGS, RESTART_FILES, UNIT_GLOBS, UNIT_PATTERNS, WEIGHTS_COMPLETE, WEIGHTS_STAGED
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
 
-if TYPE_CHECKING:
-    from instinct_fleet.desired import Probe
-
 MARK = "@@instinct-fleet:"
 MODELS = ("MI300X", "MI325X", "MI350X", "MI355X")
-KERNEL_ARGS = ("iommu=pt", "pci=realloc=off")
 
 # Each probe is one section; a probe that fails leaves its section empty.
 # printf starts each marker on a new line: amd-smi's JSON does not end with one.
@@ -108,7 +104,7 @@ class HostReport:
     infiniband: tuple[str, ...] = ()
     file_hashes: dict[str, str] = field(default_factory=dict)
     active_units: tuple[str, ...] = ()
-    # The managed state (instinct_fleet/desired.py): what the fact's probe named, as the host has it.
+    # The managed state (instinct_fleet/managed.py): what the fact's probe named, as the host has it.
     stats: dict[str, Stat] = field(default_factory=dict)
     enabled_units: tuple[str, ...] = ()
     user: tuple[str, str, tuple[str, ...]] | None = None  # home, shell, groups
@@ -335,12 +331,27 @@ def _user(text: str) -> tuple[str, str, tuple[str, ...]] | None:
     return fields[5], fields[6], tuple(sorted(lines[1].split())) if len(lines) > 1 else ()
 
 
+@dataclass(frozen=True)
+class Probe:
+    """What the fact reads besides the hardware: instinct_fleet/managed.py projects it from the spec, before any fact."""
+
+    paths: tuple[str, ...]
+    units: tuple[str, ...]  # with .service
+    user: str
+    image: str | None
+    endpoints: tuple[tuple[int, str], ...]
+    weights: tuple[tuple[str, str], ...] = ()  # (repository in weights_source, repository in hf_cache_dir)
+    exporter_image: str | None = None
+    api_key_path: str | None = None  # vllm_api_key_path: /v1 answers only with the key, and its file must be root's alone
+
+
 def script(token_path: str, probe: Probe) -> str:
     """:data:`SCRIPT` plus the state of what this host's deploy manages (``probe``), in the same round trip."""
     q = shlex.quote
     paths = " ".join(q(p) for p in probe.paths)
     globs = " ".join(RESTART_FILES)
     units = " ".join(q(u) for u in probe.units)
+    patterns = " ".join(q(p) for p in UNIT_PATTERNS)
     health = "; ".join(
         f"curl -fsS -m 3 http://127.0.0.1:{port}/health >/dev/null 2>&1 && "
         f"{health_checks.v1_curl(f'http://127.0.0.1:{port}/v1/models', probe.api_key_path, 3)} 2>/dev/null | grep -qF {q(json.dumps(served))} && echo {port}"
@@ -357,17 +368,51 @@ def script(token_path: str, probe: Probe) -> str:
         # sha256sum and stat of what the deploy manages, and of every unit and env file it ever wrote (stale ones too).
         ("files", f"sha256sum {paths} {globs} 2>/dev/null"),
         ("stat", f"stat -c '%a|%U|%G|%F|%n' {paths} {globs} 2>/dev/null"),
-        ("active", f"systemctl list-units --state=active --plain --no-legend 'vllm-*.service' 'ray-*.service' {units} 2>/dev/null"),
-        ("enabled", f"systemctl list-unit-files --state=enabled --plain --no-legend 'vllm-*.service' 'ray-*.service' {units} 2>/dev/null"),
+        ("active", f"systemctl list-units --state=active --plain --no-legend {patterns} {units} 2>/dev/null"),
+        ("enabled", f"systemctl list-unit-files --state=enabled --plain --no-legend {patterns} {units} 2>/dev/null"),
         ("user", f"getent passwd {q(probe.user)} && id -nG {q(probe.user)}"),
         ("image", _image_id_command(probe.image)),
         ("healthy", health or "true"),
-        ("nft", "nft list table inet instinct_fleet >/dev/null 2>&1 && echo loaded"),
+        ("nft", f"nft list table {FIREWALL_TABLE} >/dev/null 2>&1 && echo loaded"),
         ("weights", weights or "true"),
         ("exporter-image", _image_id_command(probe.exporter_image)),
     )
     extra = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {command}" for name, command in probes)
     return f"{SCRIPT}; {extra}; true"
+
+
+def host_findings(report: HostReport, spec: HostSpec) -> list[Finding]:
+    """Warnings about this host that do not stop it serving (host-* rules), each with how to act on it."""
+    v, host = spec.vars, spec.host
+    warnings = []
+    if v.tune_kernel_cmdline and report.missing_kernel_args and not v.tune_reboot:
+        warnings.append(
+            finding(
+                "host-reboot-required",
+                host,
+                "tune_kernel_cmdline",
+                f"kernel command line lacks {' '.join(report.missing_kernel_args)}: reboot required (or set tune_reboot = True)",
+            )
+        )
+    if v.tune_numa_balancing and report.numa_balancing is None:
+        warnings.append(
+            finding(
+                "host-numa-balancing",
+                host,
+                "tune_numa_balancing",
+                "kernel.numa_balancing does not exist (kernel without NUMA balancing): nothing to turn off",
+            )
+        )
+    if not report.hf_token:
+        warnings.append(
+            finding(
+                "host-hf-token",
+                host,
+                "hf_token_path",
+                f"no Hugging Face token at {v.hf_token_path}: gated models will fail to download",
+            )
+        )
+    return warnings
 
 
 def hard_problems(report: HostReport, spec: HostSpec) -> list[Finding]:
@@ -445,7 +490,7 @@ def hard_problems(report: HostReport, spec: HostSpec) -> list[Finding]:
                 f"Check the partition mode (compute {report.compute_partition or 'unknown'}) with amd-smi static --partition, or lower gpu_count",
             )
         )
-    cluster = spec.settings.cluster
+    cluster = spec.cluster
     if cluster is not None and len(report.gpus) > spec.gpu_count:
         problems.append(
             finding(

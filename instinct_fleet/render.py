@@ -17,10 +17,10 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from instinct_fleet import knowledge, paths
-from instinct_fleet.paths import CONFIG_DIR, SYSTEMD_DIR
-from instinct_fleet.preflight import KERNEL_ARGS
+from instinct_fleet.defaults import FleetVars
+from instinct_fleet.paths import KERNEL_ARGS
 from instinct_fleet.recipes import ArgValue
-from instinct_fleet.spec import ClusterSpec, HostSettings, ServiceSpec
+from instinct_fleet.spec import ClusterSpec, ServiceSpec
 
 
 def _format(value: ArgValue) -> str:
@@ -108,24 +108,6 @@ def exporter_argv(image: str) -> list[str]:
     ]
     argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "-v", f"{paths.EXPORTER_DIR}:/etc/metrics:ro", image]
     return argv
-
-
-def unit_path(unit: str) -> str:
-    """Where a unit file instinct-fleet writes lives; ``unit`` with or without ``.service``."""
-    return f"{SYSTEMD_DIR}/{unit.removesuffix('.service')}.service"
-
-
-def unit_name(svc: ServiceSpec) -> str:
-    return f"vllm-{svc.name}"
-
-
-def env_path(svc: ServiceSpec) -> str:
-    return unit_env_path(unit_name(svc))
-
-
-def unit_env_path(unit: str) -> str:
-    """The env file of a vLLM or Ray unit this tool writes (a stale one included); both Ray roles use ray.env."""
-    return paths.RAY_ENV if unit.startswith("ray-") else f"{CONFIG_DIR}/{unit}.env"
 
 
 def served_model(svc: ServiceSpec) -> str:
@@ -227,10 +209,19 @@ def vllm_container(
 ) -> Container:
     command = ["serve", svc.model, *render_args(svc), *drain_args(svc, drain_timeout)]
     entrypoint, command, key_mounts = with_api_key("vllm", command, api_key_path)
-    return Container(unit_name(svc), svc.image, entrypoint, command, env_path(svc), devices, [*(mounts or []), *key_mounts], infiniband)
+    return Container(
+        paths.vllm_unit(svc.name),
+        svc.image,
+        entrypoint,
+        command,
+        paths.unit_env_path(paths.vllm_unit(svc.name)),
+        devices,
+        [*(mounts or []), *key_mounts],
+        infiniband,
+    )
 
 
-def docker_run(container: Container, settings: HostSettings, group_ids: list[int], with_token: bool) -> list[str]:
+def docker_run(container: Container, v: FleetVars, group_ids: list[int], with_token: bool) -> list[str]:
     """The full ``docker run`` argv of a container, in a fixed order so that units only change when inputs do."""
     argv = [paths.DOCKER, "run", "--rm", "--name", container.name, "--label", f"instinct-fleet.unit={container.name}"]
     # --ipc host: the host's /dev/shm and IPC namespace, which PyTorch workers and RCCL share (004's docker run);
@@ -244,12 +235,12 @@ def docker_run(container: Container, settings: HostSettings, group_ids: list[int
     for gid in group_ids:
         argv += ["--group-add", str(gid)]
     argv += ["--cap-add", "SYS_PTRACE", "--security-opt", "seccomp=unconfined"]
-    ulimit = memlock_ulimit(settings.tune_memlock)
+    ulimit = memlock_ulimit(v.tune_memlock)
     if ulimit:
         argv += ["--ulimit", ulimit]
-    argv += ["--env-file", container.env_path, "-v", f"{settings.hf_cache_dir}:{paths.HF_CACHE_IN_CONTAINER}"]
+    argv += ["--env-file", container.env_path, "-v", f"{v.hf_cache_dir}:{paths.HF_CACHE_IN_CONTAINER}"]
     if with_token:
-        argv += ["-v", f"{settings.hf_token_path}:{paths.TOKEN_IN_CONTAINER}:ro"]
+        argv += ["-v", f"{v.hf_token_path}:{paths.TOKEN_IN_CONTAINER}:ro"]
     for mount in container.mounts:
         argv += ["-v", mount]
     argv += ["--entrypoint", container.entrypoint, container.image, *container.command]
@@ -283,14 +274,9 @@ def template_bytes(name: str) -> bytes:
     return (TEMPLATES / name).read_bytes()
 
 
-def ray_unit(role: str) -> str:
-    """``ray-head`` or ``ray-worker``: the unit and its container share the name."""
-    return f"ray-{role}"
-
-
 def ray_ready_command(nodes: int, gpus: int, timeout: int) -> list[str]:
     """ExecStartPre of the head's vLLM unit: wait until Ray shows every node and GPU of the cluster."""
-    head = ray_unit("head")
+    head = paths.ray_unit("head")
     wait = (
         f"end=$(( $(date +%s) + {timeout} )); until {paths.DOCKER} exec {head} true 2>/dev/null; do "
         f"if [ $(date +%s) -ge $end ]; then echo '{head} container not running after {timeout}s' >&2; exit 1; fi; sleep 2; done"
@@ -425,14 +411,14 @@ def exec_line(argv: list[str]) -> str:
     return "".join(parts)
 
 
-def daemon_json(settings: HostSettings) -> str:
+def daemon_json(v: FleetVars) -> str:
     """/etc/docker/daemon.json: only the keys instinct-fleet owns, sorted, so reruns are byte-identical."""
     config: dict[str, Any] = {}
-    if settings.registry_mirrors:
-        config["registry-mirrors"] = list(settings.registry_mirrors)
-    if settings.insecure_registries:
-        config["insecure-registries"] = list(settings.insecure_registries)
-    limit = memlock_limit(settings.tune_memlock)
+    if v.docker_registry_mirrors:
+        config["registry-mirrors"] = list(v.docker_registry_mirrors)
+    if v.docker_insecure_registries:
+        config["insecure-registries"] = list(v.docker_insecure_registries)
+    limit = memlock_limit(v.tune_memlock)
     if limit is not None:
         config["default-ulimits"] = {"memlock": {"Name": "memlock", "Hard": limit, "Soft": limit}}
     return json.dumps(config, indent=2, sort_keys=True) + "\n"

@@ -25,6 +25,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from instinct_fleet.hostplan import HostPlan
+from instinct_fleet.state import content_differs
+
 Kind = Literal["unchanged", "start", "restart"]
 # The file the deploy writes its roll summary to, as JSON, when set (``instinct-fleet deploy --json`` sets it).
 SUMMARY_ENV = "INSTINCT_FLEET_ROLL_JSON"
@@ -147,3 +150,53 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
 
 def dump_summary(rows: list[dict[str, Any]]) -> str:
     return json.dumps({"roll": rows}, indent=2)
+
+
+def changed_units(plan: HostPlan) -> set[str]:
+    """The serving units whose unit or env file's content differs on the host (mode and owner restart nothing)."""
+    want = plan.desired
+    return {
+        f.restarts for f in want.stage("roll") if f.restarts is not None and f.restarts in want.serving and content_differs(f, plan.report)
+    }
+
+
+def docker_changed(plan: HostPlan) -> bool:
+    """Whether dockerd's settings differ: restarting dockerd stops every container on the host."""
+    return any(content_differs(f, plan.report) for f in plan.desired.stage("docker"))
+
+
+def kind(plan: HostPlan) -> Kind:
+    """``restart`` when a change would take down something serving now; ``start`` when nothing of it serves."""
+    disrupted = changed_units(plan) | set(plan.stale_units)
+    if docker_changed(plan):
+        disrupted |= set(plan.desired.serving) | set(plan.report.managed_units)
+    if not disrupted:
+        return "unchanged"
+    return "restart" if disrupted & set(plan.report.active_units) else "start"
+
+
+def defers_docker(plan: HostPlan) -> bool:
+    """New docker settings on a serving host wait for its batch: restarting dockerd stops every container."""
+    return docker_changed(plan) and kind(plan) == "restart"
+
+
+def plan_roll(plans: Mapping[str, HostPlan]) -> Roll:
+    """The run's serving units, their kind and their batches, from every planned host that passed preflight."""
+    ready = {name: plan for name, plan in plans.items() if plan.ok and plan.desired.serving}
+    clusters: dict[str, list[HostPlan]] = {}
+    units = []
+    for name, plan in sorted(ready.items()):
+        cluster = plan.spec.cluster
+        if cluster is None:
+            units.append(ServingUnit(name, (name,), kind(plan)))
+        else:
+            clusters.setdefault(cluster.name, []).append(plan)
+    for cluster_name, members in sorted(clusters.items()):
+        members.sort(key=lambda p: (p.role != "head", str(p.spec.host)))
+        hosts = tuple(str(p.spec.host) for p in members)
+        units.append(ServingUnit(f"cluster {cluster_name}", hosts, combine(kind(p) for p in members)))
+    if not ready:
+        return Roll([], [[]], 0)
+    # validate_rolling has checked that every host carries the same rolling settings.
+    v = next(iter(ready.values())).spec.vars
+    return Roll(units, batches(units, batch_size(v.rolling_batch, len(units))), v.rolling_max_failures)

@@ -16,17 +16,18 @@ from io import StringIO
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet import operations, paths, render
+from instinct_fleet import apply, operations, paths, render, roll
 from instinct_fleet.defaults import Hook
-from instinct_fleet.hostplan import FleetPlan, HostPlan
+from instinct_fleet.hostplan import HostPlan
+from instinct_fleet.run import FleetPlan
 
 
 def _hooks(plan: HostPlan, fleet: FleetPlan, which: str, hook: Hook | None, gate: Callable[[], bool]) -> None:
-    if hook is None:
+    if hook is None or not (hook.host or hook.control):  # a hook with no command in either place is no hook
         return
     env = {
         "INSTINCT_FLEET_HOST": str(plan.spec.host),
-        "INSTINCT_FLEET_UNITS": " ".join(render.unit_name(s) for s in plan.serves),
+        "INSTINCT_FLEET_UNITS": " ".join(paths.vllm_unit(s.name) for s in plan.serves),
         "INSTINCT_FLEET_PORTS": " ".join(str(s.port) for s in plan.serves),
     }
     for where, command in (("host", hook.host), ("control", hook.control)):
@@ -40,26 +41,20 @@ def always() -> bool:
 
 def docker_settings(plan: HostPlan, gate: Callable[[], bool] = always) -> None:
     """daemon.json and dockerd's limits; dockerd restarts, and its containers with it, only when they changed."""
-    written = []
-    for path, content in plan.docker_files().items():
-        if not plan.drifted(path):
-            continue
-        if content is None:
-            written.append(files.file(name=f"No {path}", path=path, present=False, _if=gate))
-        else:
-            written.append(files.put(name=f"docker settings {path}", src=StringIO(content), dest=path, mode="644", _if=gate))
+    written = apply.files(plan, plan.desired.stage("docker"), gate)
     if written:
         systemd.daemon_reload(name="Reload systemd (dockerd limits)", _if=any_changed(*written))
-    if written or plan.unit_drifted("docker.service"):
-        systemd.service(name="docker running and enabled", service="docker.service", running=True, enabled=True, _if=gate)
+    docker = paths.service(paths.DOCKER_UNIT)
+    if written or plan.unit_drifted(paths.DOCKER_UNIT):
+        systemd.service(name="docker running and enabled", service=docker, running=True, enabled=True, _if=gate)
     if written:
-        systemd.service(name="Restart docker for its new settings", service="docker.service", restarted=True, _if=any_changed(*written))
+        systemd.service(name="Restart docker for its new settings", service=docker, restarted=True, _if=any_changed(*written))
 
 
 def image(plan: HostPlan, gate: Callable[[], bool] = always) -> None:
     """The pinned image, pulled only when the preflight fact did not find it, within image_pull_timeout."""
     if plan.desired.image is not None and plan.report.image_id is None:
-        timeout = plan.spec.settings.image_pull_timeout
+        timeout = plan.spec.vars.image_pull_timeout
         operations.image_present(name="vLLM image present", image=plan.image, _if=gate, _timeout=timeout)
 
 
@@ -71,14 +66,14 @@ def healthy(
 ) -> None:
     """The health gate: each instance of ``units`` (default: those that did not answer at preflight) answers
     /health and lists its model within health_timeout."""
-    timeout = plan.spec.settings.health_timeout
+    timeout = plan.spec.vars.health_timeout
     for svc in plan.serves:
-        name = render.unit_name(svc)
+        name = paths.vllm_unit(svc.name)
         if (units is not None and name not in units) or (units is None and svc.port in plan.report.healthy_ports):
             continue
         operations.healthy(
-            name=f"{render.unit_name(svc)} healthy",
-            unit=f"{render.unit_name(svc)}.service",
+            name=f"{name} healthy",
+            unit=paths.service(name),
             port=svc.port,
             served_model=render.served_model(svc),
             timeout=timeout,
@@ -91,19 +86,20 @@ def healthy(
 
 def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], set[str]]) -> None:
     """Emit this host's operations for ``batch``; each runs only while the roll proceeds."""
-    roll = fleet.roll
 
     def gate() -> bool:
-        return roll.proceeds(batch, failed())
+        return fleet.roll.proceeds(batch, failed())
 
-    unit = roll.unit_of(str(plan.spec.host))
+    unit = fleet.roll.unit_of(str(plan.spec.host))
     rolling = unit is not None and unit.kind == "restart"
-    hooks = plan.spec.settings.rolling
+    v = plan.spec.vars
+    want = plan.desired
     # A cluster rolls as one: when any member changes, every member's units restart together.
-    force = plan.docker_changed or (rolling and plan.role is not None)
-    stale = [u for u in plan.stale_units if plan.unit_drifted(f"{u}.service") or plan.drifted(render.unit_path(u))]
-    pending = [name for name in plan.unit_files if force or not plan.serving_in_place(name)]
-    busy = bool(pending or stale or plan.defers_docker)
+    force = roll.docker_changed(plan) or (rolling and plan.role is not None)
+    stale = [u for u in plan.stale_units if plan.unit_drifted(u) or plan.drifted(paths.unit_path(u))]
+    pending = [name for name in want.serving if force or not plan.serving_in_place(name)]
+    deferred = roll.defers_docker(plan)
+    busy = bool(pending or stale or deferred)
     if busy:  # instinct-fleet bench refuses a host while this marker is there
         started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         files.put(
@@ -113,45 +109,39 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
             _if=gate,
         )
     if rolling and plan.serves:
-        _hooks(plan, fleet, "pre-stop", hooks.pre_stop, gate)
+        _hooks(plan, fleet, "pre-stop", v.rolling_pre_stop, gate)
 
-    removed = []
     for stale_unit in stale:
         systemd.service(
-            name=f"Stop {stale_unit} (no longer in the inventory)", service=f"{stale_unit}.service", running=False, enabled=False, _if=gate
+            name=f"Stop {stale_unit} (no longer in the inventory)",
+            service=paths.service(stale_unit),
+            running=False,
+            enabled=False,
+            _if=gate,
         )
-        removed.append(files.file(name=f"Remove {stale_unit}", path=render.unit_path(stale_unit), present=False, _if=gate))
-        if render.unit_env_path(stale_unit) not in {p for unit in plan.unit_files.values() for p in unit}:  # a role switch keeps ray.env
-            files.file(name=f"Remove {stale_unit} env", path=render.unit_env_path(stale_unit), present=False, _if=gate)
+    removed = apply.files(plan, [f for f in want.stage("roll") if f.restarts in stale], gate)
 
-    if plan.defers_docker:
+    if deferred:
         docker_settings(plan, gate)
         image(plan, gate)
 
     written = []
     for name in pending:  # the others' files match, they run, and their instances answered at preflight
-        unit_files = plan.unit_files[name]
-        path = render.unit_path(name)
-        ops = []
-        for dest, content in unit_files.items():
-            if not plan.drifted(dest):
-                continue
-            label = f"{name} unit" if dest == path else f"{name} env file"
-            mode = "644" if dest == path else "600"
-            ops.append(files.put(name=label, src=StringIO(content), dest=dest, mode=mode, _if=gate))
+        ops = apply.files(plan, [f for f in want.stage("roll") if f.restarts == name], gate)
         if ops:
+            path = paths.unit_path(name)
             operations.unit_verified(name=f"{name} passes systemd-analyze verify", path=path, _if=[gate, any_changed(*ops)])
         written.append((name, ops))
     all_files = [op for _, ops in written for op in ops] + removed
     if all_files:
         systemd.daemon_reload(name="Reload systemd (serving units)", _if=any_changed(*all_files))
-    cluster = plan.spec.settings.cluster
-    start_timeout = plan.spec.settings.command_timeout + (cluster.ready_timeout if cluster else 0)
+    cluster = plan.spec.cluster
+    start_timeout = v.command_timeout + (cluster.ready_timeout if cluster else 0)
     for name, ops in written:
         operations.service_converged(name, ops, gate, start_timeout, force=force)
 
-    healthy(plan, gate, roll.note, units={name for name, _ in written})
+    healthy(plan, gate, fleet.roll.note, units={name for name, _ in written})
     if rolling and plan.serves:
-        _hooks(plan, fleet, "post-start", hooks.post_start, gate)
+        _hooks(plan, fleet, "post-start", v.rolling_post_start, gate)
     if busy or plan.drifted(paths.ROLL_MARKER):  # a marker left by a roll that failed goes once the host is whole
         files.file(name="Roll: done on this host", path=paths.ROLL_MARKER, present=False, _if=gate)

@@ -101,42 +101,6 @@ class ClusterSpec:
 
 
 @dataclass(frozen=True)
-class RollSettings:
-    """How a re-tune restarts the fleet (README, Re-tuning a live fleet)."""
-
-    batch: int | str  # a count, or a percentage such as "25%"
-    max_failures: int
-    drain_timeout: int
-    pre_stop: Hook | None
-    post_start: Hook | None
-
-
-@dataclass(frozen=True)
-class HostSettings:
-    """The host-wide variables the deploy stages read (README, Variables)."""
-
-    hf_token_path: str
-    hf_cache_dir: str
-    health_timeout: int
-    command_timeout: int
-    image_pull_timeout: int
-    tune_numa_balancing: bool
-    tune_kernel_cmdline: bool
-    tune_reboot: bool
-    tune_cpu_idle: bool
-    tune_memlock: bool | int
-    service_user: str
-    registry_mirrors: tuple[str, ...]
-    insecure_registries: tuple[str, ...]
-    registry_ca_certs: dict[str, str]
-    credentials_file: str | None
-    firewall: bool
-    allow_from: tuple[str, ...] | None
-    cluster: ClusterSpec | None
-    rolling: RollSettings
-
-
-@dataclass(frozen=True)
 class HostSpec:
     """One host resolved: ``vars`` is the validated model, ``data`` the raw merged values (for the input-safety scan)."""
 
@@ -144,7 +108,7 @@ class HostSpec:
     gpu_count: int
     gpu_model: str
     services: tuple[ServiceSpec, ...]
-    settings: HostSettings
+    cluster: ClusterSpec | None  # this host's place in a Ray cluster, from the ray_* and nccl_* variables
     data: dict[str, Any]
     vars: FleetVars
     address: str | None = None  # where pyinfra connects: ssh_hostname, else the inventory name
@@ -308,54 +272,21 @@ def unknown_recipe_message(name: str) -> str:
     return f"no built-in recipe {name!r}{hint} Known: {', '.join(names)}"
 
 
-def _hook(hook: Hook | None) -> Hook | None:
-    """A hook with no command in either place is no hook."""
-    return hook if hook is not None and (hook.host or hook.control) else None
-
-
-def settings_of(v: FleetVars) -> HostSettings:
-    """The host-wide variables the deploy stages read, from the validated model."""
-    rolling = RollSettings(
-        batch=v.rolling_batch,
-        max_failures=v.rolling_max_failures,
-        drain_timeout=v.rolling_drain_timeout,
-        pre_stop=_hook(v.rolling_pre_stop),
-        post_start=_hook(v.rolling_post_start),
-    )
-    cluster = None
-    if v.ray_cluster is not None:
-        cluster = ClusterSpec(
-            name=v.ray_cluster,
-            role=v.ray_role or "worker",  # validate.py reports a member without a role
-            ports=v.ray_ports.model_dump(),
-            ready_timeout=v.ray_ready_timeout,
-            nic=v.cluster_nic,
-            ib_hca=v.nccl_ib_hca,
-            ib_gid_index=v.nccl_ib_gid_index,
-            gdr_level=v.nccl_net_gdr_level,
-            min_nchannels=v.nccl_min_nchannels,
-            infiniband=v.infiniband,
-        )
-    return HostSettings(
-        hf_token_path=v.hf_token_path,
-        hf_cache_dir=v.hf_cache_dir,
-        health_timeout=v.health_timeout,
-        command_timeout=v.command_timeout,
-        image_pull_timeout=v.image_pull_timeout,
-        tune_numa_balancing=v.tune_numa_balancing,
-        tune_kernel_cmdline=v.tune_kernel_cmdline,
-        tune_reboot=v.tune_reboot,
-        tune_cpu_idle=v.tune_cpu_idle,
-        tune_memlock=v.tune_memlock,
-        service_user=v.service_user,
-        registry_mirrors=tuple(v.docker_registry_mirrors),
-        insecure_registries=tuple(v.docker_insecure_registries),
-        registry_ca_certs=dict(v.docker_registry_ca_certs),
-        credentials_file=v.docker_credentials_file,
-        firewall=v.firewall,
-        allow_from=None if v.vllm_allow_from is None else tuple(v.vllm_allow_from),
-        cluster=cluster,
-        rolling=rolling,
+def cluster_of(v: FleetVars) -> ClusterSpec | None:
+    """This host's place in its Ray cluster (None: single-node), with the RCCL settings grouped for the env."""
+    if v.ray_cluster is None:
+        return None
+    return ClusterSpec(
+        name=v.ray_cluster,
+        role=v.ray_role or "worker",  # validate.py reports a member without a role
+        ports=v.ray_ports.model_dump(),
+        ready_timeout=v.ray_ready_timeout,
+        nic=v.cluster_nic,
+        ib_hca=v.nccl_ib_hca,
+        ib_gid_index=v.nccl_ib_gid_index,
+        gdr_level=v.nccl_net_gdr_level,
+        min_nchannels=v.nccl_min_nchannels,
+        infiniband=v.infiniband,
     )
 
 
@@ -412,4 +343,4 @@ def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, l
         )
     merged = {**DEFAULTS, **{k: val for k, val in data.items() if k in DEFAULTS}}
     address = data.get("ssh_hostname") if isinstance(data.get("ssh_hostname"), str) else host
-    return HostSpec(host, v.gpu_count, v.gpu_model, tuple(services), settings_of(v), merged, v, address), found
+    return HostSpec(host, v.gpu_count, v.gpu_model, tuple(services), cluster_of(v), merged, v, address), found

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from instinct_fleet import paths, render
+from instinct_fleet import paths
 from instinct_fleet.preflight import sections
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
@@ -71,7 +71,7 @@ class Row:
 
 
 def instances(spec: HostSpec) -> tuple[ServiceSpec, ...]:
-    cluster = spec.settings.cluster
+    cluster = spec.cluster
     return () if cluster is not None and cluster.role == "worker" else spec.services
 
 
@@ -80,7 +80,7 @@ def script(spec: HostSpec) -> str:
     q = shlex.quote
     parts = [f"printf '{MARK}roll\\n'; cat {paths.ROLL_MARKER} 2>/dev/null; true"]
     for svc in instances(spec):
-        unit = render.unit_name(svc)
+        unit = paths.vllm_unit(svc.name)
         metrics = "|".join(re.escape(m) for m in (RUNNING, WAITING, kv_cache_metric(svc.version)))
         parts.append(
             f"printf '{MARK}instance {unit}\\n'; systemctl show -p ActiveState --value {unit}.service; "
@@ -88,9 +88,9 @@ def script(spec: HostSpec) -> str:
             f"docker inspect -f 'image {{{{.Config.Image}}}} {{{{.Image}}}}' {unit} 2>/dev/null; "
             f"curl -s -m 3 http://127.0.0.1:{svc.port}/metrics 2>/dev/null | grep -E {q(f'^({metrics})[{{ ]')}; true"
         )
-    cluster = spec.settings.cluster
+    cluster = spec.cluster
     if cluster is not None:
-        ray = render.ray_unit(cluster.role)
+        ray = paths.ray_unit(cluster.role)
         parts.append(f"printf '{MARK}unit {ray}\\n'; systemctl show -p ActiveState --value {ray}.service")
     if spec.vars.metrics_exporter:
         port = spec.vars.metrics_exporter_port
@@ -130,7 +130,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
     host = str(spec.host)
     rows = []
     for svc in instances(spec):
-        unit = render.unit_name(svc)
+        unit = paths.vllm_unit(svc.name)
         lines = part.get(f"instance {unit}", [])
         state = lines[0] if lines and not lines[0].startswith(("health ", "image ")) else "unknown"
         image_line = next((line.split() for line in lines if line.startswith("image ")), ["image", "-", ""])
@@ -163,10 +163,10 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
 def unreachable(spec: HostSpec, why: str) -> list[Row]:
     """One row per unit of a host that could not be read, each saying why."""
     units: list[tuple[str, str, str, int | None]] = [
-        (svc.name, f"{render.unit_name(svc)}.service", svc.image, svc.port) for svc in instances(spec)
+        (svc.name, f"{paths.vllm_unit(svc.name)}.service", svc.image, svc.port) for svc in instances(spec)
     ]
-    if spec.settings.cluster is not None:
-        ray = render.ray_unit(spec.settings.cluster.role)
+    if spec.cluster is not None:
+        ray = paths.ray_unit(spec.cluster.role)
         units.append((ray, f"{ray}.service", "-", None))
     if spec.vars.metrics_exporter:
         units.append((paths.EXPORTER_UNIT, f"{paths.EXPORTER_UNIT}.service", "-", None))

@@ -365,9 +365,9 @@ def _utilization(svc: ServiceSpec) -> float | None:
 
 def validate_local_files(spec: HostSpec) -> list[Finding]:
     """Files the deploy uploads must exist on the control machine before any host is touched."""
-    settings = spec.settings
-    wanted = [("docker_credentials_file", settings.credentials_file)]
-    wanted += [(f"docker_registry_ca_certs.{registry}", path) for registry, path in sorted(settings.registry_ca_certs.items())]
+    v = spec.vars
+    wanted = [("docker_credentials_file", v.docker_credentials_file)]
+    wanted += [(f"docker_registry_ca_certs.{registry}", path) for registry, path in sorted(v.docker_registry_ca_certs.items())]
     return [
         finding("local-file", spec.host, key, f"{path!r} does not exist on this machine (from {Path.cwd()})")
         for key, path in wanted
@@ -378,7 +378,7 @@ def validate_local_files(spec: HostSpec) -> list[Finding]:
 def validate_network(spec: HostSpec) -> list[Finding]:
     """Cluster membership, RCCL settings, Ray ports and the vLLM allow-list of one host."""
     found: list[Finding] = []
-    cluster = spec.settings.cluster
+    cluster = spec.cluster
     role = spec.vars.ray_role
     if cluster is None:
         if role is not None:
@@ -421,7 +421,7 @@ def validate_clusters(specs: list[HostSpec]) -> list[Finding]:
     found: list[Finding] = []
     members: dict[str, list[HostSpec]] = defaultdict(list)
     for spec in specs:
-        cluster = spec.settings.cluster
+        cluster = spec.cluster
         if cluster is not None:
             members[cluster.name].append(spec)
         else:
@@ -436,7 +436,7 @@ def validate_clusters(specs: list[HostSpec]) -> list[Finding]:
                         )
                     )
     for name, hosts in sorted(members.items()):
-        heads = [h for h in hosts if h.settings.cluster is not None and h.settings.cluster.role == "head"]
+        heads = [h for h in hosts if h.cluster is not None and h.cluster.role == "head"]
         listed = ", ".join(str(h.host) for h in hosts)
         if len(heads) != 1:
             for h in hosts:
@@ -481,8 +481,8 @@ def validate_clusters(specs: list[HostSpec]) -> list[Finding]:
 def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
     """One roll paces the whole fleet: hosts that disagree on its pace are named with the value most hosts have."""
     found: list[Finding] = []
-    batches: list[object] = [spec.settings.rolling.batch for spec in specs]
-    failures: list[object] = [spec.settings.rolling.max_failures for spec in specs]
+    batches: list[object] = [spec.vars.rolling_batch for spec in specs]
+    failures: list[object] = [spec.vars.rolling_max_failures for spec in specs]
     for key, values in (("rolling_batch", batches), ("rolling_max_failures", failures)):
         common = max(set(values), key=values.count, default=None)
         for spec, value in zip(specs, values, strict=True):

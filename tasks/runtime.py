@@ -3,30 +3,25 @@
 The image is pulled here, on every host at once, before any batch of the roll
 stops anything. New docker settings on a host that is serving wait for its
 batch instead (restarting dockerd stops its containers): see instinct_fleet/serving.py.
-Like every stage, it acts only where the host differs from instinct_fleet/desired.py.
+Like every stage, it acts only where the host differs from instinct_fleet/managed.py.
 """
 
 from pyinfra.context import host
-from pyinfra.operations import apt, files
+from pyinfra.operations import apt
 
-from instinct_fleet import desired, operations, serving
-from instinct_fleet.hostplan import fleet_plan
+from instinct_fleet import apply, content, operations, roll, serving
+from instinct_fleet.run import fleet_plan
 
 fleet = fleet_plan(host.state)
 plan = fleet.plans[host.name]
-settings = plan.spec.settings
 
-if plan.missing_packages:
-    apt.packages(name="Install missing packages", packages=plan.missing_packages, update=True, no_recommends=True)
+missing = content.missing_packages(plan)
+if missing:
+    apt.packages(name="Install missing packages", packages=missing, update=True, no_recommends=True)
 
-for registry, ca_file in sorted(settings.registry_ca_certs.items()):
-    dest = f"{desired.CA_DIR}/{registry}/ca.crt"
-    if plan.drifted(dest):
-        files.put(name=f"CA certificate for {registry}", src=ca_file, dest=dest, mode="644")
-if settings.credentials_file and plan.drifted(desired.CREDENTIALS):
-    files.put(name="Registry credentials", src=settings.credentials_file, dest=desired.CREDENTIALS, mode="600")
+apply.stage(plan, "runtime")  # registry CA certificates and credentials
 
-if not plan.defers_docker:
+if not roll.defers_docker(plan):
     serving.docker_settings(plan)
     # One host per missing image pulls first (filling a pull-through cache), then the rest pull from the cache.
     # pyinfra finishes an operation on every host before the next, so the barrier orders the two waves.

@@ -7,21 +7,14 @@ which); instinct_fleet/serving.py holds what it does there.
 """
 
 from pyinfra.context import host
-from pyinfra.operations import files
 
-from instinct_fleet import operations, render, serving
-from instinct_fleet.hostplan import fleet_plan
+from instinct_fleet import apply, operations, serving
+from instinct_fleet.run import fleet_plan
 
 fleet = fleet_plan(host.state)
 plan = fleet.plans[host.name]
-settings = plan.spec.settings
 
-if plan.drifted(render.CONFIG_DIR):
-    files.directory(name="Config directory", path=render.CONFIG_DIR, mode="755")
-if plan.drifted(settings.hf_cache_dir):
-    files.directory(
-        name="Hugging Face cache", path=settings.hf_cache_dir, user=settings.service_user, group=settings.service_user, mode="750"
-    )
+apply.stage(plan, "services")  # the config directory and the Hugging Face cache
 
 
 def failed() -> set[str]:

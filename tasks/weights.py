@@ -2,17 +2,17 @@
 
 A model missing from weights_source is downloaded there once per fleet, by one
 host, with the instance's own image; a barrier holds the other hosts until it is
-there, then every host copies it (instinct_fleet/hostplan.py:weight_seeds).
+there, then every host copies it (instinct_fleet/run.py:weight_seeds).
 """
 
 from pyinfra.context import host
 
 from instinct_fleet import operations
-from instinct_fleet.hostplan import fleet_plan
+from instinct_fleet.run import fleet_plan
 
 fleet = fleet_plan(host.state)
 plan = fleet.plans[host.name]
-settings = plan.spec.settings
+v = plan.spec.vars
 weights = plan.desired.weights
 
 missing = [w for w in weights if not plan.source_has(w)]
@@ -32,8 +32,8 @@ else:
             source_root=str(plan.spec.vars.weights_source),
             repo=w.source,
             image=plan.image,
-            token_path=settings.hf_token_path if plan.report.hf_token else None,
-            _timeout=settings.image_pull_timeout,
+            token_path=v.hf_token_path if plan.report.hf_token else None,
+            _timeout=v.image_pull_timeout,
         )
     if missing:
         operations.barrier(name="Weights: every missing model is in weights_source", note="weight downloads done")
@@ -43,6 +43,6 @@ else:
             model=w.model,
             source=w.source,
             local=w.local,
-            owner=settings.service_user,
-            _timeout=settings.image_pull_timeout,
+            owner=v.service_user,
+            _timeout=v.image_pull_timeout,
         )

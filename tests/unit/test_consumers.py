@@ -18,10 +18,12 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet import monitoring, paths, render
-from instinct_fleet.hostplan import HostPlan, plan_inventory
+from instinct_fleet import content, monitoring, paths, render
+from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData
 from instinct_fleet.recipes import all_recipes
+from instinct_fleet.run import plan_inventory
+from tests.unit.files import exporter_files, unit_files
 
 from . import consumers
 from . import test_preflight as pf
@@ -90,16 +92,16 @@ def test_what_validation_accepts_every_reader_accepts(data: dict[str, Any]) -> N
     event("accepted")
     tmp = Path(tempfile.mkdtemp(prefix="instinct-fleet-consumers-"))
     for plan in accepted:
-        ruleset = plan.firewall()
+        ruleset = content.firewall(plan)
         if ruleset is not None:
             path = tmp / f"{plan.spec.host}.nft"
             path.write_text(ruleset)
             assert consumers.nft_check(path) == "", ruleset
             event("nft -c -f")
-        units = {path: text for files in plan.unit_files.values() for path, text in files.items() if path.endswith(".service")}
-        units.update({path: text for path, text in plan.exporter_files().items() if path.endswith(".service")})
-        if plan.firewall() is not None:
-            units[render.unit_path(paths.FIREWALL_UNIT)] = render.firewall_unit()
+        units = {path: text for files in unit_files(plan).values() for path, text in files.items() if path.endswith(".service")}
+        units.update({path: text for path, text in exporter_files(plan).items() if path.endswith(".service")})
+        if content.firewall(plan) is not None:
+            units[paths.unit_path(paths.FIREWALL_UNIT)] = render.firewall_unit()
         assert consumers.units_check(units) == "", units
         event("systemd-analyze verify")
         for svc in plan.serves:

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet import render
+from instinct_fleet import content, paths, render
 from instinct_fleet.crosscheck import listeners
+from tests.unit.files import unit_files
 
 from .conftest import CLUSTER, check, check_cluster
 from .consumers import nft_check
@@ -148,13 +149,13 @@ def test_the_api_key_reaches_vllm_only_through_its_file() -> None:
     plan = pf.plan({**G, "vllm_api_key_path": "/etc/instinct-fleet/api-key"}, report)
     assert plan.ok, [str(e) for e in plan.errors]
     (svc,) = plan.serves
-    argv = plan.vllm_argv(svc)
+    argv = content.vllm_argv(plan, svc)
     entry = argv.index("--entrypoint")
     assert argv[entry + 1 : entry + 4] == ["/bin/sh", svc.image, "-c"]
     assert argv[entry + 4] == 'VLLM_API_KEY="$(cat /run/secrets/vllm-api-key)" exec vllm "$@"'
     assert argv[entry + 5 : entry + 8] == ["vllm", "serve", svc.model]
     assert "/etc/instinct-fleet/api-key:/run/secrets/vllm-api-key:ro" in argv
-    unit = next(iter(plan.unit_files[render.unit_name(svc)].values()))
+    unit = next(iter(unit_files(plan)[paths.vllm_unit(svc.name)].values()))
     # systemd unquotes this to the argv above: \" is a quote, $$ a dollar the shell then expands.
     assert '-c "VLLM_API_KEY=\\"$$(cat /run/secrets/vllm-api-key)\\" exec vllm \\"$$@\\"" vllm serve' in unit
     assert consumers_units(unit) == ""

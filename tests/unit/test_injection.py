@@ -17,9 +17,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet import preflight
+from instinct_fleet import content, preflight
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.rules import RULES
+from tests.unit.files import docker_files, unit_files
 
 from .test_preflight import interfaces, mi300x_host, plan
 
@@ -54,10 +55,10 @@ PLACES: dict[str, Any] = {
 
 
 def files(p: HostPlan) -> dict[str, str]:
-    out = {path: text for path, text in p.docker_files().items() if text is not None}
-    for unit in p.unit_files.values():
+    out = {path: text for path, text in docker_files(p).items() if text is not None}
+    for unit in unit_files(p).values():
         out.update(unit)
-    ruleset = p.firewall()
+    ruleset = content.firewall(p)
     if ruleset is not None:
         out["firewall"] = ruleset
     return out

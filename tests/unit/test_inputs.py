@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from instinct_fleet import render
-from instinct_fleet.hostplan import plan_inventory
 from instinct_fleet.inventory import HostData
+from instinct_fleet.run import plan_inventory
 
 from .conftest import check
 
@@ -148,7 +148,7 @@ def test_no_value_ever_adds_a_line_to_a_rendered_file(value: str, where: str) ->
     env = render.env_file(dict(svc.env), with_token=True)
     assert env.count("\n") == len(svc.env) + 1
     container = render.vllm_container(svc, ["/dev/dri/renderD128"], 60)
-    line = render.exec_line(render.docker_run(container, spec.settings, [44], with_token=True))
+    line = render.exec_line(render.docker_run(container, spec.vars, [44], with_token=True))
     assert all(part.startswith("    ") for part in line.split("\n")[1:]), line
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet import bench, monitoring, paths, preflight, render, status
-from instinct_fleet.desired import probe
-from instinct_fleet.hostplan import plan_inventory, weight_seeds
+from instinct_fleet import bench, content, monitoring, paths, preflight, status
 from instinct_fleet.inventory import HostData
+from instinct_fleet.managed import probe
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
+from instinct_fleet.run import plan_inventory, weight_seeds
 
 from . import test_preflight as pf
 from .conftest import check, check_cluster, rules_of
@@ -102,7 +102,7 @@ def test_bench_command_runs_the_instance_image_with_vllm_flag_names() -> None:
     assert (
         "--save-result" in argv
         and "--ignore-eos" in argv
-        and ["--env-file", render.env_path(svc)] == argv[argv.index("--env-file") : argv.index("--env-file") + 2]
+        and ["--env-file", paths.unit_env_path(paths.vllm_unit(svc.name))] == argv[argv.index("--env-file") : argv.index("--env-file") + 2]
     )
     long = bench.jobs(spec, svc, "long", None, None)
     assert [(j.concurrency, j.num_prompts, j.filename) for j in long] == [(2, 10, "long-c2.json"), (4, 10, "long-c4.json")]
@@ -181,14 +181,14 @@ def test_targets_list_every_exporter_and_only_head_vllm_endpoints() -> None:
 def test_prometheus_allow_from_opens_the_scraped_ports_and_closes_the_exporter_to_everyone_else() -> None:
     report = preflight.parse_report(pf.mi300x_host())
     plan = pf.plan({"metrics_exporter": True, "prometheus_allow_from": ["10.9.0.0/24"]}, report)
-    rules = plan.firewall()
+    rules = content.firewall(plan)
     assert rules is not None
     port = plan.spec.services[0].port
     assert "elements = { 10.9.0.0/24 }" in rules
     assert f"tcp dport {{ {min(port, 5000)}, {max(port, 5000)} }} ip saddr @scrapers_v4 accept" in rules
     assert 'tcp dport 5000 counter drop comment "metrics exporter: prometheus_allow_from only"' in rules
     assert rules.index("@scrapers_v4 accept") < rules.index("tcp dport 5000 counter drop")
-    assert pf.plan({"metrics_exporter": True}, report).firewall() is None  # nothing asks for a firewall
+    assert content.firewall(pf.plan({"metrics_exporter": True}, report)) is None  # nothing asks for a firewall
 
 
 def weights_output(source: str, complete: str, staged: str) -> str:
@@ -227,4 +227,4 @@ def test_a_finished_roll_leaves_no_marker_and_the_exporter_is_in_the_desired_sta
     report = preflight.parse_report(pf.mi300x_host())
     want = pf.plan({"metrics_exporter": True}, report).desired
     assert want.file(paths.ROLL_MARKER).content is None
-    assert want.file(paths.EXPORTER_CONFIG).content and f"{paths.EXPORTER_UNIT}.service" in {u.name for u in want.units}
+    assert want.file(paths.EXPORTER_CONFIG).content and paths.EXPORTER_UNIT in {u.name for u in want.units}

@@ -9,10 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet import desired, paths, preflight, render
-from instinct_fleet.hostplan import HostPlan, plan_inventory
+from instinct_fleet import content, managed, paths, preflight, roll
+from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData
+from instinct_fleet.run import plan_inventory
 from instinct_fleet.spec import resolve_host
+from tests.unit.files import unit_files
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 STATIC = (FIXTURES / "amd-smi-static-json_mi300x-x8_rocm7.2.1_amdsmi26.2.2.json").read_text()
@@ -142,7 +144,7 @@ def test_plan_reports_warnings_packages_and_stale_units() -> None:
     report = preflight.parse_report(mi300x_host(docker="", hf_token=""))
     plan_ = plan({"vllm_instances": [{"name": "main"}]}, report)
     assert plan_.ok
-    assert plan_.missing_packages == ["docker.io", "linux-tools-common", "linux-tools-generic"]
+    assert content.missing_packages(plan_) == ["docker.io", "linux-tools-common", "linux-tools-generic"]
     assert plan_.stale_units == ["ray-worker", "vllm-old"]  # this host left its cluster too
     assert {w.rule for w in plan_.warnings} == {"host-reboot-required", "host-hf-token"}
     assert any("reboot required" in w.message for w in plan_.warnings)
@@ -184,11 +186,11 @@ def test_cluster_members_learn_addresses_from_facts() -> None:
     assert worker.serves == () and head.serves == head.spec.services
     assert worker.stale_units == ["vllm-old"]  # its own ray-worker unit stays
     assert worker.env(worker.spec.services[0])["VLLM_HOST_IP"] == "172.17.0.6"
-    assert "--address=172.17.0.5:6379" in worker.ray_argv() and "--num-gpus=8" in worker.ray_argv()
+    assert "--address=172.17.0.5:6379" in content.ray_argv(worker) and "--num-gpus=8" in content.ray_argv(worker)
     assert len(head.devices(head.spec.services[0])) == 8  # Ray gets the whole node
-    unit = head.unit_vars(head.spec.services[0])
+    unit = content.unit_vars(head, head.spec.services[0])
     assert unit["ray_unit"] == "ray-head" and "python3 - 2 16 600" in unit["ray_ready"]
-    firewall = worker.firewall()
+    firewall = content.firewall(worker)
     assert firewall is not None and "172.17.0.5, 172.17.0.6" in firewall
 
 
@@ -209,7 +211,7 @@ def test_cluster_member_without_the_nic_fails_with_its_interfaces() -> None:
 
 def test_script_probes_the_configured_token_path_and_what_the_deploy_manages() -> None:
     host, _ = resolve_host("h1", {"hf_cache_dir": "/data/hf cache"})
-    text = preflight.script("/secrets/hf token", desired.probe(host))
+    text = preflight.script("/secrets/hf token", managed.probe(host))
     assert "test -r '/secrets/hf token'" in text
     assert "stat -c '%a|%U|%G|%F|%n'" in text and "'/data/hf cache'" in text and "/etc/systemd/system/vllm-main.service" in text
     assert "http://127.0.0.1:8080/health" in text and "grep -qF '\"openai/gpt-oss-120b\"'" in text
@@ -228,13 +230,13 @@ def as_found(plan_: HostPlan) -> str:
         cmdline="ro iommu=pt pci=realloc=off",
         files="\n".join(f"{f.sha256}  {f.path}" for f in files),
         stat="\n".join(stat),
-        active="\n".join(f"{u} loaded active running" for u in running),
-        enabled="\n".join(f"{u.name} enabled enabled" for u in want.units if u.enabled),
+        active="\n".join(f"{paths.service(u)} loaded active running" for u in running),
+        enabled="\n".join(f"{paths.service(u.name)} enabled enabled" for u in want.units if u.enabled),
         user=f"{user.name}:x:999:999::{user.home}:{user.shell}\n{user.name} {' '.join(user.groups)}",
         image="sha256:" + "a" * 64,
         healthy=" ".join(str(e.port) for e in want.endpoints),
         nft="loaded",
-        units="\n".join(render.unit_path(n) for n in plan_.unit_files),
+        units="\n".join(paths.unit_path(n) for n in unit_files(plan_)),
     )
 
 
@@ -247,14 +249,14 @@ def test_a_host_exactly_as_desired_has_nothing_to_do(data: dict[str, object]) ->
     assert [d.path for d in want.directories if again.drifted(d.path)] == []
     assert [u.name for u in want.units if again.unit_drifted(u.name)] == []
     assert not again.user_drifted() and again.report.image_id and again.report.firewall_loaded
-    assert all(again.serving_in_place(unit) for unit in again.unit_files) and again.kind == "unchanged"
+    assert all(again.serving_in_place(unit) for unit in unit_files(again)) and roll.kind(again) == "unchanged"
     # ...and each kind of drift is seen.
     moved = preflight.parse_report(
         as_found(first).replace("644|root|root|regular file|/etc/sysctl.d", "600|root|root|regular file|/etc/sysctl.d")
     )
     assert plan(data, moved).drifted(paths.SYSCTL_FILE)
     stopped = preflight.parse_report(as_found(first).replace("vllm-main.service loaded active running", ""))
-    if "vllm-main" in first.unit_files:
+    if "vllm-main" in unit_files(first):
         assert not plan(data, stopped).serving_in_place("vllm-main")
 
 
@@ -308,7 +310,7 @@ def test_the_api_key_file_must_be_roots_alone(api_key: str | None, says: str) ->
 
 
 def test_the_fact_reads_v1_with_the_key_from_its_file_never_in_argv() -> None:
-    probe = desired.probe(spec(vllm_api_key_path="/etc/instinct-fleet/api-key"))  # type: ignore[arg-type]
+    probe = managed.probe(spec(vllm_api_key_path="/etc/instinct-fleet/api-key"))  # type: ignore[arg-type]
     text = preflight.script("/etc/instinct-fleet/hf-token", probe)
     assert "cat /etc/instinct-fleet/api-key" in text and "-K -" in text and "Authorization: Bearer %s" in text
     assert "stat -c '%a|%U|%s' /etc/instinct-fleet/api-key" in text

@@ -1,6 +1,6 @@
 """Everything the desired state names is read by the one preflight fact: a gap would drift on every run, or never be removed.
 
-``desired.probe(spec)`` lists what the fact reads from the spec alone; ``desired.desired(plan)``
+``managed.probe(spec)`` lists what the fact reads from the spec alone; ``managed.desired(plan)``
 lists what the host must have once the facts are in. A desired path the probe misses looks
 drifted on every run (and is rewritten every time); a must-be-absent path it misses is never
 removed. Hypothesis generates specs across the features (the consumer property's host data)
@@ -14,13 +14,13 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
-from instinct_fleet import desired
+from instinct_fleet import managed, paths, preflight
 from instinct_fleet.paths import RESTART_FILES
 
 from .test_consumers import host_data, plans
 
 
-def probed(path: str, probe: desired.Probe) -> bool:
+def probed(path: str, probe: preflight.Probe) -> bool:
     return path in probe.paths or any(fnmatch.fnmatch(path, glob) for glob in RESTART_FILES)
 
 
@@ -31,12 +31,13 @@ def test_everything_desired_is_probed(data: dict[str, Any]) -> None:
     if accepted is None:
         return
     for plan in accepted:
-        probe = desired.probe(plan.spec)
+        probe = managed.probe(plan.spec)
         want = plan.desired
         assert [f.path for f in want.files if not probed(f.path, probe)] == []
         assert [d.path for d in want.directories if not probed(d.path, probe)] == []
-        units = [u.name for u in want.units if u.name not in probe.units and not fnmatch.fnmatch(u.name, "vllm-*.service")]
-        assert [u for u in units if not fnmatch.fnmatch(u, "ray-*.service")] == []
+        # A stale vllm-*/ray-* unit is found by the fact's patterns; every other unit is named.
+        units = [paths.service(u.name) for u in want.units]
+        assert [u for u in units if u not in probe.units and not any(fnmatch.fnmatch(u, p) for p in paths.UNIT_PATTERNS)] == []
         assert {(e.port, e.served) for e in want.endpoints} <= set(probe.endpoints)
         assert {(w.source, w.local) for w in want.weights} == set(probe.weights)
         assert want.exporter_image == probe.exporter_image and want.image in (probe.image, None)

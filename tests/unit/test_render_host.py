@@ -34,7 +34,7 @@ def test_docker_run_gives_each_instance_only_its_own_gpus() -> None:
     spec = host(vllm_recipe="llama-3.1-70b", vllm_instances=[{"name": "a"}, {"name": "b"}])
     b = spec.services[1]
     container = render.vllm_container(b, ["/dev/dri/renderD132", "/dev/dri/renderD133"], 60)
-    argv = render.docker_run(container, spec.settings, [44, 993], with_token=True)
+    argv = render.docker_run(container, spec.vars, [44, 993], with_token=True)
     devices = [argv[i + 1] for i, a in enumerate(argv) if a == "--device"]
     assert devices == ["/dev/kfd", "/dev/dri/renderD132", "/dev/dri/renderD133"]
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--group-add"] == ["44", "993"]
@@ -67,9 +67,9 @@ def test_stop_grace_follows_the_shutdown_timeout() -> None:
 
 
 def test_daemon_json_holds_only_what_is_set_and_is_stable() -> None:
-    settings = host(docker_insecure_registries=["10.0.0.1:5000"], tune_memlock=False).settings
+    settings = host(docker_insecure_registries=["10.0.0.1:5000"], tune_memlock=False).vars
     assert json.loads(render.daemon_json(settings)) == {"insecure-registries": ["10.0.0.1:5000"]}
-    limited = host(tune_memlock=8388608).settings
+    limited = host(tune_memlock=8388608).vars
     assert json.loads(render.daemon_json(limited))["default-ulimits"]["memlock"] == {"Name": "memlock", "Hard": 8388608, "Soft": 8388608}
     assert render.memlock_systemd(True) == "infinity" and render.memlock_systemd(False) is None
 

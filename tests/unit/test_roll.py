@@ -10,9 +10,12 @@ from types import SimpleNamespace
 import pytest
 
 from instinct_fleet import preflight
-from instinct_fleet.hostplan import HostPlan, image_seeds, plan_inventory, plan_roll
+from instinct_fleet import roll as rolling
+from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData
-from instinct_fleet.roll import Roll, ServingUnit, batch_size, batches, format_summary
+from instinct_fleet.roll import Roll, ServingUnit, batch_size, batches, format_summary, plan_roll
+from instinct_fleet.run import image_seeds, plan_inventory
+from tests.unit.files import docker_files, unit_files
 
 from .test_preflight import mi300x_host
 
@@ -30,28 +33,28 @@ def planned(files: str = "", active: str = "", units: str = "") -> HostPlan:
 
 def deployed(plan: HostPlan, **overrides: str | None) -> str:
     """The `files` section of a host that holds exactly what ``plan`` renders, but for ``overrides``."""
-    files = {path: content for unit in plan.unit_files.values() for path, content in unit.items()}
-    files.update({p: c for p, c in plan.docker_files().items() if c is not None})
+    files = {path: content for unit in unit_files(plan).values() for path, content in unit.items()}
+    files.update({p: c for p, c in docker_files(plan).items() if c is not None})
     files.update(overrides)
     return "\n".join(f"{sha(content)}  {path}" for path, content in files.items() if content is not None)
 
 
 def test_a_fresh_host_starts_and_a_converged_host_is_unchanged() -> None:
     fresh = planned()
-    assert fresh.kind == "start" and fresh.docker_changed and fresh.changed_units == {"vllm-main"}
+    assert rolling.kind(fresh) == "start" and rolling.docker_changed(fresh) and rolling.changed_units(fresh) == {"vllm-main"}
     same = planned(
         files=deployed(fresh), active="vllm-main.service loaded active running vLLM", units="/etc/systemd/system/vllm-main.service"
     )
-    assert same.kind == "unchanged" and not same.docker_changed and not same.changed_units
+    assert rolling.kind(same) == "unchanged" and not rolling.docker_changed(same) and not rolling.changed_units(same)
 
 
 def test_a_changed_unit_that_serves_restarts_and_one_that_is_stopped_starts() -> None:
     fresh = planned()
     edited = deployed(fresh, **{"/etc/instinct-fleet/vllm-main.env": "OLD=1\n"})
     serving = planned(files=edited, active="vllm-main.service loaded active running x", units="/etc/systemd/system/vllm-main.service")
-    assert serving.kind == "restart" and serving.changed_units == {"vllm-main"} and not serving.defers_docker
+    assert rolling.kind(serving) == "restart" and rolling.changed_units(serving) == {"vllm-main"} and not rolling.defers_docker(serving)
     stopped = planned(files=edited, units="/etc/systemd/system/vllm-main.service")
-    assert stopped.kind == "start"
+    assert rolling.kind(stopped) == "start"
 
 
 def test_new_docker_settings_on_a_serving_host_wait_for_its_batch() -> None:
@@ -61,13 +64,13 @@ def test_new_docker_settings_on_a_serving_host_wait_for_its_batch() -> None:
         active="vllm-main.service loaded active running x",
         units="/etc/systemd/system/vllm-main.service",
     )
-    assert plan.kind == "restart" and plan.defers_docker and not plan.changed_units
+    assert rolling.kind(plan) == "restart" and rolling.defers_docker(plan) and not rolling.changed_units(plan)
 
 
 def test_a_stale_running_unit_makes_its_host_roll() -> None:
     fresh = planned()
     plan = planned(files=deployed(fresh), active="vllm-old.service loaded active running x", units="/etc/systemd/system/vllm-old.service")
-    assert plan.stale_units == ["vllm-old"] and plan.kind == "restart"
+    assert plan.stale_units == ["vllm-old"] and rolling.kind(plan) == "restart"
 
 
 @pytest.mark.parametrize(

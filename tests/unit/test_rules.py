@@ -244,7 +244,7 @@ def test_multi_node_instance_outside_a_cluster_is_refused() -> None:
 
 def test_cluster_env_carries_rccl_settings() -> None:
     planned = check_cluster({**L405, "nccl_ib_gid_index": 3, "nccl_net_gdr_level": "PHB"}, 2)
-    cluster = planned[0][0].settings.cluster
+    cluster = planned[0][0].cluster
     assert cluster is not None and cluster.role == "head"
     assert cluster.rccl_env() == {
         "NCCL_SOCKET_IFNAME": "eth0",

@@ -11,10 +11,10 @@ import pytest
 
 from instinct_fleet import knowledge
 from instinct_fleet.defaults import DEFAULTS
-from instinct_fleet.launch import LaunchCommand, parse_launch_command
 from instinct_fleet.recipes import all_recipes
 from instinct_fleet.render import render_args, service_json
 from instinct_fleet.spec import canonical_arg
+from tests.unit.launch import LaunchCommand, parse_launch_command
 
 from .conftest import check, check_cluster
 

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from instinct_fleet import paths, render
-from instinct_fleet.hostplan import HostPlan, plan_inventory
+from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData
 from instinct_fleet.paths import DOCKER_DROP_IN
+from instinct_fleet.run import plan_inventory
+from tests.unit.files import docker_files, exporter_files, unit_files
 
 from . import test_preflight as pf
 
@@ -67,7 +69,7 @@ def cluster() -> dict[str, HostPlan]:
 def test_the_vllm_unit_of_a_single_node_instance() -> None:
     plan = single()
     (svc, _) = plan.serves
-    text = plan.unit_files["vllm-main"][render.unit_path("vllm-main")]
+    text = unit_files(plan)["vllm-main"][paths.unit_path("vllm-main")]
     unit = parse_unit(text)
     assert keys(unit["Unit"]) == ["Description", "After", "Wants", "Requires"]
     service = dict(unit["Service"])
@@ -95,12 +97,12 @@ def test_the_vllm_unit_of_a_single_node_instance() -> None:
 def test_the_cluster_head_unit_waits_for_ray_and_the_worker_retries_forever() -> None:
     plans = cluster()
     head, worker = plans["head"], plans["w1"]
-    vllm = parse_unit(head.unit_files[render.unit_name(head.serves[0])][render.unit_path(render.unit_name(head.serves[0]))])
+    vllm = parse_unit(unit_files(head)[paths.vllm_unit(head.serves[0].name)][paths.unit_path(paths.vllm_unit(head.serves[0].name))])
     assert ("After", "ray-head.service") in vllm["Unit"] and ("Requires", "ray-head.service") in vllm["Unit"]
     pre = [v for k, v in vllm["Service"] if k == "ExecStartPre"]
     assert " 2 16 600" in pre[0]  # two nodes, sixteen GPUs, ray_ready_timeout
-    ray_head = parse_unit(head.unit_files["ray-head"][render.unit_path("ray-head")])
-    ray_worker = parse_unit(worker.unit_files["ray-worker"][render.unit_path("ray-worker")])
+    ray_head = parse_unit(unit_files(head)["ray-head"][paths.unit_path("ray-head")])
+    ray_worker = parse_unit(unit_files(worker)["ray-worker"][paths.unit_path("ray-worker")])
     assert dict(ray_head["Service"])["Restart"] == "on-failure"
     assert dict(ray_worker["Service"])["Restart"] == "always" and dict(ray_worker["Service"])["RestartSec"] == "5"
     assert ("StartLimitIntervalSec", "0") in ray_worker["Unit"] and "StartLimitIntervalSec" not in keys(ray_head["Unit"])
@@ -116,7 +118,7 @@ def test_the_dockerd_drop_in_raises_memlock(memlock: bool | int, want: str) -> N
 def test_no_drop_in_when_memlock_is_left_alone() -> None:
     report = pf.preflight.parse_report(pf.mi300x_host())
     plan = pf.plan({"tune_memlock": False}, report)
-    assert plan.docker_files()[DOCKER_DROP_IN] is None
+    assert docker_files(plan)[DOCKER_DROP_IN] is None
 
 
 @pytest.mark.parametrize("name", ["firewall.service.j2", "cpu-idle.service.j2"])
@@ -139,13 +141,13 @@ def test_plan_inventory_is_the_one_entry_point() -> None:
     plans = plan_inventory(
         [HostData("h1", (), {})], {"h1"}, lambda specs: dict.fromkeys(specs, pf.preflight.parse_report(pf.mi300x_host()))
     )
-    assert set(plans["h1"].unit_files) == {"vllm-main"}
+    assert plans["h1"].desired.serving == ("vllm-main",)
 
 
 def test_the_metrics_exporter_unit_runs_the_pinned_image_with_the_gpus_and_its_config() -> None:
     report = pf.preflight.parse_report(pf.mi300x_host())
-    files = pf.plan({"metrics_exporter": True, "metrics_exporter_port": 5050}, report).exporter_files()
-    unit = parse_unit(files[render.unit_path(paths.EXPORTER_UNIT)])  # amd-metrics-exporter.service.j2
+    files = exporter_files(pf.plan({"metrics_exporter": True, "metrics_exporter_port": 5050}, report))
+    unit = parse_unit(files[paths.unit_path(paths.EXPORTER_UNIT)])  # amd-metrics-exporter.service.j2
     start = dict(unit["Service"])["ExecStart"]
     assert "--device /dev/kfd" in start and "--device /dev/dri" in start and "--network host" in start
     assert "-v /etc/instinct-fleet/metrics-exporter:/etc/metrics:ro" in start
@@ -154,4 +156,4 @@ def test_the_metrics_exporter_unit_runs_the_pinned_image_with_the_gpus_and_its_c
     config = json.loads(files[paths.EXPORTER_CONFIG])
     assert config["ServerPort"] == 5050 and "GPU_GFX_ACTIVITY" in config["GPUConfig"]["Fields"]
     assert {"GPU_UUID", "CARD_SERIES", "HOSTNAME"} <= set(config["GPUConfig"]["Labels"])
-    assert pf.plan({}, report).exporter_files() == {}
+    assert exporter_files(pf.plan({}, report)) == {}

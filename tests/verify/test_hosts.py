@@ -7,7 +7,7 @@ import shlex
 
 from conftest import Target
 
-from instinct_fleet import health, paths, render
+from instinct_fleet import content, health, paths, render
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
 
@@ -15,7 +15,7 @@ def test_preflight_passes(target: Target) -> None:
     assert target.plan.ok, f"{target.name} fails preflight: {[e.brief for e in target.plan.errors]}"
 
 
-# What the host must hold comes from instinct_fleet/desired.py, the description the deploy acts on;
+# What the host must hold comes from instinct_fleet/managed.py, the description the deploy acts on;
 # this module reads the host with testinfra, independently of the deploy's preflight fact.
 
 
@@ -70,7 +70,7 @@ def test_units_are_enabled_and_running_as_desired(target: Target) -> None:
         assert (enabled == "enabled") == want.enabled, f"{target.name}: {want.name} is {enabled or 'not installed'}"
         if want.running is not None:
             assert (active == "active") == want.running, f"{target.name}: {want.name} is {active}"
-    installed = [render.unit_path(u.name) for u in wanted if u.enabled and target.host.file(render.unit_path(u.name)).exists]
+    installed = [paths.unit_path(u.name) for u in wanted if u.enabled and target.host.file(paths.unit_path(u.name)).exists]
     target.sh(f"systemd-analyze verify {' '.join(installed)}")
 
 
@@ -78,7 +78,7 @@ def test_host_tuning_is_live(target: Target) -> None:
     want = target.plan.desired
     for key, value in want.sysctl.items():
         assert target.sh(f"cat /proc/sys/{key.replace('.', '/')}").strip() == value
-    if target.plan.spec.settings.tune_kernel_cmdline:
+    if target.plan.spec.vars.tune_kernel_cmdline:
         generated = target.sh("cat /boot/grub/grub.cfg")
         assert "iommu=pt" in generated and "pci=realloc=off" in generated, "the GRUB config was not regenerated"
     user = target.host.user(want.user.name)
@@ -104,7 +104,7 @@ def test_weights_are_staged_before_the_instances_start(target: Target) -> None:
 def test_metrics_exporter_serves_gpu_metrics(target: Target) -> None:
     v = target.plan.spec.vars
     if target.plan.desired.exporter_image is None:
-        assert not target.host.file(render.unit_path(paths.EXPORTER_UNIT)).exists
+        assert not target.host.file(paths.unit_path(paths.EXPORTER_UNIT)).exists
         return
     assert target.inspect(paths.EXPORTER_UNIT)["Config"]["Image"] == v.metrics_exporter_image
     metrics = target.sh(f"curl -s http://127.0.0.1:{v.metrics_exporter_port}/metrics")
@@ -115,9 +115,9 @@ def test_metrics_exporter_serves_gpu_metrics(target: Target) -> None:
 def _containers(target: Target) -> list[tuple[str, list[str], str]]:
     """(container, the docker run argv the unit holds, its env file text) for every container of the host."""
     plan = target.plan
-    found = [(render.unit_name(svc), plan.vllm_argv(svc), plan.env_text(svc)) for svc in plan.serves]
+    found = [(paths.vllm_unit(svc.name), content.vllm_argv(plan, svc), content.env_text(plan, svc)) for svc in plan.serves]
     if plan.role is not None:
-        found.append((render.ray_unit(plan.role), plan.ray_argv(), plan.env_text(plan.spec.services[0])))
+        found.append((paths.ray_unit(plan.role), content.ray_argv(plan), content.env_text(plan, plan.spec.services[0])))
     return found
 
 
@@ -148,13 +148,15 @@ def test_endpoints_answer_with_the_model(target: Target) -> None:
 
 
 def test_token_never_leaves_its_file(target: Target) -> None:
-    settings = target.plan.spec.settings
-    assert target.plan.report.hf_token, f"{target.name} has no token at {settings.hf_token_path} to check"
-    token = target.sh(f"cat {settings.hf_token_path}").strip()
+    v = target.plan.spec.vars
+    assert target.plan.report.hf_token, f"{target.name} has no token at {v.hf_token_path} to check"
+    token = target.sh(f"cat {v.hf_token_path}").strip()
     assert token, "the token file is empty"
     names = [name for name, _, _ in _containers(target)]
-    units = " ".join(render.unit_path(n) for n in names)
-    envs = " ".join([render.env_path(s) for s in target.plan.serves] + ([paths.RAY_ENV] if target.plan.role else []))
+    units = " ".join(paths.unit_path(n) for n in names)
+    envs = " ".join(
+        [paths.unit_env_path(paths.vllm_unit(s.name)) for s in target.plan.serves] + ([paths.RAY_ENV] if target.plan.role else [])
+    )
     places = {
         "unit files": f"cat {units}",
         "env files": f"cat {envs}",
@@ -173,14 +175,14 @@ def test_api_key_never_leaves_its_file(target: Target) -> None:
     """With vllm_api_key_path, the key is only in that file and, mounted, in each vLLM container: no unit, env file, argv or inspect."""
     path = target.plan.spec.vars.vllm_api_key_path
     if path is None:
-        assert not [s for s in target.plan.serves if paths.API_KEY_IN_CONTAINER in render.exec_line(target.plan.vllm_argv(s))]
+        assert not [s for s in target.plan.serves if paths.API_KEY_IN_CONTAINER in render.exec_line(content.vllm_argv(target.plan, s))]
         return
     key = target.sh(f"cat {shlex.quote(path)}").strip()
     assert key and target.sh(f"stat -c '%a %U' {shlex.quote(path)}").strip() == "600 root"
-    names = [render.unit_name(s) for s in target.plan.serves]
+    names = [paths.vllm_unit(s.name) for s in target.plan.serves]
     places = {
-        "unit files": f"cat {' '.join(render.unit_path(n) for n in names)}",
-        "env files": f"cat {' '.join(render.env_path(s) for s in target.plan.serves)}",
+        "unit files": f"cat {' '.join(paths.unit_path(n) for n in names)}",
+        "env files": f"cat {' '.join(paths.unit_env_path(paths.vllm_unit(s.name)) for s in target.plan.serves)}",
         "process list": "ps -eo args",
         "docker inspect": f"docker inspect {' '.join(names)}",
     }
@@ -202,24 +204,24 @@ def test_ray_runs_exactly_where_the_inventory_says(target: Target) -> None:
     if target.plan.role is None:
         assert units == [], f"{target.name} is in no ray_cluster but has {units}"
         return
-    assert units == [f"{render.ray_unit(target.plan.role)}.service"]
+    assert units == [f"{paths.ray_unit(target.plan.role)}.service"]
     if target.plan.role == "worker":
         assert not any(u.startswith("vllm-") for u in target.sh("ls /etc/systemd/system/").split()), "a worker runs no vLLM unit"
         return
     assert target.plan.cluster is not None
     svc = target.plan.spec.services[0]
-    *nodes, gpus = json.loads(target.sh(f'docker exec {render.ray_unit("head")} python3 -c "{ALIVE}" 2>/dev/null').splitlines()[-1])
+    *nodes, gpus = json.loads(target.sh(f'docker exec {paths.ray_unit("head")} python3 -c "{ALIVE}" 2>/dev/null').splitlines()[-1])
     assert sorted(nodes) == sorted(target.plan.cluster.member_ips), f"Ray's live nodes {nodes}"
     assert gpus == svc.nodes * target.plan.spec.gpu_count
 
 
 def test_firewall_table_is_live(target: Target) -> None:
     """The table the deploy wrote is the one the kernel enforces; hosts that need none have none."""
-    if target.plan.firewall() is None:
-        assert target.host.run("nft list table inet instinct_fleet").rc != 0, f"{target.name} has a firewall table it should not"
+    if not target.plan.desired.firewall:
+        assert target.host.run(f"nft list table {paths.FIREWALL_TABLE}").rc != 0, f"{target.name} has a firewall table it should not"
         return
-    live = target.sh("nft list table inet instinct_fleet")
+    live = target.sh(f"nft list table {paths.FIREWALL_TABLE}")
     for ip in target.plan.cluster.member_ips if target.plan.cluster else ():
         assert ip in live, f"cluster member {ip} is not in the live cluster_members set"
-    for entry in target.plan.spec.settings.allow_from or ():
+    for entry in target.plan.spec.vars.vllm_allow_from or ():
         assert entry.split("/")[0] in live, f"{entry} is not in the live vllm_allowed set"
