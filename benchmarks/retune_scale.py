@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a re-tune costs as the fleet grows: N = 8, 16 and 32 simulated hosts, in one run.
+"""What a re-tune costs as the fleet grows: N = 8, 16, 32 and 64 simulated hosts, in one run.
 
 For each N it starts a light fleet (``tests/fleet/fleet.py up --hosts N``) and measures:
 
@@ -10,11 +10,13 @@ For each N it starts a light fleet (``tests/fleet/fleet.py up --hosts N``) and m
   every host in parallel, median of 5) measured in the same run;
 * commands per host on a no-op, counted from pyinfra's ``--debug`` log;
 * peak memory (max RSS) of the pyinfra process, first converge and no-op;
-* memory per simulated host, from each host container's cgroup.
+* memory per simulated host, from each host container's cgroup;
+* disk the fleet took, on the filesystem of Docker's root, after its first converge.
 
 It writes ``benchmarks/RESULTS.md`` with the machine it ran on and prints how each
 figure grows with N. Needs root (dockerd) and takes about half an hour; it is not
-part of ``make test``. Usage: ``sudo .venv/bin/python benchmarks/retune_scale.py [N ...]``
+part of ``make test``. ``fleet.py up`` refuses a fleet the disk cannot hold, before starting
+any host. Usage: ``sudo .venv/bin/python benchmarks/retune_scale.py [N ...]``
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -123,9 +126,15 @@ def reset_cache() -> None:
     subprocess.run(["rm", "-rf", str(STATE / "cache")], check=True)
 
 
+def free_gib() -> float:
+    root = subprocess.run([DOCKER, "info", "-f", "{{.DockerRootDir}}"], capture_output=True, text=True, check=True).stdout.strip()
+    return shutil.disk_usage(root).free / 2**30
+
+
 def measure(count: int) -> dict[str, float | int | str]:
     subprocess.run([*FLEET, "down"], check=True)
     reset_cache()
+    free_before = free_gib()
     started = time.monotonic()
     subprocess.run([*FLEET, "up", "--hosts", str(count)], check=True)
     up_seconds = time.monotonic() - started
@@ -134,6 +143,7 @@ def measure(count: int) -> dict[str, float | int | str]:
     blobs_before, bytes_before = upstream_blobs()
     first, first_rss, output = timed(PYINFRA)
     blobs_after, bytes_after = upstream_blobs()
+    disk = free_before - free_gib()  # hosts, their images and containers, the cache's copy
     noops, rss = [], []
     for _ in range(5):
         seconds, peak, _ = timed(PYINFRA)
@@ -154,6 +164,7 @@ def measure(count: int) -> dict[str, float | int | str]:
         "hosts": count,
         "fleet_up_s": round(up_seconds, 1),
         "host_mem_mib": round(host_memory_mib(hosts)),
+        "disk_gib": round(disk, 1),
         "first_converge_s": round(first, 1),
         "first_peak_rss_mib": first_rss,
         "upstream_blob_fetches": blobs_after - blobs_before,
@@ -184,7 +195,7 @@ def growth(rows: list[dict], key: str) -> str:
 
 
 def main() -> None:
-    counts = [int(a) for a in sys.argv[1:]] or [8, 16, 32]
+    counts = [int(a) for a in sys.argv[1:]] or [8, 16, 32, 64]
     rows = []
     for n in counts:
         rows.append(measure(n))
@@ -205,8 +216,9 @@ def write_results(rows: list[dict]) -> None:
             "# Re-tune at fleet scale",
             "",
             f"Measured by `benchmarks/retune_scale.py` on {time.strftime('%Y-%m-%d')}: {machine()}.",
-            "Simulated hosts (tests/fleet/fleet.py, light fleet); the stand-in vLLM image is 421 MB in one layer,",
-            "pulled through a pull-through cache that starts empty.",
+            "Simulated hosts (tests/fleet/fleet.py, light fleet): single-node hosts run the slim stand-in (no Ray),",
+            "cluster hosts the full one (421 MB); each host's dockerd stores them with overlay2 on a volume.",
+            "Every host pulls through a pull-through cache that starts empty.",
             "",
             *table,
             "",

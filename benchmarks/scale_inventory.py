@@ -14,10 +14,11 @@ FLEET_FILE = Path(__file__).resolve().parent.parent / ".fleet" / "fleet.json"
 if not FLEET_FILE.is_file():
     raise FileNotFoundError(f"{FLEET_FILE} is missing: start a light fleet with `python3 tests/fleet/fleet.py up --hosts N`")
 fleet = json.loads(FLEET_FILE.read_text())
-if not fleet.get("flat_image"):
+if not fleet.get("slim_image"):
     raise FileNotFoundError("this fleet is the demo fleet: start a light one with `python3 tests/fleet/fleet.py up --hosts N`")
 cache = fleet["cache"]
-image = fleet["flat_image"].replace(fleet["registry"], cache, 1)
+slim = fleet["slim_image"].replace(fleet["registry"], cache, 1)  # single-node hosts: no Ray in the stand-in
+full = fleet["image"].replace(fleet["registry"], cache, 1)  # cluster hosts
 
 
 def host(sim: dict) -> tuple[str, dict]:
@@ -28,7 +29,7 @@ def host(sim: dict) -> tuple[str, dict]:
         "ssh_key": fleet["ssh_key"],
         "ssh_known_hosts_file": "/dev/null",
         "ssh_strict_host_key_checking": "no",
-        "vllm_image": image,
+        "vllm_image": full if sim.get("cluster") else slim,
         "vllm_version": fleet["vllm_version"],
         "docker_insecure_registries": [cache],
         "tune_memlock": 8 * 1024 * 1024,  # the test machine caps locked memory (see inventories/local.py)

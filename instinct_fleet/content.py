@@ -24,7 +24,7 @@ def env_text(plan: HostPlan, svc: ServiceSpec) -> str:
 
 def vllm_argv(plan: HostPlan, svc: ServiceSpec) -> list[str]:
     cluster, v = plan.spec.cluster, plan.spec.vars
-    mounts = [f"{paths.RAY_TMP}:/tmp/ray"] if plan.role == "head" else []
+    mounts = [f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}"] if plan.role == "head" else []
     container = render.vllm_container(
         svc,
         plan.devices(svc),
@@ -49,7 +49,7 @@ def ray_argv(plan: HostPlan) -> list[str]:
         command=command,
         env_path=paths.RAY_ENV,
         devices=plan.devices(svc),
-        mounts=[f"{paths.RAY_TMP}:/tmp/ray"],
+        mounts=[f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}"],
         infiniband=cluster.infiniband,
     )
     return render.docker_run(container, plan.spec.vars, plan.group_ids, plan.report.hf_token)
@@ -75,7 +75,7 @@ def unit_vars(plan: HostPlan, svc: ServiceSpec) -> dict[str, Any]:
         "stop_seconds": render.stop_seconds(svc, plan.spec.vars.rolling_drain_timeout),
         "ray_unit": paths.ray_unit("head") if ready else None,
         "ray_ready": ready,
-        "start_timeout": (cluster.ready_timeout + 120) if ready and cluster else 120,
+        "start_timeout": render.start_seconds(cluster, ready is not None),
     }
 
 

@@ -35,10 +35,10 @@ class DockerImageId(FactBase[str | None]):
 
 
 class InstanceHealth(FactBase[health.Health]):
-    """Wait for one instance's /health and /v1/models; stop early if its unit fails or restarts."""
+    """Wait until one instance is healthy (health.serving); stop early if its unit fails or restarts."""
 
-    def command(self, unit: str, port: int, timeout: int, key_path: str | None = None) -> str:
-        return health.wait_script(unit, port, timeout, key_path)
+    def command(self, unit: str, port: int, served: str, timeout: int, key_path: str | None = None) -> str:
+        return health.wait_script(unit, port, served, timeout, key_path)
 
     def process(self, output: list[str]) -> health.Health:
         return health.parse("\n".join(output))

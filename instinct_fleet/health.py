@@ -1,4 +1,8 @@
-"""Health of one vLLM instance: the wait loop that runs on the host, and its verdict.
+"""Health of one vLLM instance: the one definition of healthy, the wait loop that runs on the host, and its verdict.
+
+Healthy (:func:`serving`) means ``/health`` answers 200 and ``/v1/models`` lists
+the served model. The preflight fact, the health gate, ``status``, ``bench``
+(through status) and the verify module all run that one check.
 
 The loop runs on the host (curl against 127.0.0.1) so that it needs no open
 port towards the control machine. It stops early when the unit fails or
@@ -29,6 +33,13 @@ def v1_curl(url: str, key_path: str | None, timeout: int) -> str:
     return f"{header} | {command} -K -"
 
 
+def serving(port: int, served: str, key_path: str | None, timeout: int = 3) -> str:
+    """Shell: exits 0 when the instance on ``port`` is healthy, as every part of this tool means it."""
+    url = f"http://127.0.0.1:{int(port)}"
+    models = v1_curl(f"{url}/v1/models", key_path, timeout)
+    return f"curl -fsS -m {int(timeout)} {url}/health >/dev/null 2>&1 && {models} 2>/dev/null | grep -qF {shlex.quote(json.dumps(served))}"
+
+
 @dataclass(frozen=True)
 class Health:
     code: str
@@ -37,15 +48,19 @@ class Health:
     journal: tuple[str, ...]
 
 
-def wait_script(unit: str, port: int, timeout: int, key_path: str | None = None) -> str:
+def wait_script(unit: str, port: int, served: str, timeout: int, key_path: str | None = None) -> str:
+    """Poll until :func:`serving` passes; stop early when the unit fails or restarts, or when /health answers
+    but lists another model (the verdict then names what it lists)."""
     u = shlex.quote(unit)
     url = f"http://127.0.0.1:{int(port)}"
     report = f"echo '{MARK}code'; echo \"$code\"; echo '{MARK}state'; echo \"$why\"; echo '{MARK}journal'; journalctl -u {u} -n 25 --no-pager -o cat 2>/dev/null; exit 0"
     return (
         f"end=$(( $(date +%s) + {int(timeout)} )); start=$(systemctl show -p NRestarts --value {u}); "
         "while :; do "
+        f"if {serving(port, served, key_path, 10)}; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo healthy; "
+        f"echo '{MARK}models'; {v1_curl(f'{url}/v1/models', key_path, 10)} 2>/dev/null; echo; exit 0; fi; "
         f"code=$(curl -s -o /dev/null -m 5 -w '%{{http_code}}' {url}/health); "
-        f"if [ \"$code\" = 200 ]; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo healthy; "
+        f"if [ \"$code\" = 200 ]; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo 'lists another model'; "
         f"echo '{MARK}models'; {v1_curl(f'{url}/v1/models', key_path, 10)} 2>/dev/null; echo; exit 0; fi; "
         f"active=$(systemctl show -p ActiveState --value {u}); now=$(systemctl show -p NRestarts --value {u}); "
         f'if [ "$active" = failed ] || [ "$active" = inactive ]; then why="unit is $active"; {report}; fi; '

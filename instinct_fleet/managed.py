@@ -129,7 +129,7 @@ def declare(spec: HostSpec) -> tuple[tuple[Entry, ...], tuple[UnitEntry, ...]]:
         Entry(
             paths.GRUB_DROP_IN,
             "tuning",
-            "GRUB drop-in: iommu=pt pci=realloc=off",
+            f"GRUB drop-in: {' '.join(paths.KERNEL_ARGS)}",
             _when(v.tune_kernel_cmdline, lambda _r: render.grub_drop_in().encode()),
         ),
         Entry(

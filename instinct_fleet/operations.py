@@ -95,7 +95,7 @@ def healthy(
     """
     if not host.state.is_executing:
         return
-    result = host.get_fact(InstanceHealth, unit=unit, port=port, timeout=timeout, key_path=key_path)
+    result = host.get_fact(InstanceHealth, unit=unit, port=port, served=served_model, timeout=timeout, key_path=key_path)
     problem = health.verdict(unit, port, served_model, result)
     if problem is None:
         host.noop(f"{unit} healthy on :{port}, serving {served_model}")
@@ -127,7 +127,7 @@ def service_converged(unit: str, changed: list[Any], gate: Callable[[], bool], s
     while ``gate`` (the roll) lets this batch go on. ``systemctl start`` returns
     after ExecStartPre, which on a Ray head waits for the cluster: ``start_timeout``.
     """
-    service = f"{unit}.service"
+    service = paths.service(unit)
     why = [gate] if force else [gate, any_changed(*changed)]
     systemd.service(
         name=f"Restart {unit} for its new unit, env or image",

@@ -35,6 +35,9 @@ DATASETS_DIR = "/var/lib/instinct-fleet/datasets"
 SERVICE_USER_SHELL = "/usr/sbin/nologin"
 DEVICE_GROUPS = ("render", "video")  # own /dev/kfd and /dev/dri; the service user and the containers join them
 CPUPOWER = "/usr/bin/cpupower"
+KFD = "/dev/kfd"
+DRI = "/dev/dri"  # render nodes: /dev/dri/renderD*
+INFINIBAND = "/dev/infiniband"
 
 # Unit names carry no ".service"; systemd and pyinfra get service(name).
 
@@ -72,6 +75,8 @@ TOKEN_IN_CONTAINER = "/run/secrets/hf-token"
 API_KEY_IN_CONTAINER = "/run/secrets/vllm-api-key"
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 RESULTS_IN_CONTAINER = "/results"
+RAY_TMP_IN_CONTAINER = "/tmp/ray"
+EXPORTER_CONFIG_IN_CONTAINER = "/etc/metrics"
 
 # Weight staging: written after a complete download into weights_source ("<revision> <commit>"),
 # and after a complete copy into hf_cache_dir (the same line), so that a cut copy never counts.

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from instinct_fleet import health as health_checks
+from instinct_fleet import paths
+from instinct_fleet.defaults import GPU_MODELS
 from instinct_fleet.paths import FIREWALL_TABLE, KERNEL_ARGS, RESTART_FILES, UNIT_GLOBS, UNIT_PATTERNS, WEIGHTS_COMPLETE, WEIGHTS_STAGED
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
 
 MARK = "@@instinct-fleet:"
-MODELS = ("MI300X", "MI325X", "MI350X", "MI355X")
 
 # Each probe is one section; a probe that fails leaves its section empty.
 # printf starts each marker on a new line: amd-smi's JSON does not end with one.
@@ -31,9 +32,9 @@ SCRIPT = "; ".join(
         ("amd-smi-static", "command -v amd-smi >/dev/null 2>&1 && amd-smi static --json 2>&1"),
         ("amd-smi-version", "command -v amd-smi >/dev/null 2>&1 && amd-smi version --json 2>&1"),
         ("rocm-smi", "command -v amd-smi >/dev/null 2>&1 || { command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showproductname 2>&1; }"),
-        ("kfd", "test -c /dev/kfd && echo present"),
-        ("render-nodes", "ls /dev/dri 2>/dev/null | grep '^renderD'"),
-        ("render-by-path", "ls -l /dev/dri/by-path 2>/dev/null | grep -- '-render '"),
+        ("kfd", f"test -c {paths.KFD} && echo present"),
+        ("render-nodes", f"ls {paths.DRI} 2>/dev/null | grep '^renderD'"),
+        ("render-by-path", f"ls -l {paths.DRI}/by-path 2>/dev/null | grep -- '-render '"),
         ("amdgpu-initstate", "cat /sys/module/amdgpu/initstate 2>/dev/null"),
         ("amdgpu-version", "cat /sys/module/amdgpu/version 2>/dev/null"),
         (
@@ -128,7 +129,7 @@ class HostReport:
 def model_of(name: str) -> str | None:
     """``AMD Instinct MI300X OAM`` -> ``MI300X``; None for anything else."""
     match = re.search(r"MI3\d\dX", name.upper())
-    return match.group(0) if match and match.group(0) in MODELS else None
+    return match.group(0) if match and match.group(0) in GPU_MODELS else None
 
 
 def sections(text: str, mark: str = MARK) -> dict[str, str]:
@@ -352,11 +353,7 @@ def script(token_path: str, probe: Probe) -> str:
     globs = " ".join(RESTART_FILES)
     units = " ".join(q(u) for u in probe.units)
     patterns = " ".join(q(p) for p in UNIT_PATTERNS)
-    health = "; ".join(
-        f"curl -fsS -m 3 http://127.0.0.1:{port}/health >/dev/null 2>&1 && "
-        f"{health_checks.v1_curl(f'http://127.0.0.1:{port}/v1/models', probe.api_key_path, 3)} 2>/dev/null | grep -qF {q(json.dumps(served))} && echo {port}"
-        for port, served in probe.endpoints
-    )
+    health = "; ".join(f"{health_checks.serving(port, served, probe.api_key_path)} && echo {port}" for port, served in probe.endpoints)
     weights = "; ".join(
         f"printf '%s|%s|%s\\n' {q(source)} \"$(head -n1 {q(source + '/' + WEIGHTS_COMPLETE)} 2>/dev/null)\" "
         f'"$(head -n1 {q(local + "/" + WEIGHTS_STAGED)} 2>/dev/null)"'
@@ -562,4 +559,4 @@ def api_key_problems(spec: HostSpec, report: HostReport) -> list[Finding]:
 
 def render_nodes(report: HostReport, gpus: tuple[int, ...]) -> list[str]:
     """``/dev/dri/renderD*`` paths of these GPU indices (hard_problems has checked they exist)."""
-    return [f"/dev/dri/{report.gpus[g].render_node}" for g in gpus]
+    return [f"{paths.DRI}/{report.gpus[g].render_node}" for g in gpus]

@@ -59,6 +59,7 @@ def service_json(svc: ServiceSpec) -> dict[str, Any]:
 
 # What the deploy writes on a host. Every path and flag of the vLLM unit comes from here.
 STOP_MARGIN_SECONDS = 30
+START_SECONDS = 120
 # The exporter's labels: those of the captured MI300X scrape (tests/fixtures, device-metrics-exporter-*).
 EXPORTER_LABELS = (
     "GPU_UUID",
@@ -106,7 +107,7 @@ def exporter_argv(image: str) -> list[str]:
         "--network",
         "host",
     ]
-    argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "-v", f"{paths.EXPORTER_DIR}:/etc/metrics:ro", image]
+    argv += ["--device", paths.KFD, "--device", paths.DRI, "-v", f"{paths.EXPORTER_DIR}:{paths.EXPORTER_CONFIG_IN_CONTAINER}:ro", image]
     return argv
 
 
@@ -134,6 +135,12 @@ def drain_seconds(svc: ServiceSpec, drain_timeout: int) -> int:
     """How long a stopping instance may finish in-flight requests: its own --shutdown-timeout, else rolling_drain_timeout."""
     own = svc.args.get("shutdown-timeout")
     return _seconds(own) if own is not None else drain_timeout
+
+
+def start_seconds(cluster: ClusterSpec | None, head: bool) -> int:
+    """A serving unit's TimeoutStartSec: two minutes for docker to create the container, plus, on a Ray head,
+    the wait for every node of the cluster (ray_ready_timeout)."""
+    return START_SECONDS + (cluster.ready_timeout if cluster is not None and head else 0)
 
 
 def stop_seconds(svc: ServiceSpec, drain_timeout: int) -> int:
@@ -227,11 +234,11 @@ def docker_run(container: Container, v: FleetVars, group_ids: list[int], with_to
     # --ipc host: the host's /dev/shm and IPC namespace, which PyTorch workers and RCCL share (004's docker run);
     # docker ignores --shm-size with it, so none is given.
     argv += ["--network", "host", "--ipc", "host"]
-    argv += ["--device", "/dev/kfd"]
+    argv += ["--device", paths.KFD]
     for device in container.devices:
         argv += ["--device", device]
     if container.infiniband:
-        argv += ["--device", "/dev/infiniband", "--cap-add", "IPC_LOCK"]
+        argv += ["--device", paths.INFINIBAND, "--cap-add", "IPC_LOCK"]
     for gid in group_ids:
         argv += ["--group-add", str(gid)]
     argv += ["--cap-add", "SYS_PTRACE", "--security-opt", "seccomp=unconfined"]
@@ -262,7 +269,7 @@ def template(name: str, **values: Any) -> str:
 
 
 def cpu_idle_unit() -> str:
-    return template("cpu-idle.service.j2", cpupower="/usr/bin/cpupower")
+    return template("cpu-idle.service.j2", cpupower=paths.CPUPOWER)
 
 
 def firewall_unit() -> str:
@@ -349,9 +356,9 @@ def firewall_ruleset(
     """
     lines = [
         "# Managed by instinct-fleet: loaded by instinct-fleet-firewall.service.",
-        "table inet instinct_fleet",
-        "flush table inet instinct_fleet",
-        "table inet instinct_fleet {",
+        f"table {paths.FIREWALL_TABLE}",
+        f"flush table {paths.FIREWALL_TABLE}",
+        f"table {paths.FIREWALL_TABLE} {{",
     ]
     v4 = [m for m in members if ipaddress.ip_address(m).version == 4]
     lines += [

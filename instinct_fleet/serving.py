@@ -136,6 +136,7 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
     if all_files:
         systemd.daemon_reload(name="Reload systemd (serving units)", _if=any_changed(*all_files))
     cluster = plan.spec.cluster
+    # The operation's budget, not the unit's TimeoutStartSec (render.start_seconds): a command's, plus the Ray wait.
     start_timeout = v.command_timeout + (cluster.ready_timeout if cluster else 0)
     for name, ops in written:
         operations.service_converged(name, ops, gate, start_timeout, force=force)

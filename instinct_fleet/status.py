@@ -16,7 +16,7 @@ import shlex
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from instinct_fleet import paths
+from instinct_fleet import health, paths, render
 from instinct_fleet.preflight import sections
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
@@ -84,14 +84,15 @@ def script(spec: HostSpec) -> str:
         metrics = "|".join(re.escape(m) for m in (RUNNING, WAITING, kv_cache_metric(svc.version)))
         parts.append(
             f"printf '{MARK}instance {unit}\\n'; systemctl show -p ActiveState --value {unit}.service; "
-            f"curl -s -o /dev/null -m 3 -w 'health %{{http_code}}\\n' http://127.0.0.1:{svc.port}/health; "
+            f"if {health.serving(svc.port, render.served_model(svc), spec.vars.vllm_api_key_path)}; then echo 'health ok'; "
+            f"else echo \"health $(curl -s -o /dev/null -m 3 -w '%{{http_code}}' http://127.0.0.1:{svc.port}/health)\"; fi; "
             f"docker inspect -f 'image {{{{.Config.Image}}}} {{{{.Image}}}}' {unit} 2>/dev/null; "
             f"curl -s -m 3 http://127.0.0.1:{svc.port}/metrics 2>/dev/null | grep -E {q(f'^({metrics})[{{ ]')}; true"
         )
     cluster = spec.cluster
     if cluster is not None:
         ray = paths.ray_unit(cluster.role)
-        parts.append(f"printf '{MARK}unit {ray}\\n'; systemctl show -p ActiveState --value {ray}.service")
+        parts.append(f"printf '{MARK}unit {ray}\\n'; systemctl show -p ActiveState --value {paths.service(ray)}")
     if spec.vars.metrics_exporter:
         port = spec.vars.metrics_exporter_port
         parts.append(
@@ -118,9 +119,11 @@ def _metric(lines: list[str], name: str, combine: Any) -> float | None:
     return combine(values) if values else None
 
 
-def _health(lines: list[str]) -> str:
+def _health(lines: list[str], instance: bool = True) -> str:
     code = next((line.split()[1] for line in lines if line.startswith("health ") and len(line.split()) > 1), "000")
-    return "ok" if code == "200" else "no answer" if code == "000" else f"HTTP {code}"
+    if code in ("ok", "200"):  # the exporter's /metrics gives 200; an instance gives ok only when health.serving passes
+        return "ok" if code == "ok" or not instance else "lists another model"
+    return "no answer" if code == "000" else f"HTTP {code}"
 
 
 def parse(spec: HostSpec, text: str) -> list[Row]:
@@ -138,7 +141,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
             Row(
                 host=host,
                 instance=svc.name,
-                unit=f"{unit}.service",
+                unit=paths.service(unit),
                 state=state,
                 health=_health(lines),
                 image=image_line[1] if len(image_line) > 1 else "-",
@@ -156,20 +159,20 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
             name = key[5:]
             exporter = name == paths.EXPORTER_UNIT
             state = lines[0] if lines and not lines[0].startswith("health ") else "unknown"
-            rows.append(Row(host, name, f"{name}.service", state, _health(lines) if exporter else "-", rolling=rolling))
+            rows.append(Row(host, name, paths.service(name), state, _health(lines, instance=False) if exporter else "-", rolling=rolling))
     return rows
 
 
 def unreachable(spec: HostSpec, why: str) -> list[Row]:
     """One row per unit of a host that could not be read, each saying why."""
     units: list[tuple[str, str, str, int | None]] = [
-        (svc.name, f"{paths.vllm_unit(svc.name)}.service", svc.image, svc.port) for svc in instances(spec)
+        (svc.name, paths.service(paths.vllm_unit(svc.name)), svc.image, svc.port) for svc in instances(spec)
     ]
     if spec.cluster is not None:
         ray = paths.ray_unit(spec.cluster.role)
-        units.append((ray, f"{ray}.service", "-", None))
+        units.append((ray, paths.service(ray), "-", None))
     if spec.vars.metrics_exporter:
-        units.append((paths.EXPORTER_UNIT, f"{paths.EXPORTER_UNIT}.service", "-", None))
+        units.append((paths.EXPORTER_UNIT, paths.service(paths.EXPORTER_UNIT), "-", None))
     return [
         Row(str(spec.host), name, unit, "unreachable", "-", wanted_image=image, port=port, error=why) for name, unit, image, port in units
     ]

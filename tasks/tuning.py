@@ -27,13 +27,12 @@ if grub:
 apply.files(plan, [f for f in want.stage("tuning") if f.path in (paths.SYSCTL_FILE, paths.REBOOT_MARKER)])
 
 idle = apply.files(plan, [f for f in want.stage("tuning") if f.restarts == paths.CPU_IDLE_UNIT])
+if idle:
+    systemd.daemon_reload(name="Reload systemd (CPU idle unit)", _if=any_changed(*idle))
 if idle or (v.tune_cpu_idle and plan.unit_drifted(paths.CPU_IDLE_UNIT)):
-    systemd.daemon_reload(name="Reload systemd (CPU idle unit)", _if=any_changed(*idle) if idle else None)
     systemd.service(name="Enable the CPU idle unit", service=paths.service(paths.CPU_IDLE_UNIT), running=None, enabled=True)
-    if idle:
-        systemd.service(
-            name="Apply the CPU idle setting now", service=paths.service(paths.CPU_IDLE_UNIT), running=True, _if=any_changed(*idle)
-        )
+if idle:
+    systemd.service(name="Apply the CPU idle setting now", service=paths.service(paths.CPU_IDLE_UNIT), running=True, _if=any_changed(*idle))
 
 if plan.user_drifted():
     for group in want.groups:

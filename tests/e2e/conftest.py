@@ -38,6 +38,26 @@ def fleet() -> Iterator[dict[str, Any]]:
         _fleet("down")
 
 
+@pytest.fixture(scope="session")
+def first_run(fleet: dict[str, Any]) -> Any:
+    """The fleet's first deploy of inventories/local.py, made by whichever test asks first: every test that
+    needs a converged fleet asks for it through ``converged``, so no test depends on the file order."""
+    from fleetctl import deploy
+
+    return deploy()
+
+
+@pytest.fixture(scope="module")
+def converged(first_run: Any) -> Any:
+    """The fleet on inventories/local.py at the start of a module: a no-op run after the first deploy, a
+    re-converge after a module that left the fleet on another inventory."""
+    from fleetctl import deploy
+
+    run = deploy()
+    assert run.results["failed_hosts"] == ["sim-nogpu"], run.stderr[-3000:]
+    return run
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The fleet's own timeline (image builds, host start) and the roll figures, for the CI log."""
     from fleetctl import FIGURES

@@ -16,7 +16,7 @@ from fleetctl import ROOT, deploy
 FLOOR_PYTHON = ROOT / ".venv-floor" / "bin" / "python"
 
 
-def test_the_pyinfra_floor_runs_the_documented_deploy_and_changes_nothing(fleet: dict[str, Any]) -> None:
+def test_the_pyinfra_floor_runs_the_documented_deploy_and_changes_nothing(converged: Any) -> None:
     assert FLOOR_PYTHON.exists(), "no .venv-floor: run `make floor-venv` (make e2e does)"
     version = subprocess.run(
         [str(FLOOR_PYTHON), "-c", "import importlib.metadata as m; print(m.version('pyinfra'))"], capture_output=True, text=True

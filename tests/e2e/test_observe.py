@@ -1,6 +1,6 @@
 """End to end: weights staged once per fleet, status, bench and report, and a real Prometheus scraping the fleet.
 
-Runs after test_noop.py, on the fleet test_deploy.py converged. Prometheus is
+On the fleet converged on inventories/local.py (the ``converged`` fixture), in any order. Prometheus is
 Debian's package, run on the test machine against the file_sd that
 ``instinct-fleet targets`` writes.
 """
@@ -34,13 +34,6 @@ def changed(run: Run) -> set[tuple[str, str]]:
 
 def cli(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *argv], cwd=ROOT, capture_output=True, text=True, timeout=900)
-
-
-@pytest.fixture(scope="module")
-def converged(fleet: dict[str, Any]) -> Run:
-    run = deploy()
-    assert run.results["failed_hosts"] == ["sim-nogpu"]
-    return run
 
 
 def test_lost_weights_are_copied_again_from_the_fleet_store_not_downloaded(converged: Run, fleet: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
 """End to end: re-tuning the live simulated fleet rolls one serving unit at a time, and faults fail alone.
 
-Runs after test_deploy.py, in file order: the first test re-tunes the fleet to
---max-num-seqs 192, the second to 160 (through a crash-looping attempt); the
-fault tests then start from that converged fleet (``BASELINE``) and leave it so.
+Each test starts from a fleet it converges itself (``converged``: inventories/local.py;
+``baseline``: the fault tests' inventory), so none depends on the order: the re-tune
+rolls to --max-num-seqs 192, the crash-looping attempt ends on 160 (``BASELINE``).
 """
 
 from __future__ import annotations
@@ -19,14 +19,6 @@ FLAG = "max-num-seqs"
 # A short drain, so that the hang test's short command_timeout still lets a normal restart finish
 # (rolling_drain_timeout plus docker's 30 s stop margin must stay below it: rule timeouts).
 BASELINE = {"vllm_args": {FLAG: 160}, "rolling_drain_timeout": 5}
-
-
-@pytest.fixture(scope="module")
-def converged(fleet: dict[str, Any]) -> Run:
-    """The fleet on inventories/local.py (a no-op after test_deploy.py)."""
-    run = deploy()
-    assert run.results["failed_hosts"] == ["sim-nogpu"], run.stderr[-3000:]
-    return run
 
 
 @pytest.fixture

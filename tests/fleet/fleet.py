@@ -89,6 +89,11 @@ HOST_FLAGS = [
     # Room for Ray's object store in /dev/shm (the vLLM and Ray containers use --ipc host).
     "--shm-size",
     "1g",
+    # The host's dockerd keeps its images on a volume (the machine's ext4), not in the container's
+    # overlay: there it can use overlay2, sharing layers and creating containers copy-on-write,
+    # where it would fall back to vfs, a full copy of the tree per layer and per container.
+    "-v",
+    "/var/lib/docker",
 ]
 
 
@@ -257,17 +262,22 @@ def standin_ref(registry: str) -> str:
     return f"{registry}/{STANDIN_REPO}:v{STANDIN_VERSION}"
 
 
-def build_standin(registry: str) -> None:
-    """Build the stand-in vLLM image with the real flag table of the vLLM it stands in for."""
-    log("building the stand-in vLLM image")
+def build_standin(registry: str, ref: str | None = None, ray: bool = True) -> None:
+    """Build the stand-in vLLM image with the real flag table of the vLLM it stands in for; ``ray`` False
+    leaves Ray out (the slim image of a light fleet's single-node hosts)."""
+    ref = ref or standin_ref(registry)
+    log(f"building the stand-in vLLM image {ref.rsplit('/', 1)[-1]}" + ("" if ray else " (no Ray)"))
     with tempfile.TemporaryDirectory(dir=STATE) as tmp:
         context = Path(tmp)
         shutil.copytree(HERE / "standin" / "vllm", context, dirs_exist_ok=True)
         shutil.copy(ROOT / "instinct_fleet" / "knowledge" / f"vllm-{STANDIN_VERSION}.json", context / "vllm-knowledge.json")
         shutil.copy(ROOT / "instinct_fleet" / "knowledge" / "checkpoints.toml", context / "checkpoints.toml")
-        shutil.copytree(ray_packages(), context / "ray-packages")
-        run(DOCKER, "build", "-q", "-t", standin_ref(registry), "--build-arg", f"BASE={BASE_IMAGE}", str(context))
-    run(DOCKER, "push", "-q", standin_ref(registry))
+        if ray:
+            shutil.copytree(ray_packages(), context / "ray-packages")
+        else:
+            (context / "ray-packages").mkdir()
+        run(DOCKER, "build", "-q", "-t", ref, "--build-arg", f"BASE={BASE_IMAGE}", str(context), capture=True)
+    run(DOCKER, "push", "-q", ref, capture=True)
 
 
 EXPORTER_REPO = "instinct-fleet-standin/device-metrics-exporter"
@@ -286,27 +296,35 @@ def build_exporter(registry: str) -> None:
     run(DOCKER, "push", "-q", exporter_ref(registry), capture=True)
 
 
-def flat_ref(registry: str) -> str:
-    return f"{registry}/{STANDIN_REPO}:v{STANDIN_VERSION}-flat"
+def slim_ref(registry: str) -> str:
+    """The stand-in without Ray, for the single-node hosts of a light fleet (a real vLLM image is one image for both)."""
+    return f"{registry}/{STANDIN_REPO}:v{STANDIN_VERSION}-slim"
 
 
-def build_flat(registry: str) -> None:
-    """The stand-in image as one layer, for light fleets: each host's dockerd stores images with vfs,
-    which keeps a full copy of the tree per layer, so one layer costs a host 421 MB instead of about 2 GB."""
-    if image_exists(flat_ref(registry)):
-        run(DOCKER, "push", "-q", flat_ref(registry), capture=True)
-        return
-    log("flattening the stand-in image for a light fleet")
-    container = out(DOCKER, "create", standin_ref(registry)).strip()
-    try:
-        export = subprocess.Popen([DOCKER, "export", container], stdout=subprocess.PIPE)
-        changes = ['ENTRYPOINT ["vllm", "serve"]', 'LABEL org.opencontainers.image.title="instinct-fleet vLLM stand-in (not vLLM)"']
-        argv = [DOCKER, "import", *[a for c in changes for a in ("--change", c)], "-", flat_ref(registry)]
-        subprocess.run(argv, stdin=export.stdout, check=True, capture_output=True)
-        export.wait()
-    finally:
-        run(DOCKER, "rm", "-f", container, capture=True)
-    run(DOCKER, "push", "-q", flat_ref(registry), capture=True)
+def image_bytes(ref: str) -> int:
+    return int(out(DOCKER, "image", "inspect", "-f", "{{.Size}}", ref).strip())
+
+
+# What a simulated host writes besides the vLLM image: its dockerd's state, journals, container layers.
+HOST_OVERHEAD_BYTES = 300 * 2**20
+DISK_RESERVE_BYTES = 4 * 2**30  # left free for the machine itself
+
+
+def check_disk(hosts: tuple[SimHost, ...], registry: str) -> None:
+    """Refuse a fleet that would fill the disk: each host pulls its own copy of its image (layers shared
+    by overlay2 inside the host), on the filesystem of the machine's Docker root."""
+    slim, full = image_bytes(slim_ref(registry)), image_bytes(standin_ref(registry))
+    need = sum((full if h.cluster else slim) + HOST_OVERHEAD_BYTES for h in hosts) + DISK_RESERVE_BYTES
+    root = out(DOCKER, "info", "-f", "{{.DockerRootDir}}").strip()
+    free = shutil.disk_usage(root).free
+    if need > free:
+        gib = 2**30
+        sys.exit(
+            f"fleet: {len(hosts)} hosts need about {need / gib:.1f} GiB on {root} (images, host state, "
+            f"{DISK_RESERVE_BYTES / gib:.0f} GiB reserve); {free / gib:.1f} GiB is free. Use fewer hosts, or free space first "
+            "(`python3 tests/fleet/fleet.py down` removes a fleet and its volumes)."
+        )
+    log(f"disk: {len(hosts)} hosts need about {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free on {root}")
 
 
 def start_registry(address: str, name: str = "registry", proxy: str | None = None) -> None:
@@ -482,7 +500,8 @@ def up(count: int | None = None) -> dict[str, object]:
     build_standin(registry)
     build_exporter(registry)
     if count is not None:
-        build_flat(registry)
+        build_standin(registry, slim_ref(registry), ray=False)
+        check_disk(light_hosts(count), registry)
     key = ssh_key()
     sysfs = standin_sysfs()
     log("images ready; starting hosts")
@@ -502,7 +521,7 @@ def up(count: int | None = None) -> dict[str, object]:
         "registry": registry,
         "cache": cache,
         "image": standin_ref(registry),
-        "flat_image": flat_ref(registry) if count is not None else None,
+        "slim_image": slim_ref(registry) if count is not None else None,
         "exporter_image": exporter_ref(registry),
         "weights_source": WEIGHTS_MOUNT,
         "vllm_version": STANDIN_VERSION,

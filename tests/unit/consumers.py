@@ -10,6 +10,7 @@ reader accepts, else what it said.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import io
@@ -50,6 +51,7 @@ def nft_check(ruleset: Path) -> str:
 def _systemd_root() -> Path:
     """A root for ``systemd-analyze verify --root``: the system's own unit library, so the targets units name exist."""
     root = Path(tempfile.mkdtemp(prefix="instinct-fleet-units-"))
+    atexit.register(shutil.rmtree, root, True)
     shutil.copytree("/usr/lib/systemd", root / "usr" / "lib" / "systemd", symlinks=True)
     return root
 
@@ -111,6 +113,7 @@ def targets_check(groups: list[dict[str, Any]]) -> str:
 def standin(version: str = STANDIN_VERSION) -> ModuleType:
     """The stand-in vLLM as the fleet builds it: beside the generated table of ``version`` and the checkpoint table."""
     context = Path(tempfile.mkdtemp(prefix="instinct-fleet-standin-"))
+    atexit.register(shutil.rmtree, context, True)
     shutil.copy(ROOT / "tests" / "fleet" / "standin" / "vllm" / "vllm_standin.py", context / "vllm_standin.py")
     shutil.copy(ROOT / "instinct_fleet" / "knowledge" / f"vllm-{version}.json", context / "vllm-knowledge.json")
     shutil.copy(ROOT / "instinct_fleet" / "knowledge" / "checkpoints.toml", context / "checkpoints.toml")

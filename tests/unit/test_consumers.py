@@ -90,23 +90,24 @@ def test_what_validation_accepts_every_reader_accepts(data: dict[str, Any]) -> N
         event("refused by validation")
         return
     event("accepted")
-    tmp = Path(tempfile.mkdtemp(prefix="instinct-fleet-consumers-"))
-    for plan in accepted:
-        ruleset = content.firewall(plan)
-        if ruleset is not None:
-            path = tmp / f"{plan.spec.host}.nft"
-            path.write_text(ruleset)
-            assert consumers.nft_check(path) == "", ruleset
-            event("nft -c -f")
-        units = {path: text for files in unit_files(plan).values() for path, text in files.items() if path.endswith(".service")}
-        units.update({path: text for path, text in exporter_files(plan).items() if path.endswith(".service")})
-        if content.firewall(plan) is not None:
-            units[paths.unit_path(paths.FIREWALL_UNIT)] = render.firewall_unit()
-        assert consumers.units_check(units) == "", units
-        event("systemd-analyze verify")
-        for svc in plan.serves:
-            assert consumers.argv_check(svc.model, render.render_args(svc)) == ""
-            event("stand-in vLLM parser")
+    with tempfile.TemporaryDirectory(prefix="instinct-fleet-consumers-") as scratch:
+        tmp = Path(scratch)
+        for plan in accepted:
+            ruleset = content.firewall(plan)
+            if ruleset is not None:
+                path = tmp / f"{plan.spec.host}.nft"
+                path.write_text(ruleset)
+                assert consumers.nft_check(path) == "", ruleset
+                event("nft -c -f")
+            units = {path: text for files in unit_files(plan).values() for path, text in files.items() if path.endswith(".service")}
+            units.update({path: text for path, text in exporter_files(plan).items() if path.endswith(".service")})
+            if content.firewall(plan) is not None:
+                units[paths.unit_path(paths.FIREWALL_UNIT)] = render.firewall_unit()
+            assert consumers.units_check(units) == "", units
+            event("systemd-analyze verify")
+            for svc in plan.serves:
+                assert consumers.argv_check(svc.model, render.render_args(svc)) == ""
+                event("stand-in vLLM parser")
     groups = monitoring.file_sd([plan.spec for plan in accepted])
     if groups:
         assert consumers.targets_check(groups) == "", groups

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
 from instinct_fleet import health
 
 MODELS = '{"object": "list", "data": [{"id": "openai/gpt-oss-120b", "object": "model"}]}'
@@ -41,7 +48,53 @@ def test_garbage_model_listing_is_not_healthy() -> None:
 
 
 def test_wait_script_checks_health_models_and_the_unit() -> None:
-    script = health.wait_script("vllm-a b.service", 8001, 60)
+    script = health.wait_script("vllm-a b.service", 8001, "org/model", 60)
     assert "http://127.0.0.1:8001/health" in script and "http://127.0.0.1:8001/v1/models" in script
     assert "'vllm-a b.service'" in script  # quoted for the shell
     assert "no answer within 60s (health_timeout)" in script
+
+
+def _server(models: list[str], health_code: int) -> ThreadingHTTPServer:
+    """A loopback HTTP server answering /health and /v1/models as vLLM's API server does."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                body, code = b"", health_code
+            elif self.path == "/v1/models":
+                body, code = json.dumps({"object": "list", "data": [{"id": m} for m in models]}).encode(), 200
+            else:
+                body, code = b"", 404
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize(
+    ("models", "code", "healthy"),
+    [(["org/model"], 200, True), (["org/other"], 200, False), (["org/model"], 503, False), (["org/model-2"], 200, False)],
+)
+def test_serving_is_health_200_and_the_model_listed(models: list[str], code: int, healthy: bool) -> None:
+    """The one definition of healthy, run by bash and curl against a real socket."""
+    server = _server(models, code)
+    try:
+        result = subprocess.run(["bash", "-c", health.serving(server.server_port, "org/model", None)], check=False)
+        assert (result.returncode == 0) == healthy
+    finally:
+        server.shutdown()
+
+
+def test_nothing_listening_is_not_healthy() -> None:
+    server = _server([], 200)
+    port = server.server_port
+    server.shutdown()
+    server.server_close()
+    assert subprocess.run(["bash", "-c", health.serving(port, "org/model", None)], check=False).returncode != 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet import bench, content, monitoring, paths, preflight, status
+from instinct_fleet import bench, content, health, monitoring, paths, preflight, status
 from instinct_fleet.inventory import HostData
 from instinct_fleet.managed import probe
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
@@ -40,7 +40,7 @@ def test_status_reads_units_health_image_and_vllm_metrics() -> None:
             "instance vllm-a",
             [
                 "active",
-                "health 200",
+                "health ok",
                 f"image {image} sha256:abc",
                 'vllm:num_requests_running{model_name="m",engine="0"} 3.0',
                 'vllm:num_requests_running{model_name="m",engine="1"} 2.0',
@@ -65,7 +65,7 @@ def test_status_marks_a_rolling_host_another_image_and_an_unreachable_host() -> 
     spec, _ = check({})
     text = host_output(
         ("roll", ["roll batch 2 started 2026-11-23T10:00:00Z"]),
-        ("instance vllm-main", ["active", "health 200", "image other:1 sha256:x"]),
+        ("instance vllm-main", ["active", "health ok", "image other:1 sha256:x"]),
     )
     (row,) = status.parse(spec, text)
     assert row.rolling == "roll batch 2 started 2026-11-23T10:00:00Z"
@@ -228,3 +228,13 @@ def test_a_finished_roll_leaves_no_marker_and_the_exporter_is_in_the_desired_sta
     want = pf.plan({"metrics_exporter": True}, report).desired
     assert want.file(paths.ROLL_MARKER).content is None
     assert want.file(paths.EXPORTER_CONFIG).content and paths.EXPORTER_UNIT in {u.name for u in want.units}
+
+
+def test_status_health_is_the_gate_s_definition() -> None:
+    """An instance is ok only when health.serving passed on the host; /health alone is not enough."""
+    assert status._health(["health ok"]) == "ok"
+    assert status._health(["health 200"]) == "lists another model"
+    assert status._health(["health 000"]) == "no answer" and status._health(["health 503"]) == "HTTP 503"
+    assert status._health(["health 200"], instance=False) == "ok"  # the exporter's /metrics
+    svc_script = status.script(pf.plan({"vllm_api_key_path": "/etc/instinct-fleet/api-key"}, preflight.parse_report(pf.mi300x_host())).spec)
+    assert health.serving(8080, "openai/gpt-oss-120b", "/etc/instinct-fleet/api-key") in svc_script

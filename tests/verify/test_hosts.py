@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 
+import pytest
 from conftest import Target
 
 from instinct_fleet import content, health, paths, render
@@ -80,7 +81,7 @@ def test_host_tuning_is_live(target: Target) -> None:
         assert target.sh(f"cat /proc/sys/{key.replace('.', '/')}").strip() == value
     if target.plan.spec.vars.tune_kernel_cmdline:
         generated = target.sh("cat /boot/grub/grub.cfg")
-        assert "iommu=pt" in generated and "pci=realloc=off" in generated, "the GRUB config was not regenerated"
+        assert all(arg in generated for arg in paths.KERNEL_ARGS), "the GRUB config was not regenerated"
     user = target.host.user(want.user.name)
     assert user.exists and user.home == want.user.home and user.shell == want.user.shell
     assert set(want.user.groups) <= set(user.groups), f"{want.user.name} is in {user.groups}"
@@ -140,11 +141,15 @@ def test_containers_run_exactly_the_rendered_env_and_args(target: Target) -> Non
 
 
 def test_endpoints_answer_with_the_model(target: Target) -> None:
+    """Healthy as the health gate, status and bench mean it (health.serving): /health 200 and the model listed."""
+    key = target.plan.spec.vars.vllm_api_key_path
     for want in target.plan.desired.endpoints:
-        assert target.sh(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{want.port}/health") == "200"
-        key = target.plan.spec.vars.vllm_api_key_path
-        models = json.loads(target.sh(health.v1_curl(f"http://127.0.0.1:{want.port}/v1/models", key, 10)))
-        assert want.served in [card["id"] for card in models["data"]]
+        if target.host.run(health.serving(want.port, want.served, key, 10)).rc != 0:
+            code = target.host.run(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{want.port}/health").stdout
+            models = target.host.run(health.v1_curl(f"http://127.0.0.1:{want.port}/v1/models", key, 10)).stdout
+            pytest.fail(
+                f"{target.name}: {want.unit} on :{want.port} is not serving {want.served!r}: /health {code}, /v1/models {models[:300]}"
+            )
 
 
 def test_token_never_leaves_its_file(target: Target) -> None:
@@ -204,7 +209,7 @@ def test_ray_runs_exactly_where_the_inventory_says(target: Target) -> None:
     if target.plan.role is None:
         assert units == [], f"{target.name} is in no ray_cluster but has {units}"
         return
-    assert units == [f"{paths.ray_unit(target.plan.role)}.service"]
+    assert units == [paths.service(paths.ray_unit(target.plan.role))]
     if target.plan.role == "worker":
         assert not any(u.startswith("vllm-") for u in target.sh("ls /etc/systemd/system/").split()), "a worker runs no vLLM unit"
         return

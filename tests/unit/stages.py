@@ -1,0 +1,182 @@
+"""Test harness for the stage decisions: (spec, fact) in, the operations a stage emits out.
+
+pyinfra tests its operations on JSON fixtures of arguments and facts; this does
+the same for this tool's stages. A :class:`SimHost` holds a host's managed state
+and answers the preflight fact's probe as the fact's shell would, reading only
+the paths and units the probe names (so a gap between the declaration and the
+probe shows as drift here too). :func:`emitted` runs a real ``tasks/*.py`` file
+with the pyinfra operations it calls replaced by a recorder, and returns the
+name of every operation it emitted, in order. The end-to-end suite runs the same
+files for real.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import runpy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from gevent.event import AsyncResult
+from pyinfra.context import ctx_host
+from pyinfra.operations import apt, files, server, systemd
+
+from instinct_fleet import managed, operations, paths, preflight
+from instinct_fleet.hostplan import HostPlan
+from instinct_fleet.inventory import HostData
+from instinct_fleet.roll import plan_roll
+from instinct_fleet.run import FleetPlan, plan_inventory
+from instinct_fleet.state import Desired
+from tests.unit.test_preflight import mi300x_host
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE_ID = "sha256:" + "a" * 64
+
+
+@dataclass
+class SimHost:
+    """The managed state of one host: what the deploy wrote, what runs, what answers."""
+
+    files: dict[str, tuple[bytes, str, str, str]] = field(default_factory=dict)  # path -> content, mode, owner, group
+    directories: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    enabled: set[str] = field(default_factory=set)
+    active: set[str] = field(default_factory=set)
+    user: tuple[str, str, str, tuple[str, ...]] | None = None  # name, home, shell, groups
+    image: bool = False
+    exporter_image: bool = False
+    firewall_loaded: bool = False
+    healthy: set[int] = field(default_factory=set)
+    numa_balancing: str = "1"
+    cmdline: str = "BOOT_IMAGE=/vmlinuz-6.8.0-107-generic root=/dev/sda1 ro quiet iommu=pt"
+    weights: dict[str, tuple[str, str]] = field(default_factory=dict)
+    commands: set[str] = field(default_factory=lambda: {"curl"})
+
+    def read(self, probe: preflight.Probe, **sections: str) -> str:
+        """The fact's output for ``probe``: only what it names (and the unit globs the fact always reads)."""
+        read = [p for p in self.files if p in probe.paths or any(fnmatch.fnmatch(p, g) for g in paths.RESTART_FILES)]
+        units = [
+            p
+            for p in self.files
+            if any(fnmatch.fnmatch(p, g) for g in paths.UNIT_GLOBS) and b"Managed by instinct-fleet" in self.files[p][0]
+        ]
+
+        def named(unit: str) -> bool:
+            return paths.service(unit) in probe.units or any(fnmatch.fnmatch(paths.service(unit), p) for p in paths.UNIT_PATTERNS)
+
+        stat = [f"{m}|{o}|{g}|regular {'empty ' if not c else ''}file|{p}" for p in read for c, m, o, g in [self.files[p]]]
+        stat += [f"{m}|{o}|{g}|directory|{p}" for p, (m, o, g) in self.directories.items() if p in probe.paths]
+        user = ""
+        if self.user is not None and self.user[0] == probe.user:
+            name, home, shell, groups = self.user
+            user = f"{name}:x:999:999::{home}:{shell}\n{name} {' '.join(groups)}"
+        values = {
+            "numa_balancing": self.numa_balancing,
+            "cmdline": self.cmdline,
+            "files": "\n".join(f"{hashlib.sha256(self.files[p][0]).hexdigest()}  {p}" for p in read),
+            "stat": "\n".join(stat),
+            "units": "\n".join(units),
+            "active": "\n".join(f"{paths.service(u)} loaded active running" for u in sorted(self.active) if named(u)),
+            "enabled": "\n".join(f"{paths.service(u)} enabled enabled" for u in sorted(self.enabled) if named(u)),
+            "user": user,
+            "image": IMAGE_ID if self.image and probe.image else "",
+            "healthy": " ".join(str(port) for port, _ in probe.endpoints if port in self.healthy),
+            "nft": "loaded" if self.firewall_loaded else "",
+            "weights": "\n".join(f"{s}|{self.weights.get(s, ('', ''))[0]}|{self.weights.get(s, ('', ''))[1]}" for s, _ in probe.weights),
+            "exporter_image": IMAGE_ID if self.exporter_image and probe.exporter_image else "",
+            "commands": " ".join(sorted(self.commands)),
+            **sections,
+        }
+        return mi300x_host(**values)
+
+    def converge(self, want: Desired) -> None:
+        """What a deploy that succeeded leaves: the desired state, everything running and answering."""
+        for f in want.files:
+            if f.content is None:
+                self.files.pop(f.path, None)
+            else:
+                self.files[f.path] = (f.content, f.mode, f.owner, f.group)
+        for d in want.directories:
+            self.directories[d.path] = (d.mode or "1777", d.owner, d.group)
+        for u in want.units:
+            (self.enabled.add if u.enabled else self.enabled.discard)(u.name)
+            if u.running is not None:
+                (self.active.add if u.running else self.active.discard)(u.name)
+        self.user = (want.user.name, want.user.home, want.user.shell, want.user.groups)
+        self.image = want.image is not None
+        self.exporter_image = want.exporter_image is not None
+        self.firewall_loaded = want.firewall
+        self.healthy = {e.port for e in want.endpoints}
+        self.numa_balancing = want.sysctl.get("kernel.numa_balancing", self.numa_balancing)
+        self.cmdline += " " + " ".join(paths.KERNEL_ARGS)
+        for w in want.weights:
+            self.weights[w.source] = (f"{w.revision} 0123abc", f"{w.revision} 0123abc")
+        self.commands |= {"nft", "cpupower"}  # what the runtime stage's packages install
+
+
+def plan(data: dict[str, Any], sim: SimHost, peers: dict[str, dict[str, Any]] | None = None, **sections: str) -> HostPlan:
+    """Host h1's plan from its host data and what ``sim`` answers to its probe; ``peers`` are more hosts
+    (a cluster's other members), answering alike, each with its own address on eth0."""
+    hosts = [HostData("h1", ("gpu",), data), *(HostData(name, ("gpu",), peer) for name, peer in (peers or {}).items())]
+    address = {h.name: f"2: eth0    inet 10.0.0.{i + 1}/24 brd 10.0.0.255 scope global eth0" for i, h in enumerate(hosts)}
+
+    def read(specs: dict[str, Any]) -> dict[str, preflight.HostReport | None]:
+        return {
+            name: preflight.parse_report(sim.read(managed.probe(spec), **{"interfaces": address[name], **sections}))
+            for name, spec in specs.items()
+        }
+
+    return plan_inventory(hosts, {"h1"}, read)["h1"]
+
+
+class _Recorded:
+    """What a recorded operation returns: it may have changed something, as far as the stage can tell."""
+
+    changed = True
+
+    def did_change(self) -> bool:
+        return True
+
+
+RECORDED = {
+    files: ("put", "file", "directory"),
+    server: ("sysctl", "shell", "reboot", "group", "user"),
+    systemd: ("service", "daemon_reload"),
+    apt: ("packages",),
+    operations: ("image_present", "barrier", "healthy", "unit_verified", "fail", "hook", "weights_downloaded", "weights_staged"),
+}
+
+
+@contextmanager
+def recording(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every pyinfra operation (and this tool's own) replaced by one that records its name."""
+    names: list[str] = []
+
+    def recorder(module: str, op: str) -> Any:
+        def record(*_args: Any, name: str | None = None, **_kwargs: Any) -> _Recorded:
+            names.append(name or f"{module}.{op}")
+            return _Recorded()
+
+        return record
+
+    for module, ops in RECORDED.items():
+        for op in ops:
+            monkeypatch.setattr(module, op, recorder(module.__name__.rsplit(".", 1)[-1], op))
+    yield names
+
+
+def emitted(monkeypatch: pytest.MonkeyPatch, stage: str, host_plan: HostPlan) -> list[str]:
+    """The names of the operations ``tasks/<stage>.py`` emits for this host (h1), in order."""
+    fleet = FleetPlan({"h1": host_plan}, plan_roll({"h1": host_plan}))
+    done: AsyncResult = AsyncResult()
+    done.set(fleet)
+    state = SimpleNamespace(instinct_fleet_plan=done, failed_hosts=set())
+    host = SimpleNamespace(name="h1", state=state, data=SimpleNamespace(), loop=lambda items: items)
+    with recording(monkeypatch) as names, ctx_host.use(host):
+        runpy.run_path(str(ROOT / "tasks" / f"{stage}.py"))
+    return names

@@ -1,0 +1,280 @@
+"""Stage decisions on fixtures: for each stage, (spec, fact) gives the operations it emits.
+
+Three cases per stage, as pyinfra tests its own operations: a fresh host (the
+first deploy), the same host after that deploy succeeded (every stage emits
+nothing; the roll only its batch barrier), and one drift that the stage alone
+repairs, with exactly the operations the repair needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+
+from instinct_fleet import paths
+from tests.unit.stages import SimHost, emitted, plan
+from tests.unit.test_consumers import CLUSTER, EXAMPLES, host_data
+
+STAGES = ("preflight", "tuning", "runtime", "weights", "cluster", "firewall", "exporter", "services", "health")
+DATA: dict[str, Any] = {"vllm_allow_from": ["10.0.0.0/8"], "metrics_exporter": True}
+GRUB = f"GRUB drop-in: {' '.join(paths.KERNEL_ARGS)}"
+
+# After a unit's files are written: what brings vllm-main back and ends the host's turn in the roll.
+RESTART = [
+    "Reload systemd (serving units)",
+    "Restart vllm-main for its new unit, env or image",
+    "vllm-main running and enabled",
+    "vllm-main healthy",
+    "Roll: done on this host",
+]
+FRESH = {
+    "preflight": [],
+    "tuning": [
+        "NUMA balancing off now",
+        GRUB,
+        "Regenerate the GRUB configuration",
+        "NUMA balancing off at boot",
+        "Report: reboot required",
+        "CPU idle unit",
+        "Reload systemd (CPU idle unit)",
+        "Enable the CPU idle unit",
+        "Apply the CPU idle setting now",
+        "render group",
+        "video group",
+        "Service user vllm",
+    ],
+    "runtime": [
+        "Install missing packages",
+        f"docker settings {paths.DAEMON_JSON}",
+        f"docker settings {paths.DOCKER_DROP_IN}",
+        "Reload systemd (dockerd limits)",
+        "docker running and enabled",
+        "Restart docker for its new settings",
+        "vLLM image present",
+        "Image: the first pull of each image is done",
+    ],
+    "weights": [],
+    "cluster": [],
+    "firewall": [
+        f"nftables table {paths.FIREWALL_TABLE}",
+        "Firewall unit",
+        "Reload systemd (firewall unit)",
+        "Load the new firewall rules",
+        "Firewall loaded and enabled",
+    ],
+    "exporter": [
+        "Metrics exporter image present",
+        f"Metrics exporter {paths.unit_path(paths.EXPORTER_UNIT)}",
+        f"Metrics exporter {paths.EXPORTER_CONFIG}",
+        "Metrics exporter unit passes systemd-analyze verify",
+        "Reload systemd (metrics exporter)",
+        "Restart amd-metrics-exporter for its new unit, env or image",
+        "amd-metrics-exporter running and enabled",
+    ],
+    "services": [
+        "Config directory",
+        "Hugging Face cache",
+        "Roll: batch 0",
+        "Roll: mark the host as rolling",
+        "vllm-main unit",
+        "vllm-main env file",
+        "vllm-main passes systemd-analyze verify",
+        *RESTART,
+    ],
+    "health": ["vllm-main healthy"],
+}
+
+
+def converged(data: dict[str, Any]) -> SimHost:
+    sim = SimHost()
+    sim.converge(plan(data, sim).desired)
+    return sim
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_fresh_host_gets_the_whole_stage(monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
+    assert emitted(monkeypatch, stage, plan(DATA, SimHost())) == FRESH[stage]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_converged_host_gets_nothing(monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
+    """Read back through the probe: a managed path the probe missed would show here as drift."""
+    again = plan(DATA, converged(DATA))
+    assert emitted(monkeypatch, stage, again) == (["Roll: batch 0"] if stage == "services" else [])
+
+
+def only(monkeypatch: pytest.MonkeyPatch, data: dict[str, Any], sim: SimHost, **sections: str) -> dict[str, list[str]]:
+    """What each stage emits for this host, leaving out the stages that emit what they emit when nothing drifted."""
+    host_plan = plan(data, sim, **sections)
+    quiet = {"services": ["Roll: batch 0"]}
+    return {s: ops for s in STAGES if (ops := emitted(monkeypatch, s, host_plan)) != quiet.get(s, [])}
+
+
+def test_tuning_repairs_the_sysctl_file_and_the_live_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = converged(DATA)
+    content, _, owner, group = sim.files[paths.SYSCTL_FILE]
+    sim.files[paths.SYSCTL_FILE] = (content, "600", owner, group)
+    sim.numa_balancing = "1"
+    assert only(monkeypatch, DATA, sim) == {"tuning": ["NUMA balancing off now", "NUMA balancing off at boot"]}
+
+
+def test_tuning_enables_a_disabled_cpu_idle_unit_without_rewriting_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = converged(DATA)
+    sim.enabled.discard(paths.CPU_IDLE_UNIT)
+    assert only(monkeypatch, DATA, sim) == {"tuning": ["Enable the CPU idle unit"]}
+
+
+def test_runtime_restarts_docker_for_new_settings_on_a_host_that_serves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = converged(DATA)
+    sim.active.discard("vllm-main")
+    sim.healthy.clear()
+    sim.files[paths.DAEMON_JSON] = (b"{}\n", "644", "root", "root")
+    found = only(monkeypatch, DATA, sim)
+    assert found["runtime"] == [
+        f"docker settings {paths.DAEMON_JSON}",
+        "Reload systemd (dockerd limits)",
+        "docker running and enabled",
+        "Restart docker for its new settings",
+    ]
+    assert "Restart vllm-main for its new unit, env or image" in found["services"]  # started in batch 0, after docker
+
+
+def test_new_docker_settings_on_a_serving_host_wait_for_its_roll_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = converged(DATA)
+    sim.files[paths.DAEMON_JSON] = (b"{}\n", "644", "root", "root")
+    found = only(monkeypatch, DATA, sim)
+    assert "runtime" not in found  # restarting dockerd now would stop every container before the roll
+    assert found["services"] == [
+        "Roll: batch 0",
+        "Roll: batch 1",
+        "Roll: mark the host as rolling",
+        f"docker settings {paths.DAEMON_JSON}",
+        "Reload systemd (dockerd limits)",
+        "docker running and enabled",
+        "Restart docker for its new settings",
+        "Restart vllm-main for its new unit, env or image",
+        "vllm-main running and enabled",
+        "vllm-main healthy",
+        "Roll: done on this host",
+    ]
+
+
+def test_cluster_rewrites_a_lost_readiness_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = {"ray_cluster": "c", "cluster_nic": "eth0", "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2}
+    worker, head = {**cluster, "ray_role": "worker"}, {"h2": {**cluster, "ray_role": "head"}}
+    sim = SimHost()
+    fresh = plan(worker, sim, head)
+    assert fresh.ok and emitted(monkeypatch, "cluster", fresh) == ["Shared Ray session directory", "Ray readiness script"]
+    sim.converge(fresh.desired)
+    assert emitted(monkeypatch, "cluster", plan(worker, sim, head)) == []
+    del sim.files[paths.RAY_READY_SCRIPT]
+    assert emitted(monkeypatch, "cluster", plan(worker, sim, head)) == ["Ray readiness script"]
+
+
+def test_firewall_reloads_a_table_flushed_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = converged(DATA)
+    sim.firewall_loaded = False
+    assert only(monkeypatch, DATA, sim) == {"firewall": ["Load the new firewall rules", "Firewall loaded and enabled"]}
+
+
+def test_exporter_restarts_for_a_new_config_and_is_removed_when_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = converged(DATA)
+    content, mode, owner, group = sim.files[paths.EXPORTER_CONFIG]
+    sim.files[paths.EXPORTER_CONFIG] = (content + b" ", mode, owner, group)
+    assert only(monkeypatch, DATA, sim) == {
+        "exporter": [
+            f"Metrics exporter {paths.EXPORTER_CONFIG}",
+            "Metrics exporter unit passes systemd-analyze verify",
+            "Reload systemd (metrics exporter)",
+            "Restart amd-metrics-exporter for its new unit, env or image",
+            "amd-metrics-exporter running and enabled",
+        ]
+    }
+    off = {**DATA, "metrics_exporter": False}
+    assert only(monkeypatch, off, converged(DATA))["exporter"] == [
+        "Stop the metrics exporter (metrics_exporter is off)",
+        f"Metrics exporter {paths.unit_path(paths.EXPORTER_UNIT)}",
+        f"Metrics exporter {paths.EXPORTER_CONFIG}",
+        "Reload systemd (metrics exporter removed)",
+    ]
+    gone = converged(DATA)
+    gone.converge(plan(off, gone).desired)
+    assert only(monkeypatch, off, gone) == {}
+
+
+def test_services_rolls_an_edited_unit_and_removes_a_stale_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = converged(DATA)
+    unit = paths.unit_path("vllm-main")
+    content, mode, owner, group = sim.files[unit]
+    sim.files[unit] = (content + b"# hand edit\n", mode, owner, group)
+    sim.files[paths.unit_path("vllm-ghost")] = (b"# Managed by instinct-fleet\n[Service]\n", "644", "root", "root")
+    sim.active.add("vllm-ghost")
+    sim.enabled.add("vllm-ghost")
+    assert only(monkeypatch, DATA, sim) == {
+        "services": [
+            "Roll: batch 0",
+            "Roll: batch 1",
+            "Roll: mark the host as rolling",
+            "Stop vllm-ghost (no longer in the inventory)",
+            "Remove vllm-ghost",
+            "vllm-main unit",
+            "vllm-main passes systemd-analyze verify",
+            *RESTART,
+        ]
+    }
+
+
+def test_a_marker_left_by_a_failed_roll_goes_once_the_host_is_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = converged(DATA)
+    sim.files[paths.ROLL_MARKER] = (b"roll batch 1 started\n", "644", "root", "root")
+    assert only(monkeypatch, DATA, sim) == {"services": ["Roll: batch 0", "Roll: done on this host"]}
+
+
+def test_weights_copies_a_model_lost_from_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = {**DATA, "weights_source": "/mnt/models"}
+    sim = converged(data)
+    assert only(monkeypatch, data, sim) == {}
+    (source,) = sim.weights
+    sim.weights[source] = (sim.weights[source][0], "")
+    assert only(monkeypatch, data, sim) == {"weights": ["Copy openai/gpt-oss-120b into the Hugging Face cache"]}
+
+
+def test_health_waits_for_an_instance_that_did_not_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = converged(DATA)
+    sim.healthy.clear()
+    found = only(monkeypatch, DATA, sim)
+    assert found["health"] == ["vllm-main healthy"]
+
+
+def test_preflight_fails_a_host_without_its_driver_and_nothing_else_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    host_plan = plan(DATA, converged(DATA), kfd="")
+    assert emitted(monkeypatch, "preflight", host_plan) == ["Preflight"]
+    assert [e.rule for e in host_plan.errors] == ["host-driver"]
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture],
+)
+@given(host_data)
+def test_every_accepted_spec_converges_to_a_no_op(monkeypatch: pytest.MonkeyPatch, data: dict[str, Any]) -> None:
+    """Over generated specs (the consumer property's): after a deploy that succeeded, read back through the
+    probe, no stage has anything to do. A declared entry the probe cannot see would break this."""
+    peers = None
+    if "ray_cluster" in data:
+        data = {k: v for k, v in data.items() if k != "vllm_instances"}
+        data = {**data, **CLUSTER, "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2, "ray_role": "head"}
+        peers = {"h2": {**data, "ray_role": "worker"}}
+    sim = SimHost()
+    fresh = plan(data, sim, peers, api_key="600|root|33")
+    if not fresh.ok:
+        event("refused")
+        return
+    event("accepted")
+    sim.converge(fresh.desired)
+    again = plan(data, sim, peers, api_key="600|root|33")
+    quiet = {"services": ["Roll: batch 0"]}
+    assert {s: ops for s in STAGES if (ops := emitted(monkeypatch, s, again)) != quiet.get(s, [])} == {}

@@ -1,0 +1,108 @@
+"""The package's shape, as issue 19 set it: no import circle, and every host path written once, in paths.py.
+
+The import graph counts every import, including those under TYPE_CHECKING and
+inside functions: an edge that only type checkers see still ties two modules'
+data together. Host path literals are found in the syntax tree (docstrings and
+messages may name a path; code that uses one reads it from paths.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "instinct_fleet"
+MODULES = {p.stem: p for p in PACKAGE.glob("*.py")}
+HOST_PATH = re.compile(r"^/(etc|run|var|dev|usr|root|opt|srv)(/[\w.@*+-]*)+$")
+
+
+def imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "instinct_fleet":
+                found |= {a.name for a in node.names if a.name in MODULES}
+            elif node.module.startswith("instinct_fleet."):
+                found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("instinct_fleet.")}
+    return found - {path.stem}
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle, as the path that closes it, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return [*stack[stack.index(dep) :], dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    graph = {name: imports(path) for name, path in MODULES.items()}
+    assert cycle(graph) is None, f"import circle: {' -> '.join(cycle(graph) or [])}"
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+def literals(path: Path) -> list[tuple[int, str]]:
+    """String constants that are a host path, outside docstrings and messages (a path inside a sentence is prose)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef)
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            value = node.value.split(":")[0]  # a mount's host side
+            if HOST_PATH.match(value) and value != "/dev/null":
+                found.append((node.lineno, node.value))
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        p
+        for p in sorted([*PACKAGE.glob("*.py"), *(ROOT / "tasks").glob("*.py"), ROOT / "deploy.py"])
+        if p.name not in ("paths.py", "defaults.py")
+    ],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_host_paths_live_only_in_paths_py(path: Path) -> None:
+    """defaults.py may hold a variable's default path: the user's value replaces it, and the README lists both."""
+    assert literals(path) == []
+
+
+def test_the_literal_finder_sees_a_path(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        '"""Docs may name /etc/x.conf."""\nX = "/etc/instinct-fleet/y.env"\nY = f"{X}:/tmp/ray"\nZ = "see /run/a/b"\nW = f"/run/{X}"\n'
+    )
+    assert literals(source) == [(2, "/etc/instinct-fleet/y.env"), (5, "/run/")]
