@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: test check lint unit e2e unit-deps fleet-deps floor-venv demo demo-down install clean
+.PHONY: test checks check lint unit e2e unit-deps fleet-deps floor-venv demo demo-down install clean
 
 # The readers the unit tests hand rendered files to (tests/unit/consumers.py): nft, promtool; curl runs health.serving.
 # systemd-analyze and ip come with the machine's image (systemd, iproute2).
@@ -61,7 +61,13 @@ floor-venv: $(FLOOR_VENV)/.installed
 e2e: install fleet-deps floor-venv
 	$(BIN)/pytest -p no:cacheprovider tests/e2e --durations=0
 
-test: lint unit e2e
+# Everything installed first (one apt-get at a time), then the end-to-end run beside lint, types and
+# unit tests: the e2e suite mostly waits on the simulated hosts, so the two share the 2 CPUs well.
+test: install unit-deps fleet-deps floor-venv
+	$(MAKE) --no-print-directory -j2 --output-sync=line checks e2e
+
+checks: lint
+	$(MAKE) --no-print-directory unit
 
 # The quick start: a local simulated fleet, the default recipe deployed, a sample completion.
 demo: install fleet-deps

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,9 +70,7 @@ def _served(planned: list[tuple[HostSpec, list[Finding]]]) -> list[tuple[HostSpe
     served = []
     for spec, _ in planned:
         cluster = spec.cluster
-        if cluster is not None and cluster.role == "worker":
-            continue
-        for svc in spec.services:
+        for svc in spec.serves:
             served.append((spec, svc, {**svc.env, **(cluster.rccl_env() if cluster else {})}))
     return served
 
@@ -231,19 +230,36 @@ def cmd_deploy(opts: argparse.Namespace) -> int:
         argv += ["--limit", opts.limit]
     sys.stdout.flush()
     if not opts.json:
-        return subprocess.call([*argv, *opts.passthrough], cwd=project)
+        code, _ = _pyinfra([*argv, *opts.passthrough], project, dict(os.environ), capture=False)
+        return code
     # --json: pyinfra's results, plus the roll summary the deploy writes at its end.
     with tempfile.TemporaryDirectory() as tmp:
         summary = Path(tmp) / "roll.json"
-        env = {**os.environ, SUMMARY_ENV: str(summary)}
-        done = subprocess.run([*argv, "--json", *opts.passthrough], cwd=project, env=env, stdout=subprocess.PIPE, text=True, check=False)
+        code, stdout = _pyinfra([*argv, "--json", *opts.passthrough], project, {**os.environ, SUMMARY_ENV: str(summary)}, capture=True)
         try:
-            payload = json.loads(done.stdout)
-        except json.JSONDecodeError:  # pyinfra stopped before its results (no host left); its error is on stderr
+            payload = json.loads(stdout)
+        except json.JSONDecodeError:  # pyinfra stopped before its results (no host left, interrupted); its error is on stderr
             payload = {"results": None}
         payload["roll"] = json.loads(summary.read_text())["roll"] if summary.is_file() else []
     print(json.dumps(payload, indent=2))
-    return done.returncode
+    return code
+
+
+def _pyinfra(argv: list[str], cwd: Path, env: dict[str, str], capture: bool) -> tuple[int, str]:
+    """Run pyinfra in its own session and hand it each SIGINT and SIGTERM this command gets, once: the deploy
+    decides what an interrupt means (instinct_fleet/run.py: finish the open roll batch, then stop non-zero)."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE if capture else None, text=True, start_new_session=True)
+
+    def forward(signum: int, _frame: object) -> None:
+        proc.send_signal(signum)
+
+    previous = {number: signal.signal(number, forward) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        stdout, _ = proc.communicate()
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    return proc.returncode, stdout or ""
 
 
 VERIFY_NEEDS = {"pytest": "pytest", "testinfra": "pytest-testinfra"}
@@ -332,7 +348,7 @@ def cmd_bench(opts: argparse.Namespace) -> int:
     try:
         concurrency = bench.concurrencies(opts.concurrency)
         for spec in specs:
-            for svc in status.instances(spec):
+            for svc in spec.serves:
                 if not opts.instance or fnmatch.fnmatch(svc.name, opts.instance):
                     todo += bench.jobs(spec, svc, opts.profile, opts.num_prompts, concurrency)
     except bench.BenchRequestError as exc:

@@ -93,13 +93,13 @@ def ray_unit_vars(plan: HostPlan) -> dict[str, Any]:
 
 def serving_units(plan: HostPlan) -> dict[str, tuple[str, str]]:
     """Per serving unit this host runs (ray-* first): its unit file's and env file's content."""
-    units: dict[str, tuple[str, str]] = {}
+    units = {
+        paths.vllm_unit(svc.name): (render.template("vllm.service.j2", **unit_vars(plan, svc)), env_text(plan, svc)) for svc in plan.serves
+    }
     if plan.role is not None:
         ray = render.template("ray.service.j2", **ray_unit_vars(plan))
         units[paths.ray_unit(plan.role)] = (ray, env_text(plan, plan.spec.services[0]))
-    for svc in plan.serves:
-        units[paths.vllm_unit(svc.name)] = (render.template("vllm.service.j2", **unit_vars(plan, svc)), env_text(plan, svc))
-    return units
+    return {unit: units[unit] for unit in plan.spec.serving_units}  # in start order
 
 
 def docker_drop_in(plan: HostPlan) -> str | None:

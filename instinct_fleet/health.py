@@ -1,8 +1,12 @@
 """Health of one vLLM instance: the one definition of healthy, the wait loop that runs on the host, and its verdict.
 
-Healthy (:func:`serving`) means ``/health`` answers 200 and ``/v1/models`` lists
-the served model. The preflight fact, the health gate, ``status``, ``bench``
-(through status) and the verify module all run that one check.
+Healthy (:func:`serving`) means ``/health`` answers 200, ``/v1/models`` lists
+the served model, and the model generates: a completion of one token answers
+(a pooling model, which generates nothing, stops at ``/v1/models``). ``/health``
+answers before the first forward pass, so only a generated token shows a model
+that crashes at its first request (AITER kernels faulting on gfx942, vllm#34641).
+The preflight fact, the health gate, ``status``, ``bench`` (through status) and
+the verify module all run that one check.
 
 The loop runs on the host (curl against 127.0.0.1) so that it needs no open
 port towards the control machine. It stops early when the unit fails or
@@ -19,7 +23,7 @@ MARK = "@@health:"
 POLL_SECONDS = 2
 
 
-def v1_curl(url: str, key_path: str | None, timeout: int) -> str:
+def v1_curl(url: str, key_path: str | None, timeout: int, body: str | None = None) -> str:
     """``curl`` of a /v1 route on the host: with ``vllm_api_key_path``, the bearer header goes to curl on stdin.
 
     vLLM guards /v1 with the API key (not /health or /metrics). The key is read from
@@ -27,17 +31,28 @@ def v1_curl(url: str, key_path: str | None, timeout: int) -> str:
     process list; the preflight fact, the health gate and the verify module share this.
     """
     command = f"curl -fsS -m {int(timeout)} {shlex.quote(url)}"
+    if body is not None:  # a POST of JSON
+        command += f" -H 'Content-Type: application/json' --data-binary {shlex.quote(body)}"
     if key_path is None:
         return command
     header = 'printf \'header = "Authorization: Bearer %s"\\n\' "$(cat ' + shlex.quote(key_path) + ')"'
     return f"{header} | {command} -K -"
 
 
-def serving(port: int, served: str, key_path: str | None, timeout: int = 3) -> str:
+def completion(served: str) -> str:
+    """The gate's request: one token, so that it costs a real instance next to nothing."""
+    return json.dumps({"model": served, "prompt": "Hello", "max_tokens": 1})
+
+
+def serving(port: int, served: str, key_path: str | None, timeout: int = 3, generates: bool = True) -> str:
     """Shell: exits 0 when the instance on ``port`` is healthy, as every part of this tool means it."""
     url = f"http://127.0.0.1:{int(port)}"
     models = v1_curl(f"{url}/v1/models", key_path, timeout)
-    return f"curl -fsS -m {int(timeout)} {url}/health >/dev/null 2>&1 && {models} 2>/dev/null | grep -qF {shlex.quote(json.dumps(served))}"
+    check = f"curl -fsS -m {int(timeout)} {url}/health >/dev/null 2>&1 && {models} 2>/dev/null | grep -qF {shlex.quote(json.dumps(served))}"
+    if not generates:
+        return check
+    generate = v1_curl(f"{url}/v1/completions", key_path, max(timeout, 10), completion(served))
+    return f"{check} && {generate} 2>/dev/null | grep -qF '\"choices\"'"
 
 
 @dataclass(frozen=True)
@@ -48,18 +63,22 @@ class Health:
     journal: tuple[str, ...]
 
 
-def wait_script(unit: str, port: int, served: str, timeout: int, key_path: str | None = None) -> str:
-    """Poll until :func:`serving` passes; stop early when the unit fails or restarts, or when /health answers
-    but lists another model (the verdict then names what it lists)."""
+def wait_script(unit: str, port: int, served: str, timeout: int, key_path: str | None = None, generates: bool = True) -> str:
+    """Poll until :func:`serving` passes; stop early when the unit fails or restarts, when /health answers
+    but lists another model, or when the model is listed but its first completion fails (the verdict says which)."""
     u = shlex.quote(unit)
     url = f"http://127.0.0.1:{int(port)}"
+    # The same request as serving's, with the answer kept (and its HTTP code) for the verdict.
+    sent = v1_curl(f"{url}/v1/completions", key_path, 10, completion(served)).replace("curl -fsS", "curl -sS -w ' (HTTP %{http_code})'")
     report = f"echo '{MARK}code'; echo \"$code\"; echo '{MARK}state'; echo \"$why\"; echo '{MARK}journal'; journalctl -u {u} -n 25 --no-pager -o cat 2>/dev/null; exit 0"
     return (
         f"end=$(( $(date +%s) + {int(timeout)} )); start=$(systemctl show -p NRestarts --value {u}); "
         "while :; do "
-        f"if {serving(port, served, key_path, 10)}; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo healthy; "
+        f"if {serving(port, served, key_path, 10, generates)}; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo healthy; "
         f"echo '{MARK}models'; {v1_curl(f'{url}/v1/models', key_path, 10)} 2>/dev/null; echo; exit 0; fi; "
         f"code=$(curl -s -o /dev/null -m 5 -w '%{{http_code}}' {url}/health); "
+        f'if [ "$code" = 200 ] && {serving(port, served, key_path, 10, generates=False)}; then '
+        f'why="its first completion failed: $({sent} 2>&1 | tr -d "\\n" | head -c 400)"; {report}; fi; '
         f"if [ \"$code\" = 200 ]; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo 'lists another model'; "
         f"echo '{MARK}models'; {v1_curl(f'{url}/v1/models', key_path, 10)} 2>/dev/null; echo; exit 0; fi; "
         f"active=$(systemctl show -p ActiveState --value {u}); now=$(systemctl show -p NRestarts --value {u}); "
@@ -95,9 +114,9 @@ def parse(text: str) -> Health:
 
 def verdict(unit: str, port: int, served_model: str, result: Health) -> str | None:
     """None when healthy and serving the model; otherwise what is wrong and where to look."""
-    if result.code == "200" and served_model in result.models:
+    if result.state == "healthy" and served_model in result.models:
         return None
-    if result.code == "200":
+    if result.state in ("healthy", "lists another model"):
         return f"{unit}: /health answers on :{port} but /v1/models lists {list(result.models)}, not {served_model!r}"
     tail = "\n    ".join(result.journal[-12:]) or "(no journal lines)"
     return f"{unit}: not healthy on :{port}: {result.state}; last journal lines (journalctl -u {unit}):\n    {tail}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from instinct_fleet import paths, preflight, state
+from instinct_fleet import preflight, state
 from instinct_fleet.preflight import HostReport
 from instinct_fleet.rules import Finding
 from instinct_fleet.spec import HostSpec, ServiceSpec
@@ -48,8 +48,7 @@ class HostPlan:
 
     @property
     def serves(self) -> tuple[ServiceSpec, ...]:
-        """The vLLM instances this host runs a unit for: none on a cluster worker."""
-        return () if self.role == "worker" else self.spec.services
+        return self.spec.serves
 
     @property
     def image(self) -> str:
@@ -58,8 +57,7 @@ class HostPlan:
     @property
     def stale_units(self) -> list[str]:
         """vllm-* and ray-* units this tool wrote earlier for instances or a cluster role no longer in the inventory."""
-        wanted = {paths.vllm_unit(s.name) for s in self.serves} | ({paths.ray_unit(self.role)} if self.role else set())
-        return sorted(set(self.report.managed_units) - wanted)
+        return sorted(set(self.report.managed_units) - set(self.spec.serving_units))
 
     def devices(self, svc: ServiceSpec) -> list[str]:
         if self.role is not None:  # a cluster node gives Ray every GPU of the node

@@ -26,7 +26,7 @@ from pathlib import Path
 from instinct_fleet import content, paths, render
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.preflight import Probe
-from instinct_fleet.spec import HostSpec, ServiceSpec
+from instinct_fleet.spec import HostSpec
 from instinct_fleet.state import Desired, Directory, Endpoint, File, Stage, Unit, User, Weights
 
 
@@ -104,14 +104,6 @@ def _when(condition: bool, make: Callable[[Rendered], Made]) -> Callable[[Render
 def _removed_when_off(on: bool, path: str, make: Callable[[Rendered], Made]) -> Callable[[Rendered], Made]:
     """Written while ``on``; switched off, removed if an earlier deploy left it, else not managed."""
     return make if on else (lambda r: None if path in r.plan.report.stats else SKIP)
-
-
-def serving_units(spec: HostSpec) -> tuple[str, ...]:
-    """The serving units this host runs, from its spec: its Ray unit first, then its vLLM units (none on a worker)."""
-    if spec.cluster is None:
-        return tuple(paths.vllm_unit(s.name) for s in spec.services)
-    ray = (paths.ray_unit(spec.cluster.role),)
-    return ray if spec.cluster.role == "worker" else ray + tuple(paths.vllm_unit(s.name) for s in spec.services)
 
 
 def declare(spec: HostSpec) -> tuple[tuple[Entry, ...], tuple[UnitEntry, ...]]:
@@ -229,7 +221,7 @@ def declare(spec: HostSpec) -> tuple[tuple[Entry, ...], tuple[UnitEntry, ...]]:
             directory=True,
         ),
     ]
-    for unit in serving_units(spec):
+    for unit in spec.serving_units:
         entries.append(Entry(paths.unit_path(unit), "roll", f"{unit} unit", _serving_file(unit, 0), restarts=unit))
         entries.append(Entry(paths.unit_env_path(unit), "roll", f"{unit} env file", _serving_file(unit, 1), mode="600", restarts=unit))
     entries.append(Entry(paths.ROLL_MARKER, "roll", "Roll: done on this host", lambda _r: None))  # a finished roll leaves none behind
@@ -247,7 +239,7 @@ def declare(spec: HostSpec) -> tuple[tuple[Entry, ...], tuple[UnitEntry, ...]]:
                 else (Unit(paths.EXPORTER_UNIT, enabled=False, running=False) if exporter_unit in r.plan.report.stats else None)
             ),
         ),
-        *(UnitEntry(unit, _running(unit)) for unit in serving_units(spec)),
+        *(UnitEntry(unit, _running(unit)) for unit in spec.serving_units),
     ]
     return tuple(entries), tuple(units)
 
@@ -260,15 +252,11 @@ def probe(spec: HostSpec) -> Probe:
         tuple(paths.service(u.name) for u in units),
         spec.vars.service_user,
         spec.services[0].image if spec.services else None,
-        tuple((svc.port, render.served_model(svc)) for svc in _serves(spec)),
+        tuple((svc.port, render.served_model(svc), render.generates(svc)) for svc in spec.serves),
         tuple((w.source, w.local) for w in weights_of(spec)),
         exporter_image(spec),
         spec.vars.vllm_api_key_path,
     )
-
-
-def _serves(spec: HostSpec) -> tuple[ServiceSpec, ...]:
-    return () if spec.cluster is not None and spec.cluster.role == "worker" else spec.services
 
 
 def exporter_image(spec: HostSpec) -> str | None:
@@ -323,7 +311,7 @@ def desired(plan: HostPlan) -> Desired:
         image=plan.image if spec.services else None,
         firewall=rendered.firewall is not None,
         serving=tuple(rendered.units),
-        endpoints=tuple(Endpoint(paths.vllm_unit(s.name), s.port, render.served_model(s)) for s in plan.serves),
+        endpoints=tuple(Endpoint(paths.vllm_unit(s.name), s.port, render.served_model(s), render.generates(s)) for s in plan.serves),
         weights=weights_of(spec),
         exporter_image=exporter_image(spec),
     )

@@ -37,11 +37,8 @@ def file_sd(specs: list[HostSpec]) -> list[dict[str, Any]]:
         groups.append({"targets": [host_port(scrape_address(spec), port)], "labels": labels})
 
     for spec in specs:
-        cluster = spec.cluster
         if spec.vars.metrics_exporter:
             group(spec, spec.vars.metrics_exporter_port, "amd-device-metrics", paths.EXPORTER_UNIT)
-        if cluster is not None and cluster.role == "worker":
-            continue
-        for svc in spec.services:
+        for svc in spec.serves:
             group(spec, svc.port, "vllm", svc.name, svc.model, svc.recipe)
     return sorted(groups, key=lambda g: (g["labels"]["host"], g["labels"]["instance"]))

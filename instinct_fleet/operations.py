@@ -87,18 +87,22 @@ def healthy(
     timeout: int,
     key_path: str | None = None,
     record: Callable[[str, str], None] | None = None,
+    generates: bool = True,
 ) -> Generator[str, None, None]:
-    """Wait for an instance to answer /health and list its model; fail the host if it does not.
+    """Wait until an instance is healthy (health.serving: /health, its model listed, one token generated);
+    fail the host if it is not.
 
     Changes nothing, so it never counts as a change. It only waits while the
     deploy executes: at plan time the units may not even exist yet.
     """
     if not host.state.is_executing:
         return
-    result = host.get_fact(InstanceHealth, unit=unit, port=port, served=served_model, timeout=timeout, key_path=key_path)
+    result = host.get_fact(
+        InstanceHealth, unit=unit, port=port, served=served_model, timeout=timeout, key_path=key_path, generates=generates
+    )
     problem = health.verdict(unit, port, served_model, result)
     if problem is None:
-        host.noop(f"{unit} healthy on :{port}, serving {served_model}")
+        host.noop(f"{unit} healthy on :{port}, serving {served_model}" + (", one token generated" if generates else ""))
     else:
         if record is not None:
             record(host.name, problem)

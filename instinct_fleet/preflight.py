@@ -340,7 +340,7 @@ class Probe:
     units: tuple[str, ...]  # with .service
     user: str
     image: str | None
-    endpoints: tuple[tuple[int, str], ...]
+    endpoints: tuple[tuple[int, str, bool], ...]  # port, served model, whether it generates
     weights: tuple[tuple[str, str], ...] = ()  # (repository in weights_source, repository in hf_cache_dir)
     exporter_image: str | None = None
     api_key_path: str | None = None  # vllm_api_key_path: /v1 answers only with the key, and its file must be root's alone
@@ -353,7 +353,10 @@ def script(token_path: str, probe: Probe) -> str:
     globs = " ".join(RESTART_FILES)
     units = " ".join(q(u) for u in probe.units)
     patterns = " ".join(q(p) for p in UNIT_PATTERNS)
-    health = "; ".join(f"{health_checks.serving(port, served, probe.api_key_path)} && echo {port}" for port, served in probe.endpoints)
+    health = "; ".join(
+        f"{health_checks.serving(port, served, probe.api_key_path, generates=generates)} && echo {port}"
+        for port, served, generates in probe.endpoints
+    )
     weights = "; ".join(
         f"printf '%s|%s|%s\\n' {q(source)} \"$(head -n1 {q(source + '/' + WEIGHTS_COMPLETE)} 2>/dev/null)\" "
         f'"$(head -n1 {q(local + "/" + WEIGHTS_STAGED)} 2>/dev/null)"'

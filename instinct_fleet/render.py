@@ -111,6 +111,12 @@ def exporter_argv(image: str) -> list[str]:
     return argv
 
 
+def generates(svc: ServiceSpec) -> bool:
+    """Whether the instance generates text: a pooling model (``--runner pooling``, ``--convert embed|classify``)
+    has no completions route, so the health gate stops at /v1/models for it."""
+    return svc.args.get("runner") != "pooling" and svc.args.get("convert") not in ("embed", "classify")
+
+
 def served_model(svc: ServiceSpec) -> str:
     """The name /v1/models lists: --served-model-name when set, else the model."""
     name = svc.args.get("served-model-name")

@@ -73,6 +73,9 @@ class Roll:
     failed_at_start: dict[int, frozenset[str]] = field(default_factory=dict)
     # Per host: why it did not converge, recorded by the operation that found out (health, hooks).
     reasons: dict[str, list[str]] = field(default_factory=dict)
+    # The signal (SIGINT, SIGTERM) that asked the run to stop: the open batch finishes, no other opens.
+    interrupted: str | None = None
+    current: int | None = None  # the batch that is open: from its first operation to the next batch or the roll's end
 
     def batch_of(self, host: str) -> int | None:
         for index, batch in enumerate(self.batches):
@@ -93,20 +96,38 @@ class Roll:
         ]
 
     def proceeds(self, batch: int, failed: set[str]) -> bool:
-        """Whether batch ``batch`` may run, given the hosts failed so far. The first call opens the batch."""
+        """Whether batch ``batch`` may run, given the hosts failed so far. The first call opens the batch;
+        after an interrupt, a batch that is not open yet never opens (an open one finishes, gate included)."""
+        if batch not in self.failed_at_start and self.interrupted is not None:
+            return False
         if len(self.failed_batches(failed, batch)) > self.max_failures:
             return False
-        self.failed_at_start.setdefault(batch, frozenset(failed))
+        if batch not in self.failed_at_start:
+            self.failed_at_start[batch] = frozenset(failed)
+            self.current = batch
         return True
+
+    def finish(self) -> bool:
+        """The roll's last batch is over (called by the operation after it, on every host)."""
+        self.current = None
+        return True
+
+    def skipped(self, host: str) -> bool:
+        """Whether an interrupt kept this host's batch from opening: the host keeps its old configuration."""
+        unit = self.unit_of(host)
+        batch = self.batch_of(host)
+        return self.interrupted is not None and unit is not None and unit.kind != "unchanged" and batch not in self.failed_at_start
 
     def note(self, host: str, reason: str) -> None:
         self.reasons.setdefault(host, []).append(reason)
 
     def outcome(self, host: str, failed: set[str]) -> tuple[str, str]:
-        """(status, why) of one host at the end of the run: rolled, started, unchanged, failed or not-rolled."""
+        """(status, why) of one host at the end of the run: rolled, started, unchanged, failed, not-rolled or interrupted."""
         unit = self.unit_of(host)
         batch = self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None
         why = "; ".join(self.reasons.get(host, []))
+        if self.skipped(host):
+            return "interrupted", f"{self.interrupted} before its batch {batch}: it keeps its old configuration; the next deploy rolls it"
         if host in failed:
             if batch is not None and (batch not in self.failed_at_start or host in self.failed_at_start[batch]):
                 return "not-rolled", f"failed before its batch {batch}: {why or 'see the output above'}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -202,6 +203,28 @@ class RollReporter(BaseStateCallback):
             Path(target).write_text(dump_summary(rows) + "\n")
 
 
+def interrupt_handler(roll: Roll) -> Callable[[int, Any], None]:
+    """SIGINT and SIGTERM during a run. Inside a roll batch the batch finishes, health gate included, and no
+    other batch opens; the hosts it did not reach fail as ``interrupted``, so the run exits non-zero. Outside a
+    batch (or at a second signal) the run stops at once, non-zero, after the summary. pyinfra's own handler
+    exits 0, which a pipeline would read as a deploy that succeeded."""
+
+    def handle(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if roll.interrupted is not None or roll.current is None:
+            roll.interrupted = roll.interrupted or name
+            print(f"\n{name}: stopping now (no roll batch is half done)", file=sys.stderr, flush=True)
+            sys.exit(128 + signum)  # the roll summary prints at exit
+        roll.interrupted = name
+        print(
+            f"\n{name}: finishing roll batch {roll.current} (its health gate included), then stopping; {name} again stops at once",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return handle
+
+
 # One plan per pyinfra run, kept on the run's State itself, made by the first host that asks;
 # pyinfra loads the deploy file for every host at once in greenlets, so the others wait for it.
 _PLAN_ATTRIBUTE = "instinct_fleet_plan"
@@ -257,6 +280,8 @@ def fleet_plan(state: Any) -> FleetPlan:
         state.add_callback_handler(RollReporter(state, fleet))
         state.add_callback_handler(watchdog.Watchdog(fleet.roll.note))
         state.pool = watchdog.ContainedPool(state.pool.size, fleet.roll.note)
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, interrupt_handler(fleet.roll))
         pending.set(fleet)
     result: FleetPlan = pending.get()
     return result

@@ -64,8 +64,8 @@ def healthy(
     record: Callable[[str, str], None] | None = None,
     units: set[str] | None = None,
 ) -> None:
-    """The health gate: each instance of ``units`` (default: those that did not answer at preflight) answers
-    /health and lists its model within health_timeout."""
+    """The health gate: each instance of ``units`` (default: those that were not healthy at preflight) becomes
+    healthy (health.serving: /health, its model listed, one token generated) within health_timeout."""
     timeout = plan.spec.vars.health_timeout
     for svc in plan.serves:
         name = paths.vllm_unit(svc.name)
@@ -79,6 +79,7 @@ def healthy(
             timeout=timeout,
             key_path=plan.spec.vars.vllm_api_key_path,
             record=record,
+            generates=render.generates(svc),
             _if=gate,
             _timeout=timeout + 60,  # the wait ends itself at health_timeout; this bounds a hung host
         )

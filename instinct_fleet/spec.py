@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from instinct_fleet import knowledge
+from instinct_fleet import knowledge, paths
 from instinct_fleet.defaults import DEFAULTS, REMOVED, BenchProfile, FleetVars, Hook, Instance, RayPorts
 from instinct_fleet.recipes import ArgValue, Recipe, all_recipes
 from instinct_fleet.rules import Finding, finding
@@ -112,6 +112,17 @@ class HostSpec:
     data: dict[str, Any]
     vars: FleetVars
     address: str | None = None  # where pyinfra connects: ssh_hostname, else the inventory name
+
+    @property
+    def serves(self) -> tuple[ServiceSpec, ...]:
+        """The vLLM instances this host runs a unit for: none on a cluster worker (the head runs them)."""
+        return () if self.cluster is not None and self.cluster.role == "worker" else self.services
+
+    @property
+    def serving_units(self) -> tuple[str, ...]:
+        """The units that serve on this host, in start order: its Ray unit first, then one per instance."""
+        ray = (paths.ray_unit(self.cluster.role),) if self.cluster is not None else ()
+        return ray + tuple(paths.vllm_unit(s.name) for s in self.serves)
 
 
 # pyinfra's own host data: connection settings and operation arguments (_sudo, _timeout, ...).

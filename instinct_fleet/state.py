@@ -73,6 +73,7 @@ class Endpoint:
     unit: str
     port: int
     served: str
+    generates: bool = True  # False for a pooling model: the gate stops at /v1/models
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from instinct_fleet import health, paths, render
 from instinct_fleet.preflight import sections
-from instinct_fleet.spec import HostSpec, ServiceSpec
+from instinct_fleet.spec import HostSpec
 
 MARK = "@@instinct-fleet-status "
 # vLLM's own metric names (vllm/v1/metrics/loggers.py). vllm:gpu_cache_usage_perc was renamed
@@ -70,21 +70,16 @@ class Row:
         return None
 
 
-def instances(spec: HostSpec) -> tuple[ServiceSpec, ...]:
-    cluster = spec.cluster
-    return () if cluster is not None and cluster.role == "worker" else spec.services
-
-
 def script(spec: HostSpec) -> str:
     """One shell command that reads every unit of this host."""
     q = shlex.quote
     parts = [f"printf '{MARK}roll\\n'; cat {paths.ROLL_MARKER} 2>/dev/null; true"]
-    for svc in instances(spec):
+    for svc in spec.serves:
         unit = paths.vllm_unit(svc.name)
         metrics = "|".join(re.escape(m) for m in (RUNNING, WAITING, kv_cache_metric(svc.version)))
         parts.append(
             f"printf '{MARK}instance {unit}\\n'; systemctl show -p ActiveState --value {unit}.service; "
-            f"if {health.serving(svc.port, render.served_model(svc), spec.vars.vllm_api_key_path)}; then echo 'health ok'; "
+            f"if {health.serving(svc.port, render.served_model(svc), spec.vars.vllm_api_key_path, generates=render.generates(svc))}; then echo 'health ok'; "
             f"else echo \"health $(curl -s -o /dev/null -m 3 -w '%{{http_code}}' http://127.0.0.1:{svc.port}/health)\"; fi; "
             f"docker inspect -f 'image {{{{.Config.Image}}}} {{{{.Image}}}}' {unit} 2>/dev/null; "
             f"curl -s -m 3 http://127.0.0.1:{svc.port}/metrics 2>/dev/null | grep -E {q(f'^({metrics})[{{ ]')}; true"
@@ -132,7 +127,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
     rolling = part["roll"][0] if part.get("roll") else None
     host = str(spec.host)
     rows = []
-    for svc in instances(spec):
+    for svc in spec.serves:
         unit = paths.vllm_unit(svc.name)
         lines = part.get(f"instance {unit}", [])
         state = lines[0] if lines and not lines[0].startswith(("health ", "image ")) else "unknown"
@@ -166,7 +161,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
 def unreachable(spec: HostSpec, why: str) -> list[Row]:
     """One row per unit of a host that could not be read, each saying why."""
     units: list[tuple[str, str, str, int | None]] = [
-        (svc.name, paths.service(paths.vllm_unit(svc.name)), svc.image, svc.port) for svc in instances(spec)
+        (svc.name, paths.service(paths.vllm_unit(svc.name)), svc.image, svc.port) for svc in spec.serves
     ]
     if spec.cluster is not None:
         ray = paths.ray_unit(spec.cluster.role)

@@ -1,4 +1,4 @@
-"""Stage 9, health: each instance answers /health and lists its model, within health_timeout.
+"""Stage 9, health: each instance is healthy (/health, its model listed, one token generated) within health_timeout.
 
 Instances that rolled passed this gate in their batch already; this is the
 final word for the others: every instance that did not answer at preflight.

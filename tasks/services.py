@@ -26,3 +26,10 @@ for batch in host.loop(range(len(fleet.roll.batches))):
     operations.barrier(name=f"Roll: batch {batch}", note=f"roll batch {batch}")
     if batch == mine:
         serving.converge(plan, fleet, batch, failed)
+# After the last batch (on every host at once): the roll is over; a host whose batch an interrupt
+# (SIGINT, SIGTERM) kept from opening fails, so that the run exits non-zero (instinct_fleet/run.py).
+operations.fail(
+    name="Roll: interrupted before this host's batch",
+    message="the run was interrupted before this host's roll batch: it keeps its old configuration; deploy again to roll it",
+    _if=[fleet.roll.finish, lambda: fleet.roll.skipped(host.name)],
+)

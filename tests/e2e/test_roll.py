@@ -7,8 +7,10 @@ rolls to --max-num-seqs 192, the crash-looping attempt ends on 160 (``BASELINE``
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +122,22 @@ def test_an_instance_that_never_becomes_healthy_fails_its_host_alone(baseline: s
     quiet(deploy(inventory=baseline))
 
 
+def test_an_instance_that_fails_its_first_completion_fails_its_host_alone(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
+    """/health and /v1/models answer, but the engine dies at its first forward pass: the gate's one-token
+    completion catches it at once (health.serving), with the answer, instead of calling the unit healthy."""
+    broken = inventory(tmp_path, "first-completion", BASELINE, {"sim-gpu-1": {"vllm_env": {"STANDIN_FAIL_COMPLETIONS": "1"}}})
+    other = started_at(fleet, "sim-gpu-2", "vllm-llama-a")
+    run = deploy(inventory=broken)
+    assert "sim-gpu-1" in run.results["failed_hosts"]
+    why = run.why("sim-gpu-1")
+    assert run.status("sim-gpu-1") == {"failed"} and "its first completion failed" in why and "HTTP 500" in why, run.roll
+    assert "EngineCore encountered an issue" in why
+    assert started_at(fleet, "sim-gpu-2", "vllm-llama-a") == other
+    back = deploy(inventory=baseline)
+    assert back.results["failed_hosts"] == ["sim-nogpu"], back.stderr[-3000:]
+    quiet(deploy(inventory=baseline))
+
+
 def test_an_unreachable_host_is_one_clear_line_and_the_rest_converge(baseline: str, tmp_path: Path) -> None:
     ghost = inventory(tmp_path, "ghost", BASELINE, extra_hosts="ghosts = [('sim-ghost', {**base['sim_gpu'][0][1], 'ssh_port': 1})]\n")
     run = deploy(inventory=ghost)
@@ -130,18 +148,26 @@ def test_an_unreachable_host_is_one_clear_line_and_the_rest_converge(baseline: s
     quiet(deploy(inventory=baseline))
 
 
-def streamed_deploy(inventory_path: str, when: str, fault: list[str]) -> tuple[int, str, float]:
-    """Run a deploy and inject ``fault`` (a command) as soon as its output shows ``when``."""
+Fault = list[str] | Callable[["subprocess.Popen[str]"], None]
+
+
+def streamed_deploy(inventory_path: str, when: str, fault: Fault) -> tuple[int, str, float]:
+    """Run a deploy and inject ``fault`` (a command, or a function of the deploy's process) as soon as its
+    output shows ``when``."""
     started = time.monotonic()
     argv = [*CLI, "deploy", inventory_path, "--project-dir", str(ROOT)]
+    pending = True
     with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         assert proc.stdout is not None
         lines = []
         for line in proc.stdout:
             lines.append(line)
-            if when in line and fault:
-                subprocess.run(fault, check=True, capture_output=True)
-                fault = []
+            if when in line and pending:
+                if callable(fault):
+                    fault(proc)
+                else:
+                    subprocess.run(fault, check=True, capture_output=True)
+                pending = False
         rc = proc.wait(timeout=600)
     return rc, "".join(lines), time.monotonic() - started
 
@@ -182,6 +208,33 @@ def test_a_host_killed_mid_run_fails_alone_and_converges_when_back(baseline: str
     back = deploy(inventory=baseline)
     assert back.results["failed_hosts"] == ["sim-nogpu"], back.stderr[-3000:]
     quiet(deploy(inventory=baseline))
+
+
+def test_an_interrupted_roll_finishes_its_batch_exits_non_zero_and_the_next_deploy_completes_it(
+    baseline: str, fleet: dict[str, Any], tmp_path: Path
+) -> None:
+    """SIGINT (a CI runner cancelling the job) inside batch 1: that batch finishes, gate included; no other
+    batch opens; the run exits non-zero with each unit's status; every unit serves its old or its new
+    configuration; the next deploy rolls the rest."""
+    change = inventory(tmp_path, "interrupted", {**BASELINE, "vllm_args": {FLAG: 176}})
+    with Probe(fleet, hz=5) as probe:
+        rc, output, _ = streamed_deploy(change, "Roll: mark the host as rolling", lambda proc: proc.send_signal(signal.SIGINT))
+    assert rc != 0 and "Traceback" not in output, output[-3000:]
+    assert "SIGINT: finishing roll batch 1" in output
+    summary = output.split("Roll summary:")[-1]
+    rows = {line.split()[0]: line for line in summary.splitlines() if line.strip().startswith("sim-")}
+    assert "rolled" in rows["sim-c1"] and "rolled" in rows["sim-c2"], summary  # batch 1: the cluster, finished
+    for host in ("sim-gpu-1", "sim-gpu-2"):
+        assert "interrupted" in rows[host] and "SIGINT before its batch" in rows[host], summary
+        assert f"--{FLAG} 176" not in ssh(fleet, host, "cat /etc/systemd/system/vllm-*.service")  # old configuration
+    assert f"--{FLAG} 176" in ssh(fleet, "sim-c1", "cat /etc/systemd/system/vllm-llama-405b.service")  # new configuration
+    assert probe.worst() >= len(UNITS) - 1
+    done = verify("sim-c*", inventory=change)  # the rolled unit is exactly the new inventory
+    assert done.returncode == 0, done.stdout[-4000:]
+    resumed = deploy(inventory=change)
+    assert resumed.results["failed_hosts"] == ["sim-nogpu"], resumed.stderr[-3000:]
+    assert resumed.status("sim-c1") == {"unchanged"} and resumed.status("sim-gpu-1") == {"rolled"}, resumed.roll
+    quiet(deploy(inventory=change))
 
 
 def test_registry_down_during_the_pre_pull_restarts_nothing(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ and answers the preflight fact's probe as the fact's shell would, reading only
 the paths and units the probe names (so a gap between the declaration and the
 probe shows as drift here too). :func:`emitted` runs a real ``tasks/*.py`` file
 with the pyinfra operations it calls replaced by a recorder, and returns the
-name of every operation it emitted, in order. The end-to-end suite runs the same
+name of every operation that would run, in order: each ``_if`` is evaluated as
+pyinfra does at execution, every earlier operation counting as a change. The end-to-end suite runs the same
 files for real.
 """
 
@@ -85,7 +86,7 @@ class SimHost:
             "enabled": "\n".join(f"{paths.service(u)} enabled enabled" for u in sorted(self.enabled) if named(u)),
             "user": user,
             "image": IMAGE_ID if self.image and probe.image else "",
-            "healthy": " ".join(str(port) for port, _ in probe.endpoints if port in self.healthy),
+            "healthy": " ".join(str(port) for port, _, _ in probe.endpoints if port in self.healthy),
             "nft": "loaded" if self.firewall_loaded else "",
             "weights": "\n".join(f"{s}|{self.weights.get(s, ('', ''))[0]}|{self.weights.get(s, ('', ''))[1]}" for s, _ in probe.weights),
             "exporter_image": IMAGE_ID if self.exporter_image and probe.exporter_image else "",
@@ -135,12 +136,13 @@ def plan(data: dict[str, Any], sim: SimHost, peers: dict[str, dict[str, Any]] | 
 
 
 class _Recorded:
-    """What a recorded operation returns: it may have changed something, as far as the stage can tell."""
+    """What a recorded operation returns: one that ran counts as a change; one its ``_if`` skipped does not."""
 
-    changed = True
+    def __init__(self, ran: bool) -> None:
+        self.ran = ran
 
     def did_change(self) -> bool:
-        return True
+        return self.ran
 
 
 RECORDED = {
@@ -158,9 +160,13 @@ def recording(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     names: list[str] = []
 
     def recorder(module: str, op: str) -> Any:
-        def record(*_args: Any, name: str | None = None, **_kwargs: Any) -> _Recorded:
-            names.append(name or f"{module}.{op}")
-            return _Recorded()
+        def record(*_args: Any, name: str | None = None, _if: Any = None, **_kwargs: Any) -> _Recorded:
+            # pyinfra evaluates _if when it executes the operation: a gate that says no means no operation.
+            conditions = _if if isinstance(_if, list) else [_if] if _if is not None else []
+            ran = all(condition() for condition in conditions)
+            if ran:
+                names.append(name or f"{module}.{op}")
+            return _Recorded(ran)
 
         return record
 
@@ -170,9 +176,11 @@ def recording(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield names
 
 
-def emitted(monkeypatch: pytest.MonkeyPatch, stage: str, host_plan: HostPlan) -> list[str]:
-    """The names of the operations ``tasks/<stage>.py`` emits for this host (h1), in order."""
+def emitted(monkeypatch: pytest.MonkeyPatch, stage: str, host_plan: HostPlan, interrupted: str | None = None) -> list[str]:
+    """The names of the operations ``tasks/<stage>.py`` emits for this host (h1), in order; ``interrupted``:
+    a signal that arrived before the stage ran."""
     fleet = FleetPlan({"h1": host_plan}, plan_roll({"h1": host_plan}))
+    fleet.roll.interrupted = interrupted
     done: AsyncResult = AsyncResult()
     done.set(fleet)
     state = SimpleNamespace(instinct_fleet_plan=done, failed_hosts=set())

@@ -54,21 +54,32 @@ def test_wait_script_checks_health_models_and_the_unit() -> None:
     assert "no answer within 60s (health_timeout)" in script
 
 
-def _server(models: list[str], health_code: int) -> ThreadingHTTPServer:
-    """A loopback HTTP server answering /health and /v1/models as vLLM's API server does."""
+def _server(models: list[str], health_code: int, completion_code: int = 200) -> ThreadingHTTPServer:
+    """A loopback HTTP server answering /health, /v1/models and /v1/completions as vLLM's API server does."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/health":
-                body, code = b"", health_code
-            elif self.path == "/v1/models":
-                body, code = json.dumps({"object": "list", "data": [{"id": m} for m in models]}).encode(), 200
-            else:
-                body, code = b"", 404
+        def answer(self, code: int, body: bytes) -> None:
             self.send_response(code)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self.answer(health_code, b"")
+            elif self.path == "/v1/models":
+                self.answer(200, json.dumps({"object": "list", "data": [{"id": m} for m in models]}).encode())
+            else:
+                self.answer(404, b"")
+
+        def do_POST(self) -> None:
+            request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            if self.path != "/v1/completions" or request.get("max_tokens") != 1 or request.get("model") not in models:
+                self.answer(400, b"{}")
+            elif completion_code != 200:
+                self.answer(completion_code, json.dumps({"error": {"message": "EngineCore encountered an issue"}}).encode())
+            else:
+                self.answer(200, json.dumps({"choices": [{"index": 0, "text": " world"}]}).encode())
 
         def log_message(self, *_args: object) -> None:
             return
@@ -79,15 +90,47 @@ def _server(models: list[str], health_code: int) -> ThreadingHTTPServer:
 
 
 @pytest.mark.parametrize(
-    ("models", "code", "healthy"),
-    [(["org/model"], 200, True), (["org/other"], 200, False), (["org/model"], 503, False), (["org/model-2"], 200, False)],
+    ("models", "code", "completion", "healthy"),
+    [
+        (["org/model"], 200, 200, True),
+        (["org/other"], 200, 200, False),
+        (["org/model"], 503, 200, False),
+        (["org/model-2"], 200, 200, False),
+        (["org/model"], 200, 500, False),  # answers /health and lists the model, but cannot generate
+    ],
 )
-def test_serving_is_health_200_and_the_model_listed(models: list[str], code: int, healthy: bool) -> None:
+def test_serving_is_health_200_the_model_listed_and_one_token(models: list[str], code: int, completion: int, healthy: bool) -> None:
     """The one definition of healthy, run by bash and curl against a real socket."""
-    server = _server(models, code)
+    server = _server(models, code, completion)
     try:
         result = subprocess.run(["bash", "-c", health.serving(server.server_port, "org/model", None)], check=False)
         assert (result.returncode == 0) == healthy
+    finally:
+        server.shutdown()
+
+
+def test_a_pooling_model_is_healthy_without_a_completion() -> None:
+    server = _server(["org/model"], 200, 404)
+    try:
+        assert (
+            subprocess.run(["bash", "-c", health.serving(server.server_port, "org/model", None, generates=False)], check=False).returncode
+            == 0
+        )
+        assert subprocess.run(["bash", "-c", health.serving(server.server_port, "org/model", None)], check=False).returncode != 0
+    finally:
+        server.shutdown()
+
+
+def test_the_gate_names_a_failed_first_completion_at_once() -> None:
+    """The wait script, on a unit that does not exist (systemctl answers empty) and an instance whose first
+    completion fails: it stops at once with the answer, instead of waiting out health_timeout."""
+    server = _server(["org/model"], 200, 500)
+    try:
+        script = health.wait_script("instinct-fleet-test-none.service", server.server_port, "org/model", 60)
+        done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30, check=False)
+        result = health.parse(done.stdout)
+        problem = health.verdict("vllm-main.service", server.server_port, "org/model", result)
+        assert problem is not None and "its first completion failed" in problem and "HTTP 500" in problem and "EngineCore" in problem
     finally:
         server.shutdown()
 

@@ -38,6 +38,6 @@ def test_everything_desired_is_probed(data: dict[str, Any]) -> None:
         # A stale vllm-*/ray-* unit is found by the fact's patterns; every other unit is named.
         units = [paths.service(u.name) for u in want.units]
         assert [u for u in units if u not in probe.units and not any(fnmatch.fnmatch(u, p) for p in paths.UNIT_PATTERNS)] == []
-        assert {(e.port, e.served) for e in want.endpoints} <= set(probe.endpoints)
+        assert {(e.port, e.served, e.generates) for e in want.endpoints} <= set(probe.endpoints)
         assert {(w.source, w.local) for w in want.weights} == set(probe.weights)
         assert want.exporter_image == probe.exporter_image and want.image in (probe.image, None)

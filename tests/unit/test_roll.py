@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import signal
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ from instinct_fleet import roll as rolling
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData
 from instinct_fleet.roll import Roll, ServingUnit, batch_size, batches, format_summary, plan_roll
-from instinct_fleet.run import image_seeds, plan_inventory
+from instinct_fleet.run import image_seeds, interrupt_handler, plan_inventory
 from tests.unit.files import docker_files, unit_files
 
 from .test_preflight import mi300x_host
@@ -177,3 +178,35 @@ def test_one_host_per_missing_image_pulls_first() -> None:
     reports = {"gpu-1": have, "gpu-2": report, "gpu-3": report, "other": report}
     plans = plan_inventory(hosts, {h.name for h in hosts}, lambda specs: {n: reports[n] for n in specs})
     assert image_seeds(plans) == {"gpu-2", "other"}
+
+
+def test_an_interrupt_lets_the_open_batch_finish_and_opens_no_other() -> None:
+    fleet = units(a="restart", b="restart", c="unchanged")
+    r = Roll(fleet, batches(fleet, 1), 0)
+    assert r.proceeds(1, set()) and r.current == 1
+    r.interrupted = "SIGINT"
+    assert r.proceeds(1, set())  # batch 1 is open: its operations, health gate included, go on
+    assert not r.proceeds(2, set()) and r.current == 1
+    assert r.finish() and r.current is None
+    assert not r.skipped("a") and r.skipped("b") and not r.skipped("c")
+    assert r.outcome("a", set()) == ("rolled", "batch 1")
+    status, why = r.outcome("b", {"b"})
+    assert status == "interrupted" and "SIGINT before its batch 2" in why and "keeps its old configuration" in why
+    assert r.outcome("c", set())[0] == "unchanged"
+
+
+def test_the_signal_handler_defers_inside_a_batch_and_stops_outside_one() -> None:
+    fleet = units(a="restart", b="restart")
+    r = Roll(fleet, batches(fleet, 1), 0)
+    handle = interrupt_handler(r)
+    with pytest.raises(SystemExit) as stopped:  # no batch open: stop now, non-zero
+        handle(signal.SIGTERM, None)
+    assert stopped.value.code == 128 + signal.SIGTERM and r.interrupted == "SIGTERM"
+    r = Roll(fleet, batches(fleet, 1), 0)
+    handle = interrupt_handler(r)
+    assert r.proceeds(1, set())
+    handle(signal.SIGINT, None)  # inside batch 1: deferred
+    assert r.interrupted == "SIGINT" and not r.proceeds(2, set())
+    with pytest.raises(SystemExit) as again:  # a second signal stops at once
+        handle(signal.SIGINT, None)
+    assert again.value.code == 128 + signal.SIGINT

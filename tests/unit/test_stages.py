@@ -278,3 +278,17 @@ def test_every_accepted_spec_converges_to_a_no_op(monkeypatch: pytest.MonkeyPatc
     again = plan(data, sim, peers, api_key="600|root|33")
     quiet = {"services": ["Roll: batch 0"]}
     assert {s: ops for s in STAGES if (ops := emitted(monkeypatch, s, again)) != quiet.get(s, [])} == {}
+
+
+def test_an_interrupt_before_the_host_s_batch_rolls_nothing_and_fails_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGINT before the roll: no batch opens, nothing restarts, and the host fails as interrupted (a non-zero exit)."""
+    sim = converged(DATA)
+    unit = paths.unit_path("vllm-main")
+    content, mode, owner, group = sim.files[unit]
+    sim.files[unit] = (content + b"# changed\n", mode, owner, group)
+    assert emitted(monkeypatch, "services", plan(DATA, sim), interrupted="SIGINT") == [
+        "Roll: batch 0",
+        "Roll: batch 1",
+        "Roll: interrupted before this host's batch",
+    ]
+    assert "Roll: interrupted before this host's batch" not in emitted(monkeypatch, "services", plan(DATA, sim))

@@ -144,7 +144,7 @@ def test_endpoints_answer_with_the_model(target: Target) -> None:
     """Healthy as the health gate, status and bench mean it (health.serving): /health 200 and the model listed."""
     key = target.plan.spec.vars.vllm_api_key_path
     for want in target.plan.desired.endpoints:
-        if target.host.run(health.serving(want.port, want.served, key, 10)).rc != 0:
+        if target.host.run(health.serving(want.port, want.served, key, 10, want.generates)).rc != 0:
             code = target.host.run(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{want.port}/health").stdout
             models = target.host.run(health.v1_curl(f"http://127.0.0.1:{want.port}/v1/models", key, 10)).stdout
             pytest.fail(

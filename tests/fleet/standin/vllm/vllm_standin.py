@@ -28,7 +28,9 @@ unless the model is in its Hugging Face cache, as vLLM fails offline.
 Test-only knobs (env vars, set through vllm_env by the end-to-end tests; never
 in product code): STANDIN_STARTUP_SECONDS (start-up delay), STANDIN_REQUEST_SECONDS
 (time each completion takes), STANDIN_CRASH_AT_START=1 (exit 1 after start-up:
-a crash loop under systemd), STANDIN_NEVER_HEALTHY=1 (listen, but /health stays 503).
+a crash loop under systemd), STANDIN_NEVER_HEALTHY=1 (listen, but /health stays 503),
+STANDIN_FAIL_COMPLETIONS=1 (healthy and listed, but the first completion gets a 500 and the
+server exits, as vLLM does when its engine dies at the first forward pass).
 """
 
 from __future__ import annotations
@@ -409,6 +411,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self.reply(404, {"detail": "Not Found"})
+            return
+        if os.environ.get("STANDIN_FAIL_COMPLETIONS") == "1":
+            # vLLM's engine core dying at its first forward pass (vllm#34641): a 500, then the server exits.
+            message = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+            self.reply(500, {"error": {"message": message, "type": "InternalServerError", "code": 500}})
+            print("ERROR stand-in: STANDIN_FAIL_COMPLETIONS=1, the engine died at its first forward pass", flush=True)
+            threading.Timer(0.5, lambda: os._exit(1)).start()
             return
         if body.get("model") != State.served:
             message = f"The model `{body.get('model')}` does not exist."
