@@ -134,7 +134,7 @@ def test_drift_is_repaired_exactly_and_nothing_else(second: Run, fleet: dict[str
     changed = repair.changed()
     unexpected = {(h, names) for h, names in changed if not any(h == eh and what in names for eh, what in expected)}
     missing = {(eh, what) for eh, what in expected if not any(h == eh and what in names for h, names in changed)}
-    assert not unexpected and not missing, f"unexpected changes {unexpected}, missing repairs {missing}"
+    assert not unexpected and not missing, f"unexpected changes {unexpected}, missing repairs {missing}\n{repair.stderr[-4000:]}"
     assert repair.results["failed_hosts"] == ["sim-nogpu"]
     for (host, container), before in untouched.items():
         assert started_at(fleet, host, container) == before, f"{container} on {host} restarted without a change of its own"

@@ -141,7 +141,7 @@ def test_containers_run_exactly_the_rendered_env_and_args(target: Target) -> Non
 
 
 def test_endpoints_answer_with_the_model(target: Target) -> None:
-    """Healthy as the health gate, status and bench mean it (health.serving): /health 200 and the model listed."""
+    """Healthy as the health gate, status and bench mean it (health.serving): /health 200, the model listed, one token."""
     key = target.plan.spec.vars.vllm_api_key_path
     for want in target.plan.desired.endpoints:
         if target.host.run(health.serving(want.port, want.served, key, 10, want.generates)).rc != 0:
