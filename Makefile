@@ -66,8 +66,9 @@ e2e: install fleet-deps floor-venv
 test: install unit-deps fleet-deps floor-venv
 	$(MAKE) --no-print-directory -j2 --output-sync=line checks e2e
 
+# The unit tests run at a lower CPU priority: the end-to-end tests' timings (probe rates, health gates) come first.
 checks: lint
-	$(MAKE) --no-print-directory unit
+	nice -n 15 $(MAKE) --no-print-directory unit
 
 # The quick start: a local simulated fleet, the default recipe deployed, a sample completion.
 demo: install fleet-deps

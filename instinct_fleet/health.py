@@ -63,28 +63,36 @@ class Health:
     journal: tuple[str, ...]
 
 
+# A listed model whose completion fails this many polls in a row fails the gate; a failure at the first
+# forward pass that takes the server down shows at once as a crash loop, with the completion's answer.
+COMPLETION_TRIES = 3
+
+
 def wait_script(unit: str, port: int, served: str, timeout: int, key_path: str | None = None, generates: bool = True) -> str:
     """Poll until :func:`serving` passes; stop early when the unit fails or restarts, when /health answers
-    but lists another model, or when the model is listed but its first completion fails (the verdict says which)."""
+    but lists another model, or when the model is listed but its completions keep failing (the verdict says
+    which, with the first failed completion's answer)."""
     u = shlex.quote(unit)
     url = f"http://127.0.0.1:{int(port)}"
     # The same request as serving's, with the answer kept (and its HTTP code) for the verdict.
     sent = v1_curl(f"{url}/v1/completions", key_path, 10, completion(served)).replace("curl -fsS", "curl -sS -w ' (HTTP %{http_code})'")
     report = f"echo '{MARK}code'; echo \"$code\"; echo '{MARK}state'; echo \"$why\"; echo '{MARK}journal'; journalctl -u {u} -n 25 --no-pager -o cat 2>/dev/null; exit 0"
+    answer = "${answer:+; its first completion failed: $answer}"
     return (
-        f"end=$(( $(date +%s) + {int(timeout)} )); start=$(systemctl show -p NRestarts --value {u}); "
+        f"end=$(( $(date +%s) + {int(timeout)} )); start=$(systemctl show -p NRestarts --value {u}); tries=0; answer=''; "
         "while :; do "
         f"if {serving(port, served, key_path, 10, generates)}; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo healthy; "
         f"echo '{MARK}models'; {v1_curl(f'{url}/v1/models', key_path, 10)} 2>/dev/null; echo; exit 0; fi; "
         f"code=$(curl -s -o /dev/null -m 5 -w '%{{http_code}}' {url}/health); "
         f'if [ "$code" = 200 ] && {serving(port, served, key_path, 10, generates=False)}; then '
-        f'why="its first completion failed: $({sent} 2>&1 | tr -d "\\n" | head -c 400)"; {report}; fi; '
-        f"if [ \"$code\" = 200 ]; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo 'lists another model'; "
+        f'tries=$((tries + 1)); [ -n "$answer" ] || answer="$({sent} 2>&1 | tr -d "\\n" | head -c 400)"; '
+        f'if [ "$tries" -ge {COMPLETION_TRIES} ]; then why="its first completion failed: $answer"; {report}; fi; '
+        f"elif [ \"$code\" = 200 ]; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo 'lists another model'; "
         f"echo '{MARK}models'; {v1_curl(f'{url}/v1/models', key_path, 10)} 2>/dev/null; echo; exit 0; fi; "
         f"active=$(systemctl show -p ActiveState --value {u}); now=$(systemctl show -p NRestarts --value {u}); "
-        f'if [ "$active" = failed ] || [ "$active" = inactive ]; then why="unit is $active"; {report}; fi; '
-        f'if [ "$now" != "$start" ]; then why="unit restarted while starting (crash loop)"; {report}; fi; '
-        f'if [ "$(date +%s)" -ge "$end" ]; then why="no answer within {int(timeout)}s (health_timeout)"; {report}; fi; '
+        f'if [ "$active" = failed ] || [ "$active" = inactive ]; then why="unit is $active{answer}"; {report}; fi; '
+        f'if [ "$now" != "$start" ]; then why="unit restarted while starting (crash loop){answer}"; {report}; fi; '
+        f'if [ "$(date +%s)" -ge "$end" ]; then why="no answer within {int(timeout)}s (health_timeout){answer}"; {report}; fi; '
         f"sleep {POLL_SECONDS}; done"
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import cache
@@ -229,3 +230,13 @@ def replacements() -> tuple[dict[str, Replacement], dict[str, Replacement]]:
     flags = {k: Replacement(**v) for k, v in data.get("flags", {}).items()}
     env = {k: Replacement(**v) for k, v in data.get("env", {}).items()}
     return flags, env
+
+
+# argparse's own test for a negative number (ArgumentParser._negative_number_matcher): such a token, and a
+# lone "-", are values; any other token that starts with "-" is read as an option.
+NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def is_option(arg: str) -> bool:
+    """Whether argparse (vLLM's reader of its command line) takes ``arg`` for an option rather than a value."""
+    return arg.startswith("-") and arg != "-" and not NEGATIVE_NUMBER.match(arg)

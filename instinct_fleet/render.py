@@ -413,11 +413,11 @@ def systemd_quote(arg: str) -> str:
 
 
 def exec_line(argv: list[str]) -> str:
-    """One Exec= value, continued over lines at each flag so that a unit diff reads well."""
+    """One Exec= value, continued over lines at each option so that a unit diff reads well."""
     parts: list[str] = []
     for arg in argv:
         quoted = systemd_quote(arg)
-        if arg.startswith("-") and parts:
+        if knowledge.is_option(arg) and parts:
             parts.append(" \\\n    " + quoted)
         else:
             parts.append((" " if parts else "") + quoted)

@@ -170,6 +170,9 @@ def _flag_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> l
             found.append(finding("flag-not-boolean", host, where, f"takes a value, not {str(value).lower()}"))
         elif spec.kind in ("bool", "switch") and not isinstance(value, bool):
             found.append(finding("value-domain", host, where, f"is a switch: use true or false, not {value!r}"))
+        elif isinstance(value, str) and knowledge.is_option(value):
+            why = f"vLLM's argparse reads {value!r} as another option, so --{flag} would get no value and vLLM would not start"
+            found.append(finding("value-domain", host, where, why))
         elif spec.choices and not spec.accepts(str(value)):
             found.append(finding("value-domain", host, where, _not_a_choice(str(value), spec, table.version)))
         elif spec.json_fields is not None and not isinstance(value, bool):

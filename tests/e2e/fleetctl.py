@@ -50,7 +50,10 @@ def deploy(*extra: str, inventory: str = INVENTORY, results: bool = True) -> Run
     started = time.monotonic()
     argv = [*CLI, "deploy", inventory, "--project-dir", str(ROOT), "--json", *extra]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
-    payload = json.loads(done.stdout)
+    try:
+        payload = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"deploy printed no JSON (rc {done.returncode}): {done.stdout[-1000:]}\n{done.stderr[-4000:]}") from None
     assert (payload["results"] is not None) == results, f"rc {done.returncode}: {done.stderr[-3000:]}"
     return Run(done.returncode, payload["results"] or {}, done.stderr, payload["roll"], time.monotonic() - started)
 

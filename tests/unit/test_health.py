@@ -121,9 +121,9 @@ def test_a_pooling_model_is_healthy_without_a_completion() -> None:
         server.shutdown()
 
 
-def test_the_gate_names_a_failed_first_completion_at_once() -> None:
+def test_the_gate_names_a_failed_first_completion_with_its_answer() -> None:
     """The wait script, on a unit that does not exist (systemctl answers empty) and an instance whose first
-    completion fails: it stops at once with the answer, instead of waiting out health_timeout."""
+    completion fails: it stops with the answer (HTTP code and body), instead of waiting out health_timeout."""
     server = _server(["org/model"], 200, 500)
     try:
         script = health.wait_script("instinct-fleet-test-none.service", server.server_port, "org/model", 60)

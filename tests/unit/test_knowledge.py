@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import zipfile
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 from instinct_fleet import knowledge, startup
 
@@ -336,3 +339,15 @@ def test_every_replacement_names_a_setting_the_default_version_lacks() -> None:
     for name in env:
         assert name not in newest.env_vars, name
     assert "--disable-log-requests" not in table.flags
+
+
+@pytest.mark.parametrize("value", ["-", "-1", "-0.5", "-.5", "-x", "--foo", "-1x", "a-b", "x"])
+def test_is_option_agrees_with_argparse_itself(value: str) -> None:
+    """vLLM reads its command line with argparse: a value the validator lets through must parse as the value."""
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    parser.add_argument("--served-model-name")
+    try:
+        parsed = parser.parse_args(["--served-model-name", value]).served_model_name == value
+    except (argparse.ArgumentError, SystemExit):
+        parsed = False
+    assert parsed == (not knowledge.is_option(value))
