@@ -276,9 +276,15 @@ def weights_of(spec: HostSpec) -> tuple[Weights, ...]:
     )
 
 
+def service_user(spec: HostSpec) -> User:
+    """The user the deploy runs vLLM's files as: in the device groups, its home the Hugging Face cache."""
+    v = spec.vars
+    return User(v.service_user, paths.DEVICE_GROUPS, v.hf_cache_dir, paths.SERVICE_USER_SHELL)
+
+
 def desired(plan: HostPlan) -> Desired:
     """The declaration evaluated for this host: everything it should have, and what it must no longer have."""
-    spec, v = plan.spec, plan.spec.vars
+    spec = plan.spec
     rendered = Rendered(plan)
     entries, unit_entries = declare(spec)
     files: list[File] = []
@@ -306,7 +312,7 @@ def desired(plan: HostPlan) -> Desired:
         directories=tuple(directories),
         units=tuple(units),
         groups=paths.DEVICE_GROUPS,
-        user=User(v.service_user, paths.DEVICE_GROUPS, v.hf_cache_dir, paths.SERVICE_USER_SHELL),
+        user=service_user(spec),
         sysctl=sysctl,
         image=plan.image if spec.services else None,
         firewall=rendered.firewall is not None,
@@ -319,6 +325,4 @@ def desired(plan: HostPlan) -> Desired:
 
 def untouched(plan: HostPlan) -> Desired:
     """The desired state of a host that failed preflight: the run manages nothing on it (its stages do not run)."""
-    v = plan.spec.vars
-    user = User(v.service_user, paths.DEVICE_GROUPS, v.hf_cache_dir, paths.SERVICE_USER_SHELL)
-    return Desired(files=(), directories=(), units=(), groups=(), user=user, sysctl={}, image=None, firewall=False)
+    return Desired(files=(), directories=(), units=(), groups=(), user=service_user(plan.spec), sysctl={}, image=None, firewall=False)
