@@ -210,6 +210,16 @@ rolling_batch = 1
 # their old configuration. One value for the whole fleet.
 rolling_max_failures = 0
 
+# What a batch that fails does: `"rollback"` puts its units back to their last healthy
+# generation (unit and env files, byte for byte), gates them again, then stops the roll;
+# `"stop"` leaves them as they failed. Either way the run exits non-zero.
+rolling_on_failure = "rollback"
+
+# Generations (the serving unit and env files a host ran) each host keeps under
+# /var/lib/instinct-fleet/generations, besides the last healthy one; `instinct-fleet rollback`
+# and `rolling_on_failure` go back to them.
+rolling_keep_generations = 3
+
 # Seconds a stopping instance gets to finish in-flight requests: vLLM's `--shutdown-timeout`
 # where the pinned version has it, and the `docker stop` grace (plus 30 s) in any case.
 rolling_drain_timeout = 60

@@ -506,6 +506,14 @@ class FleetVars(_Strict):
         default=0,
         description="Batches that may fail their health gate before the roll stops; the units not yet rolled keep their old configuration. One value for the whole fleet.",
     )
+    rolling_on_failure: Literal["rollback", "stop"] = Field(
+        default="rollback",
+        description='What a batch that fails does: `"rollback"` puts its units back to their last healthy generation (unit and env files, byte for byte), gates them again, then stops the roll; `"stop"` leaves them as they failed. Either way the run exits non-zero.',
+    )
+    rolling_keep_generations: Annotated[StrictInt, Field(ge=1, le=100)] = Field(
+        default=3,
+        description="Generations (the serving unit and env files a host ran) each host keeps under /var/lib/instinct-fleet/generations, besides the last healthy one; `instinct-fleet rollback` and `rolling_on_failure` go back to them.",
+    )
     rolling_drain_timeout: Annotated[StrictInt, Field(ge=0)] = Field(
         default=60,
         description="Seconds a stopping instance gets to finish in-flight requests: vLLM's `--shutdown-timeout` where the pinned version has it, and the `docker stop` grace (plus 30 s) in any case.",

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from instinct_fleet import preflight, state
+from instinct_fleet import generations, preflight, state
+from instinct_fleet.generations import GenerationPlan
 from instinct_fleet.preflight import HostReport
 from instinct_fleet.rules import Finding
 from instinct_fleet.spec import HostSpec, ServiceSpec
@@ -96,6 +97,12 @@ class HostPlan:
         if self.drifted(*self.desired.unit_files(unit)) or self.unit_drifted(unit):
             return False
         return all(e.port in self.report.healthy_ports for e in self.desired.endpoints if e.unit == unit)
+
+    @property
+    def generations(self) -> GenerationPlan:
+        """Which generation this run keeps before the serving files change, and where a rollback goes back to."""
+        answered = all(e.port in self.report.healthy_ports for e in self.desired.endpoints)
+        return generations.plan(self.report.generations, generations.serving_hashes(self.report.file_hashes), answered)
 
     def source_has(self, weights: Weights) -> bool:
         """Whether ``weights_source`` held a complete download of this model's revision at preflight."""

@@ -210,6 +210,7 @@ def declare(spec: HostSpec) -> tuple[tuple[Entry, ...], tuple[UnitEntry, ...]]:
         ),
         # Stage 8, services and the roll.
         Entry(paths.CONFIG_DIR, "services", "Config directory", lambda _r: b"", mode="755", directory=True),
+        Entry(paths.GENERATIONS_DIR, "services", "Generations directory", lambda _r: b"", mode="700", directory=True),
         Entry(
             v.hf_cache_dir,
             "services",

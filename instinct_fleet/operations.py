@@ -16,7 +16,7 @@ from pyinfra.context import host
 from pyinfra.operations import systemd
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet import health, paths
+from instinct_fleet import generations, health, paths
 from instinct_fleet.facts import DockerImageId, InstanceHealth, UnitProblems
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
@@ -27,9 +27,23 @@ def _failure(message: str) -> str:
 
 
 @operation(is_idempotent=False)
-def fail(message: str) -> Generator[str, None, None]:
-    """Fail this host with a message that says what is wrong and how to fix it."""
-    yield _failure(message)
+def fail(message: str | Callable[[], str]) -> Generator[str, None, None]:
+    """Fail this host with a message that says what is wrong and how to fix it (a function: the message
+    is made when the operation runs, from what the run found out by then)."""
+    yield _failure(message() if callable(message) else message)
+
+
+@operation(is_idempotent=False)
+def generation_saved(number: int, keep: int, healthy: bool) -> Generator[str, None, None]:
+    """Keep the host's serving files as generation ``number`` (generations.save_script); only the roll runs it,
+    when the files change, so a no-op run never does."""
+    yield generations.save_script(number, keep, healthy)
+
+
+@operation(is_idempotent=False)
+def generation_restored(number: int) -> Generator[str, None, None]:
+    """Put generation ``number``'s serving files back and restart the units whose files changed."""
+    yield generations.restore_script(number)
 
 
 @operation()
@@ -88,9 +102,11 @@ def healthy(
     key_path: str | None = None,
     record: Callable[[str, str], None] | None = None,
     generates: bool = True,
+    hold: Callable[[str, str], None] | None = None,
 ) -> Generator[str, None, None]:
     """Wait until an instance is healthy (health.serving: /health, its model listed, one token generated);
-    fail the host if it is not.
+    fail the host if it is not, or, with ``hold`` (a batch that rolls back), hand it the reason and keep the
+    host in the run so that its rollback can run.
 
     Changes nothing, so it never counts as a change. It only waits while the
     deploy executes: at plan time the units may not even exist yet.
@@ -103,6 +119,10 @@ def healthy(
     problem = health.verdict(unit, port, served_model, result)
     if problem is None:
         host.noop(f"{unit} healthy on :{port}, serving {served_model}" + (", one token generated" if generates else ""))
+    elif hold is not None:
+        hold(host.name, problem)
+        logger.error(f"{host.print_prefix}{problem}")
+        host.noop(f"{unit} not healthy: its batch rolls back")
     else:
         if record is not None:
             record(host.name, problem)

@@ -31,6 +31,9 @@ DOCKER_UNIT = "docker"
 CREDENTIALS = "/root/.docker/config.json"
 BENCH_ROOT = "/var/lib/instinct-fleet/bench"
 DATASETS_DIR = "/var/lib/instinct-fleet/datasets"
+# A host's generations: the serving files it ran, one numbered directory each, and which one last
+# passed the health gate (instinct_fleet/generations.py).
+GENERATIONS_DIR = "/var/lib/instinct-fleet/generations"
 
 SERVICE_USER_SHELL = "/usr/sbin/nologin"
 DEVICE_GROUPS = ("render", "video")  # own /dev/kfd and /dev/dri; the service user and the containers join them
@@ -87,9 +90,10 @@ WEIGHTS_STAGED = ".instinct-fleet-staged"
 # Every vLLM and Ray unit this tool may have written, stale ones included.
 UNIT_PATTERNS = ("vllm-*.service", "ray-*.service")
 UNIT_GLOBS = tuple(f"{SYSTEMD_DIR}/{pattern}" for pattern in UNIT_PATTERNS)
+# The serving files: what a generation keeps and a rollback puts back.
+SERVING_FILES = (*UNIT_GLOBS, f"{CONFIG_DIR}/*.env")
 RESTART_FILES = (
-    *UNIT_GLOBS,
-    f"{CONFIG_DIR}/*.env",
+    *SERVING_FILES,
     DAEMON_JSON,
     DOCKER_DROP_IN,
 )

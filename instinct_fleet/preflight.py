@@ -15,9 +15,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from instinct_fleet import generations, paths
 from instinct_fleet import health as health_checks
-from instinct_fleet import paths
 from instinct_fleet.defaults import GPU_MODELS
+from instinct_fleet.generations import Generations
 from instinct_fleet.paths import FIREWALL_TABLE, KERNEL_ARGS, RESTART_FILES, UNIT_GLOBS, UNIT_PATTERNS, WEIGHTS_COMPLETE, WEIGHTS_STAGED
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
@@ -115,6 +116,7 @@ class HostReport:
     # weights_source repository -> (its completion marker, the host's staged marker); "" when absent.
     weights: dict[str, tuple[str, str]] = field(default_factory=dict)
     exporter_image_id: str | None = None
+    generations: Generations = field(default_factory=Generations)
 
     @property
     def missing_kernel_args(self) -> tuple[str, ...]:
@@ -287,6 +289,7 @@ def parse_report(text: str) -> HostReport:
         firewall_loaded=part.get("nft") == "loaded",
         weights=_weights(part.get("weights", "")),
         exporter_image_id=_image_id(part.get("exporter-image", "")),
+        generations=generations.parse(part.get("generations", "")),
     )
 
 
@@ -376,6 +379,7 @@ def script(token_path: str, probe: Probe) -> str:
         ("nft", f"nft list table {FIREWALL_TABLE} >/dev/null 2>&1 && echo loaded"),
         ("weights", weights or "true"),
         ("exporter-image", _image_id_command(probe.exporter_image)),
+        ("generations", generations.probe_command()),
     )
     extra = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {command}" for name, command in probes)
     return f"{SCRIPT}; {extra}; true"

@@ -76,6 +76,12 @@ class Roll:
     # The signal (SIGINT, SIGTERM) that asked the run to stop: the open batch finishes, no other opens.
     interrupted: str | None = None
     current: int | None = None  # the batch that is open: from its first operation to the next batch or the roll's end
+    on_failure: str = "stop"  # rolling_on_failure
+    # Per host whose health gate failed in a batch that rolls back: why (the host fails once it is back).
+    unhealthy: dict[str, str] = field(default_factory=dict)
+    rolled_back: set[int] = field(default_factory=set)  # batches whose units were put back
+    targets: dict[str, int] = field(default_factory=dict)  # per host, the generation a rollback restores
+    restored: set[str] = field(default_factory=set)  # hosts whose rollback and its gate passed
 
     def batch_of(self, host: str) -> int | None:
         for index, batch in enumerate(self.batches):
@@ -87,13 +93,35 @@ class Roll:
         return next((u for u in self.units if host in u.hosts), None)
 
     def failed_batches(self, failed: set[str], before: int) -> list[int]:
-        """Batches before ``before`` one of whose hosts failed while it ran."""
+        """Batches before ``before`` one of whose hosts failed (or failed its gate, to be rolled back) while it ran."""
+        bad = failed | set(self.unhealthy)
         return [
             index
             for index in range(min(before, len(self.batches)))
             if index in self.failed_at_start
-            and any(h in failed and h not in self.failed_at_start[index] for unit in self.batches[index] for h in unit.hosts)
+            and any(h in bad and h not in self.failed_at_start[index] for unit in self.batches[index] for h in unit.hosts)
         ]
+
+    def hold(self, host: str, reason: str) -> None:
+        """A health gate failed in a batch that rolls back: the host stays in the run to be put back."""
+        self.note(host, reason)
+        self.unhealthy[host] = reason
+
+    def rolls_back(self, batch: int, failed: set[str]) -> bool:
+        """Whether ``batch`` goes back to its last healthy generation: it restarted serving units, one of its
+        hosts failed, and ``rolling_on_failure`` is rollback. Batch 0 starts units that served nothing."""
+        if self.on_failure != "rollback" or batch == 0 or batch not in self.failed_at_start:
+            return False
+        if batch in self.failed_batches(failed, batch + 1):
+            self.rolled_back.add(batch)
+            return True
+        return False
+
+    def back(self, host: str) -> bool:
+        """The host's rollback and its gate passed (called by the operation after them): it fails now only if
+        its own gate had failed, so that the run exits non-zero."""
+        self.restored.add(host)
+        return host in self.unhealthy
 
     def proceeds(self, batch: int, failed: set[str]) -> bool:
         """Whether batch ``batch`` may run, given the hosts failed so far. The first call opens the batch;
@@ -122,10 +150,19 @@ class Roll:
         self.reasons.setdefault(host, []).append(reason)
 
     def outcome(self, host: str, failed: set[str]) -> tuple[str, str]:
-        """(status, why) of one host at the end of the run: rolled, started, unchanged, failed, not-rolled or interrupted."""
+        """(status, why) of one host at the end of the run: rolled, started, unchanged, failed, rolled-back,
+        not-rolled or interrupted."""
         unit = self.unit_of(host)
         batch = self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None
         why = "; ".join(self.reasons.get(host, []))
+        if batch is not None and batch in self.rolled_back:
+            if host in self.restored:
+                cause = why or "another host of its serving unit failed"
+                return "rolled-back", (
+                    f"{cause}; rolled back to generation {self.targets.get(host, '?')}, which answers again: "
+                    "the host now differs from the inventory, and the next deploy rolls it forward again"
+                )
+            return "failed", f"{why or 'see the output above'}; its rollback did not complete"
         if self.skipped(host):
             return "interrupted", f"{self.interrupted} before its batch {batch}: it keeps its old configuration; the next deploy rolls it"
         if host in failed:
@@ -220,4 +257,4 @@ def plan_roll(plans: Mapping[str, HostPlan]) -> Roll:
         return Roll([], [[]], 0)
     # validate_rolling has checked that every host carries the same rolling settings.
     v = next(iter(ready.values())).spec.vars
-    return Roll(units, batches(units, batch_size(v.rolling_batch, len(units))), v.rolling_max_failures)
+    return Roll(units, batches(units, batch_size(v.rolling_batch, len(units))), v.rolling_max_failures, on_failure=v.rolling_on_failure)

@@ -154,7 +154,7 @@ _RULES = (
     Rule(
         "rolling-fleet",
         "error",
-        "`rolling_batch` and `rolling_max_failures` pace one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",
+        "`rolling_batch`, `rolling_max_failures` and `rolling_on_failure` pace one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",
     ),
     Rule(
         "unsafe-value",

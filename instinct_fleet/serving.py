@@ -63,6 +63,7 @@ def healthy(
     gate: Callable[[], bool] = always,
     record: Callable[[str, str], None] | None = None,
     units: set[str] | None = None,
+    hold: Callable[[str, str], None] | None = None,
 ) -> None:
     """The health gate: each instance of ``units`` (default: those that were not healthy at preflight) becomes
     healthy (health.serving: /health, its model listed, one token generated) within health_timeout."""
@@ -80,21 +81,48 @@ def healthy(
             key_path=plan.spec.vars.vllm_api_key_path,
             record=record,
             generates=render.generates(svc),
+            hold=hold,
             _if=gate,
             _timeout=timeout + 60,  # the wait ends itself at health_timeout; this bounds a hung host
         )
 
 
+def _rollback(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], set[str]], timeout: int) -> None:
+    """When the batch failed: every host of it puts back its last healthy generation and gates the instances
+    that answered at preflight again (the post-start hook and the host's failure follow, in converge)."""
+    host = str(plan.spec.host)
+
+    def back() -> bool:
+        return fleet.roll.rolls_back(batch, failed())
+
+    target = plan.generations.target
+    if target is None:
+        operations.fail(
+            name="Roll: roll back",
+            message="this batch failed and the host has no generation that passed the health gate to go back to "
+            f"({paths.GENERATIONS_DIR}): fix the inventory and deploy again",
+            _if=back,
+        )
+        return
+    fleet.roll.targets[host] = target
+    operations.generation_restored(name=f"Roll: back to generation {target}", number=target, _if=back, _timeout=timeout)
+    answered = {e.unit for e in plan.desired.endpoints if e.port in plan.report.healthy_ports}
+    healthy(plan, back, fleet.roll.note, units=answered)
+
+
 def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], set[str]]) -> None:
     """Emit this host's operations for ``batch``; each runs only while the roll proceeds."""
 
-    def gate() -> bool:
-        return fleet.roll.proceeds(batch, failed())
+    host = str(plan.spec.host)
 
-    unit = fleet.roll.unit_of(str(plan.spec.host))
+    def gate() -> bool:  # a host whose gate failed in a batch that rolls back does nothing more but roll back
+        return fleet.roll.proceeds(batch, failed()) and host not in fleet.roll.unhealthy
+
+    unit = fleet.roll.unit_of(host)
     rolling = unit is not None and unit.kind == "restart"
     v = plan.spec.vars
     want = plan.desired
+    generation = plan.generations
     # A cluster rolls as one: when any member changes, every member's units restart together.
     force = roll.docker_changed(plan) or (rolling and plan.role is not None)
     stale = [u for u in plan.stale_units if plan.unit_drifted(u) or plan.drifted(paths.unit_path(u))]
@@ -107,6 +135,15 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
             name="Roll: mark the host as rolling",
             src=StringIO(f"roll batch {batch} started {started}\n"),
             dest=paths.ROLL_MARKER,
+            _if=gate,
+        )
+    if (pending or stale) and generation.keep is not None:  # before any serving file changes
+        state = "healthy" if generation.keep_healthy else "not healthy at preflight"
+        operations.generation_saved(
+            name=f"Roll: keep the serving files as generation {generation.keep} ({state})",
+            number=generation.keep,
+            keep=v.rolling_keep_generations,
+            healthy=generation.keep_healthy,
             _if=gate,
         )
     if rolling and plan.serves:
@@ -142,8 +179,29 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
     for name, ops in written:
         operations.service_converged(name, ops, gate, start_timeout, force=force)
 
-    healthy(plan, gate, fleet.roll.note, units={name for name, _ in written})
-    if rolling and plan.serves:
-        _hooks(plan, fleet, "post-start", v.rolling_post_start, gate)
+    rollback = rolling and v.rolling_on_failure == "rollback"
+    healthy(plan, gate, fleet.roll.note, units={name for name, _ in written}, hold=fleet.roll.hold if rollback else None)
+    if rollback:
+        _rollback(plan, fleet, batch, failed, start_timeout * max(1, len(written)))
+    if all_files:
+
+        def passed() -> bool:
+            return gate() and not fleet.roll.rolls_back(batch, failed())
+
+        operations.generation_saved(
+            name=f"Roll: keep the new serving files as generation {generation.after} (healthy)",
+            number=generation.after,
+            keep=v.rolling_keep_generations,
+            healthy=True,
+            _if=[passed, any_changed(*all_files)],
+        )
+    if rolling and plan.serves:  # after a rollback too: the units answer again
+        _hooks(plan, fleet, "post-start", v.rolling_post_start, lambda: gate() or fleet.roll.rolls_back(batch, failed()))
+    if rollback:  # a host whose own gate failed fails now, back on its old files, so that the run exits non-zero
+        operations.fail(
+            name="Roll: rolled back",
+            message=lambda: f"rolled back to generation {generation.target} after: {fleet.roll.unhealthy.get(host, '')}",
+            _if=[lambda: fleet.roll.rolls_back(batch, failed()), lambda: fleet.roll.back(host)],
+        )
     if busy or plan.drifted(paths.ROLL_MARKER):  # a marker left by a roll that failed goes once the host is whole
         files.file(name="Roll: done on this host", path=paths.ROLL_MARKER, present=False, _if=gate)

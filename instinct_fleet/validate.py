@@ -486,7 +486,8 @@ def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
     found: list[Finding] = []
     batches: list[object] = [spec.vars.rolling_batch for spec in specs]
     failures: list[object] = [spec.vars.rolling_max_failures for spec in specs]
-    for key, values in (("rolling_batch", batches), ("rolling_max_failures", failures)):
+    on_failure: list[object] = [spec.vars.rolling_on_failure for spec in specs]
+    for key, values in (("rolling_batch", batches), ("rolling_max_failures", failures), ("rolling_on_failure", on_failure)):
         common = max(set(values), key=values.count, default=None)
         for spec, value in zip(specs, values, strict=True):
             if value != common:

@@ -81,15 +81,34 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(conver
     )
 
 
-def test_a_crash_looping_change_stops_after_its_first_batch(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
+# Every serving unit and env file a host has, and the roll marker: what a rollback must leave byte for byte.
+SERVING_FILES = (
+    "sha256sum /etc/systemd/system/vllm-*.service /etc/systemd/system/ray-*.service /etc/instinct-fleet/*.env; ls /run/instinct-fleet"
+)
+
+
+def serving_files(fleet: dict[str, Any]) -> dict[str, str]:
+    return {h: ssh(fleet, h, SERVING_FILES + " 2>/dev/null; true") for h in ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2")}
+
+
+def test_a_crash_looping_change_is_rolled_back_on_its_first_batch(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
+    """rolling_on_failure = "rollback" (the default): the batch whose gate fails goes back to its last healthy
+    generation, byte for byte, answers again, and the roll stops; the run exits non-zero."""
     good = inventory(tmp_path, "good", BASELINE)
     broken = inventory(tmp_path, "broken", {**BASELINE, "vllm_env": {"STANDIN_CRASH_AT_START": "1"}})
     before = {(h, c): started_at(fleet, h, c) for h, c in (("sim-gpu-1", "vllm-main"), ("sim-gpu-2", "vllm-llama-a"))}
-    stopped = deploy(inventory=broken)
+    files = serving_files(fleet)
+    with Probe(fleet, hz=5) as probe:
+        stopped = deploy(inventory=broken)
     assert stopped.rc != 0
-    # Batch 1 is the cluster (units roll in name order); its health gate sees the crash loop.
-    assert stopped.status("sim-c1") == {"failed"} and "crash loop" in stopped.why("sim-c1"), stopped.roll
+    # Batch 1 is the cluster (units roll in name order); its health gate sees the crash loop, and both members go back.
+    assert stopped.status("sim-c1") == {"rolled-back"} and "crash loop" in stopped.why("sim-c1"), stopped.roll
+    assert stopped.status("sim-c2") == {"rolled-back"}, stopped.roll
+    assert "rolled back to generation" in stopped.why("sim-c1") and "differs from the inventory" in stopped.why("sim-c1")
     assert "sim-c1" in stopped.results["failed_hosts"]
+    assert serving_files(fleet) == files  # every host's serving files as before the run
+    assert probe.worst() >= len(UNITS) - 1, [s for s in probe.samples if sum(s[1].values()) < len(UNITS) - 1][:5]
+    assert sum(probe.samples[-1][1].values()) == len(UNITS), probe.samples[-1]  # every unit answers again
     for host in ("sim-gpu-1", "sim-gpu-2"):
         assert stopped.status(host) == {"not-rolled"}, stopped.roll
         assert "roll stopped after batch 1" in stopped.why(host)
@@ -105,11 +124,16 @@ def test_a_crash_looping_change_stops_after_its_first_batch(converged: Run, flee
     for host in ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2"):
         assert fixed.status(host) <= {"rolled", "started"}, fixed.roll
     quiet(deploy(inventory=good))
-    FIGURES.append(f"crash-looping change stopped after batch 1 in {stopped.seconds:.0f} s; the fixed roll took {fixed.seconds:.0f} s")
+    FIGURES.append(
+        f"crash-looping change rolled back on batch 1 (the Ray cluster) in {stopped.seconds:.0f} s, lowest capacity "
+        f"{probe.worst()}/{len(UNITS)} units; the fixed roll took {fixed.seconds:.0f} s"
+    )
 
 
 def test_an_instance_that_never_becomes_healthy_fails_its_host_alone(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
-    sick = inventory(tmp_path, "sick", BASELINE, {"sim-gpu-1": {"vllm_env": {"STANDIN_NEVER_HEALTHY": "1"}, "health_timeout": 15}})
+    """rolling_on_failure = "stop": the failed unit stays as it failed, its host alone fails."""
+    stop = {**BASELINE, "rolling_on_failure": "stop"}
+    sick = inventory(tmp_path, "sick", stop, {"sim-gpu-1": {"vllm_env": {"STANDIN_NEVER_HEALTHY": "1"}, "health_timeout": 15}})
     other = started_at(fleet, "sim-gpu-2", "vllm-llama-a")
     run = deploy(inventory=sick)
     assert "sim-gpu-1" in run.results["failed_hosts"]
@@ -124,18 +148,19 @@ def test_an_instance_that_never_becomes_healthy_fails_its_host_alone(baseline: s
 
 def test_an_instance_that_fails_its_first_completion_fails_its_host_alone(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
     """/health and /v1/models answer, but the engine dies at its first forward pass: the gate's one-token
-    completion catches it at once (health.serving), with the answer, instead of calling the unit healthy."""
+    completion catches it at once (health.serving), with the answer, instead of calling the unit healthy;
+    the host goes back to its healthy generation, which answers again."""
     broken = inventory(tmp_path, "first-completion", BASELINE, {"sim-gpu-1": {"vllm_env": {"STANDIN_FAIL_COMPLETIONS": "1"}}})
     other = started_at(fleet, "sim-gpu-2", "vllm-llama-a")
+    files = serving_files(fleet)
     run = deploy(inventory=broken)
-    assert "sim-gpu-1" in run.results["failed_hosts"]
+    assert run.rc != 0 and "sim-gpu-1" in run.results["failed_hosts"]
     why = run.why("sim-gpu-1")
-    assert run.status("sim-gpu-1") == {"failed"} and "its first completion failed" in why and "HTTP 500" in why, run.roll
+    assert run.status("sim-gpu-1") == {"rolled-back"} and "its first completion failed" in why and "HTTP 500" in why, run.roll
     assert "EngineCore encountered an issue" in why
     assert started_at(fleet, "sim-gpu-2", "vllm-llama-a") == other
-    back = deploy(inventory=baseline)
-    assert back.results["failed_hosts"] == ["sim-nogpu"], back.stderr[-3000:]
-    quiet(deploy(inventory=baseline))
+    assert serving_files(fleet) == files
+    quiet(deploy(inventory=baseline))  # back on the baseline's files, serving: nothing to do
 
 
 def test_an_unreachable_host_is_one_clear_line_and_the_rest_converge(baseline: str, tmp_path: Path) -> None:

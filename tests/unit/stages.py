@@ -57,6 +57,17 @@ class SimHost:
     cmdline: str = "BOOT_IMAGE=/vmlinuz-6.8.0-107-generic root=/dev/sda1 ro quiet iommu=pt"
     weights: dict[str, tuple[str, str]] = field(default_factory=dict)
     commands: set[str] = field(default_factory=lambda: {"curl"})
+    # Generations (instinct_fleet/generations.py): number -> the serving files it keeps; and the healthy one.
+    generations: dict[int, dict[str, bytes]] = field(default_factory=dict)
+    healthy_generation: int | None = None
+
+    def serving_files(self) -> dict[str, bytes]:
+        return {p: c for p, (c, *_rest) in self.files.items() if any(fnmatch.fnmatch(p, g) for g in paths.SERVING_FILES)}
+
+    def _generations(self) -> str:
+        kept = self.generations.get(self.healthy_generation or 0, {})
+        lines = [f"numbers: {' '.join(map(str, sorted(self.generations)))}", f"healthy: {self.healthy_generation or ''}"]
+        return "\n".join([*lines, *(f"{hashlib.sha256(c).hexdigest()}  .{p}" for p, c in kept.items())])
 
     def read(self, probe: preflight.Probe, **sections: str) -> str:
         """The fact's output for ``probe``: only what it names (and the unit globs the fact always reads)."""
@@ -91,6 +102,7 @@ class SimHost:
             "weights": "\n".join(f"{s}|{self.weights.get(s, ('', ''))[0]}|{self.weights.get(s, ('', ''))[1]}" for s, _ in probe.weights),
             "exporter_image": IMAGE_ID if self.exporter_image and probe.exporter_image else "",
             "commands": " ".join(sorted(self.commands)),
+            "generations": self._generations(),
             **sections,
         }
         return mi300x_host(**values)
@@ -117,6 +129,11 @@ class SimHost:
         self.cmdline += " " + " ".join(paths.KERNEL_ARGS)
         for w in want.weights:
             self.weights[w.source] = (f"{w.revision} 0123abc", f"{w.revision} 0123abc")
+        # The roll kept the files that passed the gate as the newest generation, marked healthy.
+        running = self.serving_files()
+        if running and self.generations.get(self.healthy_generation or 0) != running:
+            self.healthy_generation = max(self.generations, default=0) + 1
+            self.generations[self.healthy_generation] = running
         self.commands |= {"nft", "cpupower"}  # what the runtime stage's packages install
 
 
@@ -150,22 +167,42 @@ RECORDED = {
     server: ("sysctl", "shell", "reboot", "group", "user"),
     systemd: ("service", "daemon_reload"),
     apt: ("packages",),
-    operations: ("image_present", "barrier", "healthy", "unit_verified", "fail", "hook", "weights_downloaded", "weights_staged"),
+    operations: (
+        "image_present",
+        "barrier",
+        "healthy",
+        "unit_verified",
+        "fail",
+        "hook",
+        "weights_downloaded",
+        "weights_staged",
+        "generation_saved",
+        "generation_restored",
+    ),
 }
 
 
 @contextmanager
-def recording(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every pyinfra operation (and this tool's own) replaced by one that records its name."""
+def recording(monkeypatch: pytest.MonkeyPatch, sick: dict[str, int]) -> Iterator[list[str]]:
+    """Every pyinfra operation (and this tool's own) replaced by one that records its name; ``sick``: per
+    unit, how many of its health gates fail (a gate that may hold the host, for a rollback, then does)."""
     names: list[str] = []
+    failed: list[str] = []
 
     def recorder(module: str, op: str) -> Any:
-        def record(*_args: Any, name: str | None = None, _if: Any = None, **_kwargs: Any) -> _Recorded:
+        def record(*_args: Any, name: str | None = None, _if: Any = None, **kwargs: Any) -> _Recorded:
             # pyinfra evaluates _if when it executes the operation: a gate that says no means no operation.
+            if failed:  # pyinfra runs nothing more on a host that failed
+                return _Recorded(False)
             conditions = _if if isinstance(_if, list) else [_if] if _if is not None else []
             ran = all(condition() for condition in conditions)
             if ran:
                 names.append(name or f"{module}.{op}")
+                failed.extend(["h1"] if op == "fail" else [])
+                if op == "healthy" and sick.get(kwargs["unit"], 0) > 0:  # this gate fails, as the fact would say
+                    sick[kwargs["unit"]] -= 1
+                    if kwargs.get("hold") is not None:
+                        kwargs["hold"]("h1", f"{kwargs['unit']}: not healthy")
             return _Recorded(ran)
 
         return record
@@ -176,15 +213,21 @@ def recording(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield names
 
 
-def emitted(monkeypatch: pytest.MonkeyPatch, stage: str, host_plan: HostPlan, interrupted: str | None = None) -> list[str]:
+def emitted(
+    monkeypatch: pytest.MonkeyPatch,
+    stage: str,
+    host_plan: HostPlan,
+    interrupted: str | None = None,
+    sick: dict[str, int] | None = None,
+) -> list[str]:
     """The names of the operations ``tasks/<stage>.py`` emits for this host (h1), in order; ``interrupted``:
-    a signal that arrived before the stage ran."""
+    a signal that arrived before the stage ran; ``sick``: failing health gates per unit (:func:`recording`)."""
     fleet = FleetPlan({"h1": host_plan}, plan_roll({"h1": host_plan}))
     fleet.roll.interrupted = interrupted
     done: AsyncResult = AsyncResult()
     done.set(fleet)
     state = SimpleNamespace(instinct_fleet_plan=done, failed_hosts=set())
     host = SimpleNamespace(name="h1", state=state, data=SimpleNamespace(), loop=lambda items: items)
-    with recording(monkeypatch) as names, ctx_host.use(host):
+    with recording(monkeypatch, dict(sick or {})) as names, ctx_host.use(host):
         runpy.run_path(str(ROOT / "tasks" / f"{stage}.py"))
     return names

@@ -120,6 +120,35 @@ def test_a_host_that_failed_before_its_batch_does_not_fail_the_batch() -> None:
     assert r.outcome("c", {"b"}) == ("rolled", "batch 3")
 
 
+def test_a_failed_gate_rolls_its_batch_back_and_stops_the_roll() -> None:
+    r = roll()
+    r.on_failure = "rollback"
+    assert r.proceeds(0, set()) and r.proceeds(1, set())
+    r.hold("a", "vllm-main: not healthy on :8000: unit restarted while starting (crash loop)")
+    r.targets["a"] = 4
+    assert r.rolls_back(1, set()) and not r.rolls_back(0, set())  # batch 0 only started units: nothing to go back to
+    assert not r.proceeds(2, set())  # a gate that failed fails its batch, though pyinfra has not failed the host yet
+    assert r.back("a") and not r.back("b")  # only the host whose own gate failed fails after its rollback
+    status, why = r.outcome("a", {"a"})
+    assert status == "rolled-back" and "crash loop" in why and "generation 4" in why and "differs from the inventory" in why
+    assert r.outcome("c", {"a"})[0] == "not-rolled"
+
+
+def test_a_rollback_that_did_not_complete_is_a_failure_and_stop_mode_never_rolls_back() -> None:
+    r = roll()
+    r.on_failure = "rollback"
+    r.proceeds(0, set())
+    r.proceeds(1, set())
+    r.hold("a", "vllm-main: not healthy")
+    assert r.rolls_back(1, set())
+    status, why = r.outcome("a", {"a"})  # its restore failed the host before the operation after it ran
+    assert status == "failed" and "did not complete" in why
+    stop = roll()
+    stop.proceeds(0, set())
+    stop.proceeds(1, set())
+    assert not stop.rolls_back(1, {"a"}) and stop.outcome("a", {"a"})[0] == "failed"
+
+
 def test_the_summary_lists_every_host_and_instance_with_why() -> None:
     r = roll()
     r.proceeds(0, set())

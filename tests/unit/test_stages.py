@@ -27,8 +27,14 @@ RESTART = [
     "Restart vllm-main for its new unit, env or image",
     "vllm-main running and enabled",
     "vllm-main healthy",
-    "Roll: done on this host",
 ]
+
+
+def restart(generation: int) -> list[str]:
+    """A unit's restart, ending with its new files kept as the healthy ``generation``."""
+    return [*RESTART, f"Roll: keep the new serving files as generation {generation} (healthy)", "Roll: done on this host"]
+
+
 FRESH = {
     "preflight": [],
     "tuning": [
@@ -75,13 +81,14 @@ FRESH = {
     ],
     "services": [
         "Config directory",
+        "Generations directory",
         "Hugging Face cache",
         "Roll: batch 0",
         "Roll: mark the host as rolling",
         "vllm-main unit",
         "vllm-main env file",
         "vllm-main passes systemd-analyze verify",
-        *RESTART,
+        *restart(1),
     ],
     "health": ["vllm-main healthy"],
 }
@@ -217,11 +224,12 @@ def test_services_rolls_an_edited_unit_and_removes_a_stale_one(monkeypatch: pyte
             "Roll: batch 0",
             "Roll: batch 1",
             "Roll: mark the host as rolling",
+            "Roll: keep the serving files as generation 2 (healthy)",
             "Stop vllm-ghost (no longer in the inventory)",
             "Remove vllm-ghost",
             "vllm-main unit",
             "vllm-main passes systemd-analyze verify",
-            *RESTART,
+            *restart(3),
         ]
     }
 
@@ -292,3 +300,48 @@ def test_an_interrupt_before_the_host_s_batch_rolls_nothing_and_fails_the_host(m
         "Roll: interrupted before this host's batch",
     ]
     assert "Roll: interrupted before this host's batch" not in emitted(monkeypatch, "services", plan(DATA, sim))
+
+
+RETUNE = {**DATA, "vllm_args": {"max-num-seqs": 192}}
+ROLLED = ["Roll: batch 0", "Roll: batch 1", "Roll: mark the host as rolling", "vllm-main unit", "vllm-main passes systemd-analyze verify"]
+
+
+def test_a_retune_that_fails_its_gate_goes_back_to_the_healthy_generation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files running now are generation 1 (healthy): nothing is kept before the change, and a gate that
+    fails puts generation 1 back, gates it again, then fails the host; the new files are never kept."""
+    sim = converged(DATA)
+    assert sim.healthy_generation == 1
+    assert emitted(monkeypatch, "services", plan(RETUNE, sim), sick={"vllm-main.service": 1}) == [
+        *ROLLED,
+        *RESTART,
+        "Roll: back to generation 1",
+        "vllm-main healthy",
+        "Roll: rolled back",
+    ]
+    # The same gate passing: the new files become generation 2, the healthy one.
+    assert emitted(monkeypatch, "services", plan(RETUNE, sim)) == [*ROLLED, *restart(2)]
+
+
+def test_files_changed_since_the_healthy_generation_are_kept_first_and_are_where_a_rollback_goes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sim = converged(DATA)
+    unit = paths.unit_path("vllm-main")
+    content, mode, owner, group = sim.files[unit]
+    sim.files[unit] = (content + b"# tuned by hand, and answering\n", mode, owner, group)
+    ops = emitted(monkeypatch, "services", plan(RETUNE, sim), sick={"vllm-main.service": 1})
+    assert ops[:4] == [*ROLLED[:3], "Roll: keep the serving files as generation 2 (healthy)"]
+    assert ops[-3:] == ["Roll: back to generation 2", "vllm-main healthy", "Roll: rolled back"]
+
+
+def test_a_failed_gate_with_no_healthy_generation_fails_and_stop_mode_rolls_nothing_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = converged(DATA)
+    sim.generations.clear()  # deployed before generations existed, and not answering now
+    sim.healthy_generation = None
+    sim.healthy.clear()
+    ops = emitted(monkeypatch, "services", plan(RETUNE, sim), sick={"vllm-main.service": 1})
+    assert "Roll: keep the serving files as generation 1 (not healthy at preflight)" in ops
+    assert ops[-2:] == ["vllm-main healthy", "Roll: roll back"]
+    stop = {**RETUNE, "rolling_on_failure": "stop"}
+    ops = emitted(monkeypatch, "services", plan(stop, converged(DATA)), sick={"vllm-main.service": 1})
+    assert not any(op.startswith(("Roll: back", "Roll: roll", "Roll: rolled")) for op in ops), ops

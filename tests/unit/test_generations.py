@@ -1,0 +1,57 @@
+"""Generations: what the fact reads of them, and what a roll keeps and restores, from that alone."""
+
+from __future__ import annotations
+
+import hashlib
+
+from instinct_fleet import generations, paths
+from instinct_fleet.generations import GenerationPlan, Generations
+
+UNIT = paths.unit_path("vllm-main")
+ENV = paths.unit_env_path("vllm-main")
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+RUNNING = {UNIT: sha("unit v2"), ENV: sha("env v2")}
+
+
+def test_the_fact_reads_the_numbers_the_healthy_one_and_its_files() -> None:
+    text = f"numbers: 1 2 3\nhealthy: 2\n{sha('unit v2')}  .{UNIT}\n{sha('env v2')}  .{ENV}\n"
+    assert generations.parse(text) == Generations((1, 2, 3), 2, RUNNING)
+    assert generations.parse("numbers:\nhealthy:\n") == Generations()
+    # A healthy mark naming a generation that is gone (pruned by hand) marks nothing.
+    assert generations.parse("numbers: 3\nhealthy: 2\n").healthy is None
+
+
+def test_only_serving_files_count() -> None:
+    hashes = {**RUNNING, paths.DAEMON_JSON: sha("{}"), paths.RAY_ENV: sha("ray"), paths.SYSCTL_FILE: sha("x")}
+    assert generations.serving_hashes(hashes) == {**RUNNING, paths.RAY_ENV: sha("ray")}
+
+
+def test_files_that_are_the_healthy_generation_are_not_kept_again() -> None:
+    found = Generations((1, 2), 2, RUNNING)
+    assert generations.plan(found, RUNNING, answered=True) == GenerationPlan(keep=None, keep_healthy=False, target=2, after=3)
+
+
+def test_other_files_are_kept_first_and_are_the_target_only_when_they_answered() -> None:
+    found = Generations((1, 2), 2, RUNNING)
+    edited = {**RUNNING, ENV: sha("env edited")}
+    assert generations.plan(found, edited, answered=True) == GenerationPlan(keep=3, keep_healthy=True, target=3, after=4)
+    # Not answering at preflight: kept for the record, but a rollback goes to the last healthy one.
+    assert generations.plan(found, edited, answered=False) == GenerationPlan(keep=3, keep_healthy=False, target=2, after=4)
+    assert generations.plan(Generations(), edited, answered=False).target is None
+
+
+def test_a_fresh_host_keeps_nothing_and_has_nothing_to_go_back_to() -> None:
+    assert generations.plan(Generations(), {}, answered=True) == GenerationPlan(keep=None, keep_healthy=False, target=None, after=1)
+
+
+def test_the_scripts_keep_prune_and_restore_what_the_fact_reads() -> None:
+    save = generations.save_script(5, keep=3, healthy=True)
+    assert f"{paths.GENERATIONS_DIR}/5" in save and "head -n -3" in save and 'cp -p "$f"' in save
+    assert f"> {generations.HEALTHY}.tmp" in save and f"> {generations.HEALTHY}.tmp" not in generations.save_script(5, 3, False)
+    restore = generations.restore_script(5)
+    assert f"{paths.GENERATIONS_DIR}/5/files" in restore and "systemctl daemon-reload" in restore and paths.ROLL_MARKER in restore
