@@ -220,6 +220,20 @@ rolling_on_failure = "rollback"
 # and `rolling_on_failure` go back to them.
 rolling_keep_generations = 3
 
+# A bench profile (built-in or from `bench_profiles`) that makes a re-tune's first restart batch
+# one canary serving unit (the smallest, first by name), benchmarked before it stops and after
+# its gate; `None`: no canary. One value for the whole fleet.
+canary_profile = None
+
+# Percent by which the canary's output throughput may fall, or its median TPOT or median TTFT
+# rise, before it counts as a failed batch (rolled back with `rolling_on_failure`, and the roll
+# stops).
+canary_max_regression = 10
+
+# Runs of the canary profile per measurement; the means are compared. Raise it when one run of
+# the profile is too noisy.
+canary_runs = 1
+
 # Seconds a stopping instance gets to finish in-flight requests: vLLM's `--shutdown-timeout`
 # where the pinned version has it, and the `docker stop` grace (plus 30 s) in any case.
 rolling_drain_timeout = 60

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from instinct_fleet import monitoring, paths, remote, render
+from instinct_fleet import monitoring, paths, render
 from instinct_fleet.defaults import BenchProfile
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
@@ -215,6 +215,27 @@ def config(job: Job, env: dict[str, str], image_id: str, client: str | None, sta
     }
 
 
+class Ran(Protocol):
+    """What one command did on one host (remote.Result)."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def stdout(self) -> str: ...
+    @property
+    def stderr(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+class Runner(Protocol):
+    """Connections to the hosts that run the benchmarks (remote.Hosts); bench needs no more of them, so
+    that validation (``canary_profile``) can read the profiles without the inventory loader."""
+
+    def run(self, name: str, command: str, timeout: int) -> Ran: ...
+    def each(self, items: dict[str, Any], work: Callable[[str, Any], Any]) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Outcome:
     """One job's end: None when its result file was written, else why there is none."""
@@ -224,7 +245,7 @@ class Outcome:
 
 
 def run(
-    hosts: remote.Hosts,
+    hosts: Runner,
     todo: list[Job],
     client: HostSpec | None,
     out_dir: Path,

@@ -514,6 +514,18 @@ class FleetVars(_Strict):
         default=3,
         description="Generations (the serving unit and env files a host ran) each host keeps under /var/lib/instinct-fleet/generations, besides the last healthy one; `instinct-fleet rollback` and `rolling_on_failure` go back to them.",
     )
+    canary_profile: StrictStr | None = Field(
+        default=None,
+        description="A bench profile (built-in or from `bench_profiles`) that makes a re-tune's first restart batch one canary serving unit (the smallest, first by name), benchmarked before it stops and after its gate; `None`: no canary. One value for the whole fleet.",
+    )
+    canary_max_regression: Annotated[float, Field(ge=0)] = Field(
+        default=10,
+        description="Percent by which the canary's output throughput may fall, or its median TPOT or median TTFT rise, before it counts as a failed batch (rolled back with `rolling_on_failure`, and the roll stops).",
+    )
+    canary_runs: Annotated[StrictInt, Field(ge=1, le=10)] = Field(
+        default=1,
+        description="Runs of the canary profile per measurement; the means are compared. Raise it when one run of the profile is too noisy.",
+    )
     rolling_drain_timeout: Annotated[StrictInt, Field(ge=0)] = Field(
         default=60,
         description="Seconds a stopping instance gets to finish in-flight requests: vLLM's `--shutdown-timeout` where the pinned version has it, and the `docker stop` grace (plus 30 s) in any case.",

@@ -7,6 +7,7 @@ import posixpath
 import shlex
 import subprocess
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
 from pyinfra import logger
@@ -16,8 +17,8 @@ from pyinfra.context import host
 from pyinfra.operations import systemd
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet import generations, health, paths
-from instinct_fleet.facts import DockerImageId, InstanceHealth, UnitProblems
+from instinct_fleet import bench, canary, generations, health, paths
+from instinct_fleet.facts import BenchRun, DockerImageId, InstanceHealth, UnitProblems
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
 
@@ -127,6 +128,38 @@ def healthy(
         if record is not None:
             record(host.name, problem)
         yield _failure(problem)
+
+
+@operation(is_idempotent=False)
+def canary_measured(
+    phase: str,
+    runs: list[tuple[bench.Job, int]],
+    measure: Callable[[str, str, str, list[dict[str, Any]]], str | None],
+    hold: Callable[[str, str], None] | None = None,
+) -> Generator[str, None, None]:
+    """Benchmark the canary's instances (``phase``: "before" the stop, "after" the gate), store the runs under
+    results/ as ``bench`` does, and hand them to ``measure``; a regression it reports is held for the
+    rollback (``hold``) or fails the host. Changes nothing, so it never counts as a change."""
+    if not host.state.is_executing:
+        return
+    folder = Path(host.state.cwd or os.getcwd()) / canary.RESULTS / canary.stamp(phase)
+    by_instance: dict[str, list[dict[str, Any]]] = {}
+    for index, (job, repeat) in enumerate(runs):
+        data, tail = host.get_fact(BenchRun, script=bench.command(job, folder.name, None), run=index)
+        if data is None:
+            yield _failure(f"canary: vllm bench serve failed {phase} the change ({job.label()}): {tail or 'no output'}")
+            return
+        canary.store(folder, job, repeat, data)
+        by_instance.setdefault(job.svc.name, []).append(data)
+    problems = [p for name, found in by_instance.items() if (p := measure(host.name, phase, name, found)) is not None]
+    if not problems:
+        host.noop(f"canary measured {phase} the change: {folder}")
+    elif hold is not None:
+        hold(host.name, "; ".join(problems))
+        logger.error(f"{host.print_prefix}{'; '.join(problems)}")
+        host.noop("canary regressed: its batch rolls back")
+    else:
+        yield _failure("; ".join(problems))
 
 
 @operation()

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from instinct_fleet import canary
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.state import content_differs
 
@@ -55,11 +56,17 @@ def combine(kinds: Iterable[Kind]) -> Kind:
     return max(kinds, key=lambda k: SEVERITY[k], default="unchanged")
 
 
-def batches(units: list[ServingUnit], size: int) -> list[list[ServingUnit]]:
-    """Batch 0: every unit that starts (nothing of it serves); then the restarts, ``size`` at a time, by name."""
+def batches(units: list[ServingUnit], size: int, canary: bool = False) -> list[list[ServingUnit]]:
+    """Batch 0: every unit that starts (nothing of it serves); then the restarts, ``size`` at a time, by name.
+    With a canary, the first restart batch is the smallest restarting unit alone (first by name among equals)."""
     starts = sorted((u for u in units if u.kind == "start"), key=lambda u: u.name)
     restarts = sorted((u for u in units if u.kind == "restart"), key=lambda u: u.name)
-    return [starts, *[restarts[i : i + size] for i in range(0, len(restarts), size)]]
+    first: list[list[ServingUnit]] = []
+    if canary and restarts:
+        pick = min(restarts, key=lambda u: (len(u.hosts), u.name))
+        restarts.remove(pick)
+        first = [[pick]]
+    return [starts, *first, *[restarts[i : i + size] for i in range(0, len(restarts), size)]]
 
 
 @dataclass
@@ -82,6 +89,12 @@ class Roll:
     rolled_back: set[int] = field(default_factory=set)  # batches whose units were put back
     targets: dict[str, int] = field(default_factory=dict)  # per host, the generation a rollback restores
     restored: set[str] = field(default_factory=set)  # hosts whose rollback and its gate passed
+    # The canary (canary_profile): the host it is measured on, the allowed regression, and per host and
+    # instance the runs of each phase ("before", "after") and the comparison.
+    canary_host: str | None = None
+    canary_limit: float = 10.0
+    measured: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    compared: dict[str, list[canary.Comparison]] = field(default_factory=dict)
 
     def batch_of(self, host: str) -> int | None:
         for index, batch in enumerate(self.batches):
@@ -101,6 +114,19 @@ class Roll:
             if index in self.failed_at_start
             and any(h in bad and h not in self.failed_at_start[index] for unit in self.batches[index] for h in unit.hosts)
         ]
+
+    def measure(self, host: str, phase: str, instance: str, runs: list[dict[str, Any]]) -> str | None:
+        """Record one canary measurement; after the change, what got worse beyond ``canary_limit`` (None: nothing)."""
+        self.measured.setdefault((host, instance), {})[phase] = runs
+        before = self.measured[(host, instance)].get("before")
+        if phase != "after" or before is None:
+            return None
+        found = canary.compare(instance, before, runs, self.canary_limit)
+        self.compared.setdefault(host, []).append(found)
+        if not found.regressions:
+            self.note(host, f"canary {found.figures()}")
+            return None
+        return f"canary regressed beyond canary_max_regression: {'; '.join(found.regressions)} ({found.figures()})"
 
     def hold(self, host: str, reason: str) -> None:
         """A health gate failed in a batch that rolls back: the host stays in the run to be put back."""
@@ -192,6 +218,10 @@ class Roll:
                         "batch": self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None,
                         "status": status,
                         "why": why,
+                        "canary": [
+                            {"instance": c.instance, "before": c.before, "after": c.after, "regressions": list(c.regressions)}
+                            for c in self.compared.get(host, [])
+                        ],
                     }
                 )
         return rows
@@ -257,4 +287,13 @@ def plan_roll(plans: Mapping[str, HostPlan]) -> Roll:
         return Roll([], [[]], 0)
     # validate_rolling has checked that every host carries the same rolling settings.
     v = next(iter(ready.values())).spec.vars
-    return Roll(units, batches(units, batch_size(v.rolling_batch, len(units))), v.rolling_max_failures, on_failure=v.rolling_on_failure)
+    roll = Roll(
+        units,
+        batches(units, batch_size(v.rolling_batch, len(units)), canary=v.canary_profile is not None),
+        v.rolling_max_failures,
+        on_failure=v.rolling_on_failure,
+        canary_limit=v.canary_max_regression,
+    )
+    if v.canary_profile is not None and len(roll.batches) > 1 and roll.batches[1]:
+        roll.canary_host = roll.batches[1][0].hosts[0]  # the head of a cluster, where its instance answers
+    return roll

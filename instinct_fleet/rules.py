@@ -154,7 +154,12 @@ _RULES = (
     Rule(
         "rolling-fleet",
         "error",
-        "`rolling_batch`, `rolling_max_failures` and `rolling_on_failure` pace one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",
+        "`rolling_batch`, `rolling_max_failures`, `rolling_on_failure` and `canary_profile` pace one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",
+    ),
+    Rule(
+        "canary-profile",
+        "error",
+        "`canary_profile` must name a bench profile (built-in or in `bench_profiles`) that every instance of the host can run: a random prompt plus its output must fit the instance's `--max-model-len`, as `instinct-fleet bench` requires.",
     ),
     Rule(
         "unsafe-value",

@@ -16,7 +16,7 @@ from io import StringIO
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet import apply, operations, paths, render, roll
+from instinct_fleet import apply, bench, canary, operations, paths, render, roll
 from instinct_fleet.defaults import Hook
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.run import FleetPlan
@@ -87,6 +87,22 @@ def healthy(
         )
 
 
+def _canary(plan: HostPlan, fleet: FleetPlan, phase: str, gate: Callable[[], bool], hold: Callable[[str, str], None] | None) -> None:
+    """Benchmark the canary's instances with ``canary_profile`` (instinct_fleet/canary.py)."""
+    profile = plan.spec.vars.canary_profile
+    assert profile is not None  # validate_canary and plan_roll: a canary host has a profile
+    runs = [run for svc in plan.serves for run in canary.runs(plan.spec, svc, profile)]
+    operations.canary_measured(
+        name=f"Canary: {profile} {phase} the change",
+        phase=phase,
+        runs=runs,
+        measure=fleet.roll.measure,
+        hold=hold,
+        _if=gate,
+        _timeout=bench.time_limit([job for job, _ in runs]) * len(runs),
+    )
+
+
 def _rollback(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], set[str]], timeout: int) -> None:
     """When the batch failed: every host of it puts back its last healthy generation and gates the instances
     that answered at preflight again (the post-start hook and the host's failure follow, in converge)."""
@@ -146,6 +162,9 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
             healthy=generation.keep_healthy,
             _if=gate,
         )
+    measured = rolling and host == fleet.roll.canary_host and v.canary_profile is not None
+    if measured:
+        _canary(plan, fleet, "before", gate, None)
     if rolling and plan.serves:
         _hooks(plan, fleet, "pre-stop", v.rolling_pre_stop, gate)
 
@@ -181,6 +200,8 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
 
     rollback = rolling and v.rolling_on_failure == "rollback"
     healthy(plan, gate, fleet.roll.note, units={name for name, _ in written}, hold=fleet.roll.hold if rollback else None)
+    if measured:
+        _canary(plan, fleet, "after", gate, fleet.roll.hold if rollback else None)
     if rollback:
         _rollback(plan, fleet, batch, failed, start_timeout * max(1, len(written)))
     if all_files:

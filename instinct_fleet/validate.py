@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from instinct_fleet import knowledge, startup
+from instinct_fleet import bench, knowledge, startup
 from instinct_fleet.crosscheck import member, unpinned_image, validate_crossings
 from instinct_fleet.defaults import default_image, image_tag
 from instinct_fleet.inputs import validate_inputs
@@ -487,7 +487,13 @@ def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
     batches: list[object] = [spec.vars.rolling_batch for spec in specs]
     failures: list[object] = [spec.vars.rolling_max_failures for spec in specs]
     on_failure: list[object] = [spec.vars.rolling_on_failure for spec in specs]
-    for key, values in (("rolling_batch", batches), ("rolling_max_failures", failures), ("rolling_on_failure", on_failure)):
+    canary: list[object] = [spec.vars.canary_profile for spec in specs]
+    for key, values in (
+        ("rolling_batch", batches),
+        ("rolling_max_failures", failures),
+        ("rolling_on_failure", on_failure),
+        ("canary_profile", canary),
+    ):
         common = max(set(values), key=values.count, default=None)
         for spec, value in zip(specs, values, strict=True):
             if value != common:
@@ -495,9 +501,30 @@ def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
     return found
 
 
+def validate_canary(spec: HostSpec) -> list[Finding]:
+    """``canary_profile`` names a profile every instance of this host can run (bench.jobs' own refusals)."""
+    name = spec.vars.canary_profile
+    if name is None:
+        return []
+    found = []
+    for svc in spec.serves:
+        try:
+            bench.jobs(spec, svc, name, None, None)
+        except bench.BenchRequestError as exc:
+            found.append(finding("canary-profile", spec.host, "canary_profile", str(exc)))
+            break
+    return found
+
+
 def validate_host(spec: HostSpec) -> list[Finding]:
     """All per-service rules plus the rules across the instances of one host."""
-    found: list[Finding] = [*validate_inputs(spec), *validate_network(spec), *validate_local_files(spec), *validate_crossings(spec)]
+    found: list[Finding] = [
+        *validate_inputs(spec),
+        *validate_network(spec),
+        *validate_local_files(spec),
+        *validate_crossings(spec),
+        *validate_canary(spec),
+    ]
     if spec.services:
         found += check_image(spec.host, spec.services[0].image, spec.services[0].version)
     for svc in spec.services:

@@ -163,6 +163,54 @@ def test_an_instance_that_fails_its_first_completion_fails_its_host_alone(baseli
     quiet(deploy(inventory=baseline))  # back on the baseline's files, serving: nothing to do
 
 
+# A canary profile short enough for a roll and long enough that the stand-in's sleeps, not the machine's
+# jitter, make its figures: 2048-token prompts (about 41 ms of prefill) and 64 output tokens, 16 prompts.
+CANARY = {
+    "bench_profiles": {"canary": {"input_len": 2048, "output_len": 64, "num_prompts": 16, "concurrency": [4]}},
+    "canary_profile": "canary",
+}
+
+
+def test_a_canary_that_regresses_is_rolled_back_and_one_that_is_faster_rolls_on(
+    baseline: str, fleet: dict[str, Any], tmp_path: Path
+) -> None:
+    """The canary (the smallest serving unit, sim-gpu-1) is benchmarked before it stops and after its gate; half
+    the decode speed is caught and rolled back, 10% more rolls through the fleet (sim-gpu-2 sets its own vllm_env)."""
+    files = serving_files(fleet)
+    slower = inventory(tmp_path, "slower", {**BASELINE, **CANARY, "vllm_env": {"STANDIN_TOKENS_PER_SECOND": "200"}})
+    with Probe(fleet, hz=5) as probe:
+        caught = deploy(inventory=slower)
+    assert caught.rc != 0 and "Traceback" not in caught.stderr
+    why = caught.why("sim-gpu-1")
+    assert caught.status("sim-gpu-1") == {"rolled-back"} and "canary regressed" in why and "output throughput" in why, caught.roll
+    for host in ("sim-c1", "sim-c2"):
+        assert caught.status(host) == {"not-rolled"}, caught.roll
+    (figures, *_) = [row["canary"] for row in caught.roll if row["host"] == "sim-gpu-1"]
+    main = next(c for c in figures if c["instance"] == "main")
+    assert main["after"]["output_throughput"] < 0.9 * main["before"]["output_throughput"] and main["regressions"]
+    assert serving_files(fleet) == files
+    assert probe.worst() >= len(UNITS) - 1 and sum(probe.samples[-1][1].values()) == len(UNITS), probe.samples[-1]
+
+    faster = {"STANDIN_TOKENS_PER_SECOND": "440", "STANDIN_PREFILL_TOKENS_PER_SECOND": "55000"}
+    rolled = deploy(inventory=inventory(tmp_path, "faster", {**BASELINE, **CANARY, "vllm_env": faster}))
+    assert rolled.results["failed_hosts"] == ["sim-nogpu"], rolled.stderr[-3000:]
+    assert rolled.status("sim-gpu-1") == {"rolled"} and rolled.status("sim-c1") == {"rolled"}, rolled.roll
+    assert {row["batch"] for row in rolled.roll if row["host"] == "sim-gpu-1"} == {1}  # the canary rolls alone, first
+    assert all(not c["regressions"] for row in rolled.roll for c in row["canary"])
+    # Both measurements are stored as bench stores its runs, and report reads them.
+    stored = sorted((ROOT / "results").glob("*-canary-*"))[-4:]
+    assert [p.name.rsplit("-", 1)[-1] for p in stored] == ["before", "after", "before", "after"]
+    report = subprocess.run([*CLI, "report", str(stored[-1])], cwd=ROOT, capture_output=True, text=True)
+    assert report.returncode == 0 and report.stdout.startswith("profile") and "canary" in report.stdout, report.stderr[-2000:]
+    assert "sim-gpu-1" in (stored[-1] / "report.md").read_text()
+    FIGURES.append(
+        f"canary: a change to half the decode speed was caught and rolled back in {caught.seconds:.0f} s "
+        f"({main['before']['output_throughput']:.0f} -> {main['after']['output_throughput']:.0f} output tok/s, "
+        f"median TPOT {main['before']['median_tpot_ms']:.2f} -> {main['after']['median_tpot_ms']:.2f} ms), lowest capacity "
+        f"{probe.worst()}/{len(UNITS)} units; a 10% faster change rolled through in {rolled.seconds:.0f} s"
+    )
+
+
 def test_an_unreachable_host_is_one_clear_line_and_the_rest_converge(baseline: str, tmp_path: Path) -> None:
     ghost = inventory(tmp_path, "ghost", BASELINE, extra_hosts="ghosts = [('sim-ghost', {**base['sim_gpu'][0][1], 'ssh_port': 1})]\n")
     run = deploy(inventory=ghost)
