@@ -31,6 +31,10 @@ from instinct_fleet.defaults import BenchProfile
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
 RESULT_MARK = "@@instinct-fleet-bench-result"
+# The latencies and percentiles every run reports: vLLM names its result fields after them
+# (mean_/median_/std_/p99_ + ttft + _ms, ...), which instinct-fleet tune's --slo accepts.
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
+METRIC_PERCENTILES = (50, 99)
 
 # Built-in profiles. seed-001-gpt-oss is exactly seed 001's run; its published figures are in
 # instinct_fleet/report.py:REFERENCES, compared by profile name.
@@ -138,7 +142,7 @@ def vllm_bench_args(job: Job, base_url: str) -> list[str]:
         argv += ["--request-rate", repr(p.request_rate)]
     if p.ignore_eos:
         argv.append("--ignore-eos")
-    argv += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"]
+    argv += ["--percentile-metrics", ",".join(PERCENTILE_METRICS), "--metric-percentiles", ",".join(map(str, METRIC_PERCENTILES))]
     argv += ["--save-result", "--result-dir", paths.RESULTS_IN_CONTAINER, "--result-filename", job.filename, "--label", job.profile_name]
     return argv
 

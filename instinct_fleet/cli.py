@@ -17,22 +17,24 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import bench, knowledge, managed, monitoring, remote, status
+from instinct_fleet import bench, knowledge, managed, monitoring, paths, remote, status
 from instinct_fleet.defaults import DEFAULTS, default_image
 from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts, select, with_cluster_peers
 from instinct_fleet.recipes import all_recipes
 from instinct_fleet.render import render_args, service_json
-from instinct_fleet.roll import SUMMARY_ENV
+from instinct_fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
 from instinct_fleet.rules import Finding, refused
 from instinct_fleet.spec import HostSpec, ServiceSpec, resolve_host, unknown_recipe_message
 from instinct_fleet.validate import validate_host
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
 
 
 class UsageError(Exception):
@@ -222,6 +224,11 @@ def cmd_deploy(opts: argparse.Namespace) -> int:
     """Validate every chosen host before connecting to any, then hand over to pyinfra."""
     if refused((f for _, fs in _plan_limited(opts) for f in fs), "nothing was deployed and no host was contacted", warnings=True):
         return EXIT_INVALID
+    return _deploy(opts)
+
+
+def _deploy(opts: argparse.Namespace) -> int:
+    """pyinfra with deploy.py, on a validated inventory."""
     project = _project_dir(opts)
     if not (project / "deploy.py").is_file():
         raise UsageError(f"no deploy.py in {project}; pass --project-dir")
@@ -242,6 +249,26 @@ def cmd_deploy(opts: argparse.Namespace) -> int:
             payload = {"results": None}
         payload["roll"] = json.loads(summary.read_text())["roll"] if summary.is_file() else []
     print(json.dumps(payload, indent=2))
+    return code
+
+
+def _generation(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a generation is a number from 1 (ls {paths.GENERATIONS_DIR} on a host), not {text!r}")
+    return int(text)
+
+
+def cmd_rollback(opts: argparse.Namespace) -> int:
+    """A deploy whose serving files come from an earlier generation on each host (instinct_fleet/generations.py)."""
+    if refused((f for _, fs in _plan_limited(opts) for f in fs), "nothing was rolled back and no host was contacted", warnings=True):
+        return EXIT_INVALID
+    os.environ[ROLLBACK_ENV] = "previous" if opts.to is None else str(opts.to)
+    code = _deploy(opts)
+    print(
+        "instinct-fleet: the hosts rolled back now run an earlier generation than the inventory describes; "
+        "`instinct-fleet deploy` with this inventory rolls them forward again. Change the inventory to keep them there.",
+        file=sys.stderr,
+    )
     return code
 
 
@@ -387,6 +414,93 @@ def cmd_bench(opts: argparse.Namespace) -> int:
     return EXIT_INVALID if failed or refused else EXIT_OK
 
 
+def cmd_tune(opts: argparse.Namespace) -> int:
+    """Sweep one instance's settings over the chosen hosts at once (instinct_fleet/tune.py), then restore them."""
+    from instinct_fleet import tune
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("tune draws pareto.png with matplotlib, which is not installed: pip install 'instinct-fleet[report]'")
+    try:
+        if opts.resume:
+            given = [
+                name
+                for name in (
+                    "config",
+                    "instance",
+                    "vary",
+                    "vary_env",
+                    "profile",
+                    "num_prompts",
+                    "concurrency",
+                    "slo",
+                    "limit",
+                    "max_out",
+                    "output",
+                )
+                if getattr(opts, name)
+            ]
+            if given:
+                raise UsageError(f"--resume takes the sweep from DIR/sweep.json; drop --{given[0].replace('_', '-')}")
+            directory = Path(opts.resume)
+            sweep = tune.Results.sweep_of(directory)
+        else:
+            sweep = tune.Sweep.from_json(_tune_settings(opts, tune))
+            directory = Path(opts.output or Path("results") / f"tune-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}")
+        results = tune.Results(directory)
+        opts.limit = sweep.limit
+        planned, chosen = _plan_scope(opts)
+        if refused((f for _, fs in planned for f in fs), "nothing was tuned and no host was contacted"):
+            return EXIT_INVALID
+        hosts = load_inventory(opts.inventory, opts.project_dir)
+        checked = tune.check(hosts, chosen, sweep)
+    except tune.TuneError as exc:
+        raise UsageError(f"{exc}; no host was contacted") from exc
+    specs = {str(spec.host): spec for spec, _ in planned if str(spec.host) in checked.hosts}
+    print(tune.plan_text(checked, sweep, specs, results.done()), flush=True)
+    if opts.dry_run:
+        return EXIT_OK
+    if not opts.resume:
+        results.start(sweep)
+    print(f"results in {directory}", flush=True)
+    started = time.monotonic()
+    outcome = tune.run(remote.Hosts(opts.inventory, opts.project_dir), hosts, checked, sweep, results, lambda line: print(line, flush=True))
+    wall = time.monotonic() - started
+    speed = (
+        f"{len(outcome.ran)} trial(s) on {len(checked.hosts)} host(s) took {wall:.0f} s, restores included; "
+        f"one after another the trials alone take {sum(t.seconds or 0 for t in outcome.ran):.0f} s."
+    )
+    tune.write_report(results, hosts, sweep, checked, speed)
+    print(f"{speed}\nwrote {directory / 'tune.md'}, pareto.png, trials.json" + (", best.py" if (directory / "best.py").exists() else ""))
+    for host, why in outcome.unprepared.items():
+        print(f"instinct-fleet: {host} ran nothing: {why}", file=sys.stderr)
+    for host, why in outcome.not_restored.items():
+        print(f"instinct-fleet: {host} was NOT restored: {why}. Deploy the inventory to put it back.", file=sys.stderr)
+    if outcome.interrupted:
+        print(
+            f"instinct-fleet: interrupted; every host is back on its deployed configuration. Resume with --resume {directory}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    return EXIT_INVALID if outcome.unprepared or outcome.not_restored else EXIT_OK
+
+
+def _tune_settings(opts: argparse.Namespace, tune: Any) -> dict[str, Any]:
+    """The sweep's settings: the config file's, then each option given on the command line over it."""
+    data: dict[str, Any] = tune.load_config(Path(opts.config)) if opts.config else {}
+    if opts.instance:
+        data["instance"] = opts.instance
+    if opts.vary:
+        data["vary"] = {name: list(values) for name, values in (tune.parse_vary(v, False) for v in opts.vary)}
+    if opts.vary_env:
+        data["vary_env"] = {name: list(values) for name, values in (tune.parse_vary(v, True) for v in opts.vary_env)}
+    for key in ("profile", "num_prompts", "concurrency", "limit", "max_out"):
+        if getattr(opts, key) is not None:
+            data[key] = getattr(opts, key)
+    if opts.slo:
+        data["slo"] = list(opts.slo)
+    return data
+
+
 def cmd_report(opts: argparse.Namespace) -> int:
     """Write report.md and PNG plots from a directory of vLLM benchmark results, and print the fleet table."""
     if importlib.util.find_spec("matplotlib") is None:
@@ -434,12 +548,21 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser(
         "verify", help="check deployed hosts with the testinfra verify module (read-only); arguments after -- go to pytest"
     )
-    for p in (deploy, verify):
+    rollback = sub.add_parser(
+        "rollback",
+        help="put back an earlier generation of each host's serving files through the roll's batches and health gates; arguments after -- go to pyinfra",
+    )
+    for p in (deploy, verify, rollback):
         p.add_argument("inventory")
         p.add_argument("--limit", help="host or group name (glob)")
         p.add_argument("--project-dir", help="directory holding deploy.py (default: the inventory's parent's parent)")
-    deploy.add_argument("--json", action="store_true", help="pyinfra's JSON results (operations, totals, failed hosts)")
+    for p in (deploy, rollback):
+        p.add_argument("--json", action="store_true", help="pyinfra's JSON results (operations, totals, failed hosts) and the roll summary")
+    rollback.add_argument(
+        "--to", type=_generation, help="generation number (default: the newest one older than the healthy one that passed the gate)"
+    )
     deploy.set_defaults(func=cmd_deploy)
+    rollback.set_defaults(func=cmd_rollback)
     verify.set_defaults(func=cmd_verify)
 
     status_p = sub.add_parser("status", help="every unit of the fleet now: state, health, image, requests running/waiting, KV cache")
@@ -465,6 +588,27 @@ def build_parser() -> argparse.ArgumentParser:
     bench_p.add_argument("--output", default="results", help="results root (default ./results)")
     bench_p.set_defaults(func=cmd_bench)
 
+    tune_p = sub.add_parser(
+        "tune",
+        help="sweep one instance's flags and env over some hosts at once, behind the health gate; restore them; report the Pareto front",
+    )
+    tune_p.add_argument("inventory")
+    tune_p.add_argument("--project-dir", help="directory holding group_data/ (default: the inventory's parent's parent)")
+    tune_p.add_argument("--config", help="a TOML file with the sweep's settings (the options below override it)")
+    tune_p.add_argument("--instance", help="the instance whose configuration varies")
+    tune_p.add_argument("--vary", action="append", default=[], metavar="FLAG=V1,V2", help="values of one vllm serve flag (repeatable)")
+    tune_p.add_argument("--vary-env", action="append", default=[], metavar="NAME=V1,V2", help="values of one env var (repeatable)")
+    tune_p.add_argument("--profile", help="a built-in bench profile or one of bench_profiles (default latency)")
+    tune_p.add_argument("--num-prompts", type=int, help="override the profile's prompt count")
+    tune_p.add_argument("--concurrency", type=int, help="the one concurrency each trial runs (default: the profile's)")
+    tune_p.add_argument("--slo", action="append", default=[], metavar="METRIC<=VALUE", help="a bound on a vLLM result field (repeatable)")
+    tune_p.add_argument("--limit", help="hosts to tune on (glob of host or group names), typically a staging group")
+    tune_p.add_argument("--max-out", type=int, help="at most this many hosts away from their deployed configuration at once (default 1)")
+    tune_p.add_argument("--output", help="results directory (default results/tune-<UTC timestamp>)")
+    tune_p.add_argument("--resume", metavar="DIR", help="go on with the sweep in DIR, skipping what it measured")
+    tune_p.add_argument("--dry-run", action="store_true", help="print the plan and stop: no host is contacted")
+    tune_p.set_defaults(func=cmd_tune)
+
     report = sub.add_parser(
         "report", help="report.md, plots and a table from vllm bench serve results (RESULTS_DIR/<host>/<instance>/*.json)"
     )
@@ -488,7 +632,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             joined.append(item)
     opts = parser.parse_args(joined)
     opts.passthrough = passthrough
-    if passthrough and opts.command not in ("deploy", "verify"):
+    if passthrough and opts.command not in ("deploy", "verify", "rollback"):
         parser.error(f"{opts.command} takes no arguments after --")
     try:
         return int(opts.func(opts))

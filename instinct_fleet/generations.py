@@ -23,6 +23,8 @@ which generation a roll keeps and which a rollback restores, and the roll runs
 
 from __future__ import annotations
 
+import base64
+import binascii
 import fnmatch
 import shlex
 from collections.abc import Mapping
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from instinct_fleet.paths import GENERATIONS_DIR, ROLL_MARKER, SERVING_FILES, SYSTEMD_DIR
 
 HEALTHY = f"{GENERATIONS_DIR}/healthy"
+PASSED = "passed"  # in a generation's directory: it passed the health gate
 _NUMBERS = f"ls -1 {GENERATIONS_DIR} 2>/dev/null | grep -E '^[0-9]+$' | sort -n"
 
 
@@ -41,6 +44,9 @@ class Generations:
     numbers: tuple[int, ...] = ()
     healthy: int | None = None
     files: dict[str, str] = field(default_factory=dict)
+    # Asked for by ``instinct-fleet rollback``: the generation to go back to and its files' content.
+    restore: int | None = None
+    restore_files: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def newest(self) -> int:
@@ -63,30 +69,57 @@ class GenerationPlan:
     after: int
 
 
-def probe_command() -> str:
-    """The fact's part: ``numbers:`` and ``healthy:`` lines, then ``sha256  path`` of the healthy one's files."""
+def probe_command(restore: str | None = None) -> str:
+    """The fact's part: ``numbers:`` and ``healthy:`` lines, then ``sha256  path`` of the healthy one's files.
+
+    ``restore`` (``instinct-fleet rollback``): a generation number, or ``previous``, the newest generation
+    older than the healthy one that passed the gate; a ``restore:`` line names it, and ``file:`` lines
+    followed by their base64 give its files.
+    """
     files = f"{GENERATIONS_DIR}/$h/files"
-    return (
+    command = (
         f'echo numbers: $({_NUMBERS}); h=$(cat {HEALTHY} 2>/dev/null); echo "healthy: $h"; '
-        f'[ -n "$h" ] && [ -d {files} ] && (cd {files} && find . -type f -exec sha256sum {{}} + 2>/dev/null); true'
+        f'[ -n "$h" ] && [ -d {files} ] && (cd {files} && find . -type f -exec sha256sum {{}} + 2>/dev/null); '
+    )
+    if restore is None:
+        return command + "true"
+    if restore == "previous":
+        pick = f'for n in $({_NUMBERS}); do if [ "$n" -lt "${{h:-0}}" ] && [ -e {GENERATIONS_DIR}/$n/{PASSED} ]; then t=$n; fi; done; '
+    else:
+        pick = f"t={int(restore)}; "
+    source = f"{GENERATIONS_DIR}/$t/files"
+    return command + (
+        f"t=''; {pick}"
+        f'if [ -n "$t" ] && [ -d {source} ]; then echo "restore: $t"; '
+        f'(cd {source} && find . -type f | while read -r f; do echo "file: ${{f#.}}"; base64 -w0 "$f"; echo; done); fi; true'
     )
 
 
 def parse(text: str) -> Generations:
     numbers: tuple[int, ...] = ()
-    healthy_line = ""
-    files = {}
-    for line in text.splitlines():
+    healthy_line = restore_line = ""
+    files: dict[str, str] = {}
+    restore_files: dict[str, bytes] = {}
+    lines = iter(text.splitlines())
+    for line in lines:
         if line.startswith("numbers:"):
             numbers = tuple(int(n) for n in line.split()[1:] if n.isdigit())
         elif line.startswith("healthy:"):
             healthy_line = line.removeprefix("healthy:").strip()
+        elif line.startswith("restore:"):
+            restore_line = line.removeprefix("restore:").strip()
+        elif line.startswith("file: /"):
+            try:
+                restore_files[line.removeprefix("file: ")] = base64.b64decode(next(lines, ""), validate=True)
+            except binascii.Error:
+                continue  # a file cut short: not restorable, and the plan says which is missing
         else:
             digest, _, path = line.partition("  ")
             if path.startswith("./"):
                 files[path[1:]] = digest
     healthy = int(healthy_line) if healthy_line.isdigit() and int(healthy_line) in numbers else None
-    return Generations(numbers, healthy, files if healthy is not None else {})
+    restore = int(restore_line) if restore_line.isdigit() else None
+    return Generations(numbers, healthy, files if healthy is not None else {}, restore, restore_files if restore is not None else {})
 
 
 def serving_hashes(file_hashes: Mapping[str, str]) -> dict[str, str]:
@@ -112,7 +145,7 @@ def save_script(number: int, keep: int, healthy: bool) -> str:
     d = GENERATIONS_DIR
     tmp = f"{d}/.{number}.tmp"
     globs = " ".join(SERVING_FILES)
-    mark = f"printf '%s\\n' {number} > {HEALTHY}.tmp && mv -f {HEALTHY}.tmp {HEALTHY}; " if healthy else ""
+    mark = f": > {d}/{number}/{PASSED}; printf '%s\\n' {number} > {HEALTHY}.tmp && mv -f {HEALTHY}.tmp {HEALTHY}; " if healthy else ""
     return (
         f"set -e; mkdir -p {d} && chmod 700 {d}; rm -rf {tmp}; mkdir -p {tmp}/files; "
         f'for f in {globs}; do if [ -e "$f" ]; then mkdir -p "{tmp}/files${{f%/*}}"; cp -p "$f" "{tmp}/files$f"; fi; done; '

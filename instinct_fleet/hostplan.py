@@ -36,6 +36,8 @@ class HostPlan:
     warnings: list[Finding]
     cluster: ClusterView | None = None
     facts: bool = True  # False when the preflight fact could not be read: the plan only carries that error
+    # instinct-fleet rollback: the generation's serving files (path -> content), which replace the rendered ones.
+    restoring: dict[str, bytes] | None = None
     desired: Desired = field(init=False)  # set by run.plan_inventory, once the cluster is known
 
     @property

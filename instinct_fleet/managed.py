@@ -46,7 +46,12 @@ class Rendered:
 
     @cached_property
     def units(self) -> dict[str, tuple[str, str]]:
-        return content.serving_units(self.plan)
+        """Per serving unit, its unit and env file: rendered, or a generation's (``instinct-fleet rollback``)."""
+        kept = self.plan.restoring
+        if kept is None:
+            return content.serving_units(self.plan)
+        units = self.plan.spec.serving_units
+        return {u: (kept[paths.unit_path(u)].decode(), kept[paths.unit_env_path(u)].decode()) for u in units}
 
     @cached_property
     def firewall(self) -> str | None:

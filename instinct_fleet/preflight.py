@@ -347,6 +347,7 @@ class Probe:
     weights: tuple[tuple[str, str], ...] = ()  # (repository in weights_source, repository in hf_cache_dir)
     exporter_image: str | None = None
     api_key_path: str | None = None  # vllm_api_key_path: /v1 answers only with the key, and its file must be root's alone
+    restore: str | None = None  # instinct-fleet rollback: the generation to read back ("previous" or a number)
 
 
 def script(token_path: str, probe: Probe) -> str:
@@ -379,7 +380,7 @@ def script(token_path: str, probe: Probe) -> str:
         ("nft", f"nft list table {FIREWALL_TABLE} >/dev/null 2>&1 && echo loaded"),
         ("weights", weights or "true"),
         ("exporter-image", _image_id_command(probe.exporter_image)),
-        ("generations", generations.probe_command()),
+        ("generations", generations.probe_command(probe.restore)),
     )
     extra = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {command}" for name, command in probes)
     return f"{SCRIPT}; {extra}; true"
@@ -417,6 +418,25 @@ def host_findings(report: HostReport, spec: HostSpec) -> list[Finding]:
             )
         )
     return warnings
+
+
+def restore_problems(report: HostReport, spec: HostSpec, restore: str) -> list[Finding]:
+    """Why ``instinct-fleet rollback`` cannot put back generation ``restore`` on this host; empty when it can."""
+    found = report.generations
+    have = " ".join(map(str, found.numbers)) or "none"
+    if found.restore is None and restore == "previous":
+        # Nothing older passed the gate here: the change did not touch this host (a Ray worker whose files
+        # stayed the same), or it is the first generation. The host keeps what it runs.
+        return []
+    if found.restore is None:
+        why = f"no generation {restore} on this host (generations: {have}; healthy: {found.healthy})"
+        return [finding("host-generation", spec.host, "--to", why)]
+    wanted = {p for unit in spec.serving_units for p in (paths.unit_path(unit), paths.unit_env_path(unit))}
+    if set(found.restore_files) != wanted:
+        kept = sorted(p.rsplit("/", 1)[-1] for p in found.restore_files)
+        why = f"generation {found.restore} holds {', '.join(kept) or 'nothing'}, the inventory's serving units need {', '.join(sorted(p.rsplit('/', 1)[-1] for p in wanted))}"
+        return [finding("host-generation", spec.host, "--to", f"{why}: deploy an inventory with those instances instead")]
+    return []
 
 
 def hard_problems(report: HostReport, spec: HostSpec) -> list[Finding]:

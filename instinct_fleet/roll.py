@@ -32,6 +32,9 @@ from instinct_fleet.state import content_differs
 Kind = Literal["unchanged", "start", "restart"]
 # The file the deploy writes its roll summary to, as JSON, when set (``instinct-fleet deploy --json`` sets it).
 SUMMARY_ENV = "INSTINCT_FLEET_ROLL_JSON"
+# Set by ``instinct-fleet rollback`` (or by hand for plain pyinfra): "previous" or a generation number; the
+# run then puts that generation's serving files back through the same batches and gates.
+ROLLBACK_ENV = "INSTINCT_FLEET_ROLLBACK"
 SEVERITY: dict[Kind, int] = {"unchanged": 0, "start": 1, "restart": 2}
 
 

@@ -312,6 +312,11 @@ _HOST_RULES = (
         "error",
         "`vllm_api_key_path` must be a non-empty file only root can read: vLLM refuses every /v1 request without the key it holds.",
     ),
+    Rule(
+        "host-generation",
+        "error",
+        "`instinct-fleet rollback` needs the generation it asks for on the host, with a unit file and an env file for each serving unit the inventory gives the host, and no other: it puts back files, not instances. Without `--to`, a host with no older generation that passed the gate (one the change did not touch) keeps what it runs.",
+    ),
 )
 
 RULES: dict[str, Rule] = {r.id: r for r in (*_RULES, *_STARTUP_RULES, *_HOST_RULES)}

@@ -10,6 +10,7 @@ on it, and it does not change during the run.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import signal
 import sys
@@ -26,18 +27,23 @@ from instinct_fleet.facts import HostReport as HostReportFact
 from instinct_fleet.hostplan import ClusterView, HostPlan
 from instinct_fleet.inventory import HostData, hosts_of, plan_hosts
 from instinct_fleet.preflight import HostReport
-from instinct_fleet.roll import SUMMARY_ENV, Roll, dump_summary, format_summary, plan_roll
+from instinct_fleet.roll import ROLLBACK_ENV, SUMMARY_ENV, Roll, dump_summary, format_summary, plan_roll
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
 
 
-def build_plan(spec: HostSpec, findings: list[Finding], report: HostReport) -> HostPlan:
-    """Validation findings and preflight problems for one host, each with its rule."""
+def build_plan(spec: HostSpec, findings: list[Finding], report: HostReport, restore: str | None = None) -> HostPlan:
+    """Validation findings and preflight problems for one host, each with its rule; ``restore``: the
+    generation ``instinct-fleet rollback`` puts back, whose files then replace the rendered serving files."""
     errors = [f for f in findings if f.severity == "error"]
     warnings = [f for f in findings if f.severity == "warning"]
     if not errors:
         errors += preflight.hard_problems(report, spec)
-    return HostPlan(spec, report, errors, warnings + preflight.host_findings(report, spec))
+    if not errors and restore is not None and spec.serving_units:
+        errors += preflight.restore_problems(report, spec, restore)
+    kept = report.generations
+    restoring = kept.restore_files if restore is not None and kept.restore is not None and not errors else None
+    return HostPlan(spec, report, errors, warnings + preflight.host_findings(report, spec), restoring=restoring)
 
 
 def join_cluster(plan: HostPlan, members: dict[str, HostPlan | None]) -> None:
@@ -68,7 +74,7 @@ def join_cluster(plan: HostPlan, members: dict[str, HostPlan | None]) -> None:
 Reader = Callable[[dict[str, HostSpec]], dict[str, HostReport | None]]
 
 
-def plan_inventory(hosts: list[HostData], active: set[str], read_reports: Reader) -> dict[str, HostPlan]:
+def plan_inventory(hosts: list[HostData], active: set[str], read_reports: Reader, restore: str | None = None) -> dict[str, HostPlan]:
     """Plans for the ``active`` hosts and the members of their clusters (a member needs its peers' addresses).
 
     Specs and cross-host validation come from every host of the inventory; facts
@@ -95,7 +101,7 @@ def plan_inventory(hosts: list[HostData], active: set[str], read_reports: Reader
                 spec, preflight.parse_report(""), [finding("host-unreachable", spec.host, "preflight", why)], [], facts=False
             )
         else:
-            plans[name] = build_plan(spec, findings, report)
+            plans[name] = build_plan(spec, findings, report, restore)
     for plan in plans.values():
         cluster = plan.spec.cluster
         if cluster is not None:
@@ -238,6 +244,7 @@ def _plan_run(state: Any) -> FleetPlan:
 
     everyone = {h.name: h for h in state.inventory}
     data = hosts_of(state.inventory)
+    restore = os.environ.get(ROLLBACK_ENV) or None  # instinct-fleet rollback: the serving files come from a generation
     active = {h.name for h in state.inventory.iter_activated_hosts()}
 
     def read(name: str, spec: HostSpec) -> HostReport | None:
@@ -245,8 +252,9 @@ def _plan_run(state: Any) -> FleetPlan:
         timer = watchdog.guarded(everyone[name], timeout, "preflight", lambda _host, _why: None)
         with ctx_host.use(everyone[name]):
             try:
+                probe = dataclasses.replace(managed.probe(spec), restore=restore)
                 report: HostReport | None = everyone[name].get_fact(
-                    HostReportFact, token_path=spec.vars.hf_token_path, probe=managed.probe(spec), _timeout=timeout
+                    HostReportFact, token_path=spec.vars.hf_token_path, probe=probe, _timeout=timeout
                 )
                 return report
             except ConnectError:  # an unreachable member: its cluster peers fail with a message instead
@@ -260,7 +268,7 @@ def _plan_run(state: Any) -> FleetPlan:
         # A read the watchdog ended holds GreenletExit: no facts from that host.
         return {name: job.value if isinstance(job.value, HostReport) else None for name, job in jobs.items()}
 
-    plans = plan_inventory(data, active, read_all)
+    plans = plan_inventory(data, active, read_all, restore)
     return FleetPlan(plans, plan_roll(plans))
 
 

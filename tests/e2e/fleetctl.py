@@ -14,7 +14,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = "inventories/local.py"
-CLI = [sys.executable, "-m", "instinct_fleet.cli"]
+CLI = [sys.executable, "-m", "instinct_fleet"]  # as the instinct-fleet script runs it (instinct_fleet/__main__.py)
 FLEET = [sys.executable, str(ROOT / "tests" / "fleet" / "fleet.py")]
 SERVING = "sim-[gc]*"  # every host but sim-nogpu
 # The serving units of the test fleet and the endpoints each answers on (host, port).
@@ -45,10 +45,11 @@ class Run:
         return " ".join(row["why"] for row in self.roll if row["host"] == host)
 
 
-def deploy(*extra: str, inventory: str = INVENTORY, results: bool = True) -> Run:
-    """``instinct-fleet deploy --json``; ``results=False`` when pyinfra is expected to stop with no host left."""
+def deploy(*extra: str, inventory: str = INVENTORY, results: bool = True, command: str = "deploy") -> Run:
+    """``instinct-fleet deploy --json`` (or ``command``: rollback); ``results=False`` when pyinfra is expected
+    to stop with no host left."""
     started = time.monotonic()
-    argv = [*CLI, "deploy", inventory, "--project-dir", str(ROOT), "--json", *extra]
+    argv = [*CLI, command, inventory, "--project-dir", str(ROOT), "--json", *extra]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     try:
         payload = json.loads(done.stdout)
@@ -104,8 +105,9 @@ def inventory(
 class Probe:
     """Polls every serving endpoint's /health from the test machine, at ``hz``, while a deploy runs."""
 
-    def __init__(self, fleet: dict[str, Any], hz: float = 5.0) -> None:
+    def __init__(self, fleet: dict[str, Any], hz: float = 5.0, units: dict[str, tuple[tuple[str, int], ...]] | None = None) -> None:
         self.address = {h["name"]: h["address"] for h in fleet["hosts"]}
+        self.units = units or UNITS
         self.period = 1.0 / hz
         self.samples: list[tuple[float, dict[str, bool]]] = []
         self._stop = threading.Event()
@@ -122,7 +124,7 @@ class Probe:
         end = time.monotonic() + 900  # bounded, whatever happens to the deploy
         while not self._stop.is_set() and time.monotonic() < end:
             begun = time.monotonic()
-            units = {unit: all(self._up(h, p) for h, p in endpoints) for unit, endpoints in UNITS.items()}
+            units = {unit: all(self._up(h, p) for h, p in endpoints) for unit, endpoints in self.units.items()}
             self.samples.append((begun, units))
             self._stop.wait(max(0.0, self.period - (time.monotonic() - begun)))
 

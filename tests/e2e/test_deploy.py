@@ -128,6 +128,12 @@ def test_drift_is_repaired_exactly_and_nothing_else(second: Run, fleet: dict[str
         ("sim-gpu-1", "Roll: done on this host"),
         ("sim-gpu-2", "Roll: mark the host as rolling"),
         ("sim-gpu-2", "Roll: done on this host"),
+        # The serving files change on both hosts, so each keeps what it ran (hand edit and ghost
+        # included: that is what answered) and then the repaired files as generations.
+        ("sim-gpu-1", "Roll: keep the serving files as generation"),
+        ("sim-gpu-1", "Roll: keep the new serving files as generation"),
+        ("sim-gpu-2", "Roll: keep the serving files as generation"),
+        ("sim-gpu-2", "Roll: keep the new serving files as generation"),
     }
     if llama_b_stopped:
         expected.add(("sim-gpu-2", "vllm-llama-b running and enabled"))

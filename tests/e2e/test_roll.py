@@ -41,6 +41,8 @@ def quiet(run: Run) -> None:
 def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
     hooks = tmp_path / "hooks.log"
     log = 'echo "{} $INSTINCT_FLEET_HOST $INSTINCT_FLEET_UNITS" >> {}'
+    files = serving_files(fleet)  # the fleet on inventories/local.py (``converged``)
+    ssh(fleet, "sim-gpu-1", "rm -f /var/log/hooks.log")  # a kept fleet (INSTINCT_FLEET_REUSE) ran this test before
     retune = inventory(
         tmp_path,
         "retune",
@@ -75,9 +77,19 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(conver
     done = verify(SERVING, inventory=retune)
     assert done.returncode == 0, done.stdout[-4000:]
     quiet(deploy(inventory=retune))
+    # instinct-fleet rollback: the generation before the re-tune comes back through the same batches and gates.
+    back = deploy(inventory=retune, command="rollback")
+    assert back.results["failed_hosts"] == ["sim-nogpu"], back.stderr[-3000:]
+    for host in ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2"):
+        assert back.status(host) == {"rolled"}, back.roll
+    assert "rolls them forward again" in back.stderr
+    assert serving_files(fleet) == files
+    old = verify(SERVING)  # the hosts are inventories/local.py again
+    assert old.returncode == 0, old.stdout[-4000:]
+    quiet(deploy())
     FIGURES.append(
         f"roll of {len(UNITS)} serving units, rolling_batch 1: {rolled.seconds:.0f} s; worst sample {probe.worst()}/{len(UNITS)} "
-        f"units healthy ({len(probe.samples)} samples at {probe.rate():.1f} Hz)"
+        f"units healthy ({len(probe.samples)} samples at {probe.rate():.1f} Hz); instinct-fleet rollback: {back.seconds:.0f} s"
     )
 
 

@@ -13,6 +13,8 @@ files for real.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import fnmatch
 import hashlib
 import runpy
@@ -64,10 +66,19 @@ class SimHost:
     def serving_files(self) -> dict[str, bytes]:
         return {p: c for p, (c, *_rest) in self.files.items() if any(fnmatch.fnmatch(p, g) for g in paths.SERVING_FILES)}
 
-    def _generations(self) -> str:
+    def _generations(self, restore: str | None) -> str:
+        """As generations.probe_command answers (every generation here passed the gate)."""
         kept = self.generations.get(self.healthy_generation or 0, {})
         lines = [f"numbers: {' '.join(map(str, sorted(self.generations)))}", f"healthy: {self.healthy_generation or ''}"]
-        return "\n".join([*lines, *(f"{hashlib.sha256(c).hexdigest()}  .{p}" for p, c in kept.items())])
+        lines += [f"{hashlib.sha256(c).hexdigest()}  .{p}" for p, c in kept.items()]
+        if restore is not None:
+            older = [n for n in self.generations if n < (self.healthy_generation or 0)]
+            target = int(restore) if restore.isdigit() else max(older, default=None)
+            if target in self.generations:
+                lines.append(f"restore: {target}")
+                for path, content in self.generations[target].items():
+                    lines += [f"file: {path}", base64.b64encode(content).decode()]
+        return "\n".join(lines)
 
     def read(self, probe: preflight.Probe, **sections: str) -> str:
         """The fact's output for ``probe``: only what it names (and the unit globs the fact always reads)."""
@@ -102,7 +113,7 @@ class SimHost:
             "weights": "\n".join(f"{s}|{self.weights.get(s, ('', ''))[0]}|{self.weights.get(s, ('', ''))[1]}" for s, _ in probe.weights),
             "exporter_image": IMAGE_ID if self.exporter_image and probe.exporter_image else "",
             "commands": " ".join(sorted(self.commands)),
-            "generations": self._generations(),
+            "generations": self._generations(probe.restore),
             **sections,
         }
         return mi300x_host(**values)
@@ -137,19 +148,24 @@ class SimHost:
         self.commands |= {"nft", "cpupower"}  # what the runtime stage's packages install
 
 
-def plan(data: dict[str, Any], sim: SimHost, peers: dict[str, dict[str, Any]] | None = None, **sections: str) -> HostPlan:
+def plan(
+    data: dict[str, Any], sim: SimHost, peers: dict[str, dict[str, Any]] | None = None, restore: str | None = None, **sections: str
+) -> HostPlan:
     """Host h1's plan from its host data and what ``sim`` answers to its probe; ``peers`` are more hosts
-    (a cluster's other members), answering alike, each with its own address on eth0."""
+    (a cluster's other members), answering alike, each with its own address on eth0; ``restore``: the
+    generation ``instinct-fleet rollback`` asks for."""
     hosts = [HostData("h1", ("gpu",), data), *(HostData(name, ("gpu",), peer) for name, peer in (peers or {}).items())]
     address = {h.name: f"2: eth0    inet 10.0.0.{i + 1}/24 brd 10.0.0.255 scope global eth0" for i, h in enumerate(hosts)}
 
     def read(specs: dict[str, Any]) -> dict[str, preflight.HostReport | None]:
         return {
-            name: preflight.parse_report(sim.read(managed.probe(spec), **{"interfaces": address[name], **sections}))
+            name: preflight.parse_report(
+                sim.read(dataclasses.replace(managed.probe(spec), restore=restore), **{"interfaces": address[name], **sections})
+            )
             for name, spec in specs.items()
         }
 
-    return plan_inventory(hosts, {"h1"}, read)["h1"]
+    return plan_inventory(hosts, {"h1"}, read, restore)["h1"]
 
 
 class _Recorded:

@@ -55,3 +55,11 @@ def test_the_scripts_keep_prune_and_restore_what_the_fact_reads() -> None:
     assert f"> {generations.HEALTHY}.tmp" in save and f"> {generations.HEALTHY}.tmp" not in generations.save_script(5, 3, False)
     restore = generations.restore_script(5)
     assert f"{paths.GENERATIONS_DIR}/5/files" in restore and "systemctl daemon-reload" in restore and paths.ROLL_MARKER in restore
+
+
+def test_the_fact_reads_back_the_generation_a_rollback_asks_for() -> None:
+    text = f"numbers: 1 2\nhealthy: 2\nrestore: 1\nfile: {UNIT}\ndW5pdCB2MQ==\nfile: {ENV}\n\n"
+    found = generations.parse(text)
+    assert (found.restore, found.restore_files) == (1, {UNIT: b"unit v1", ENV: b""})
+    assert "-lt" in generations.probe_command("previous") and "t=3;" in generations.probe_command("3")
+    assert "restore:" not in generations.probe_command()

@@ -345,3 +345,33 @@ def test_a_failed_gate_with_no_healthy_generation_fails_and_stop_mode_rolls_noth
     stop = {**RETUNE, "rolling_on_failure": "stop"}
     ops = emitted(monkeypatch, "services", plan(stop, converged(DATA)), sick={"vllm-main.service": 1})
     assert not any(op.startswith(("Roll: back", "Roll: roll", "Roll: rolled")) for op in ops), ops
+
+
+def test_a_rollback_puts_the_previous_generation_back_through_the_roll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """instinct-fleet rollback after a re-tune: generation 1's files are what the roll writes, behind the gate;
+    then the old inventory is a no-op (the host is byte for byte what it deployed)."""
+    sim = converged(DATA)
+    before = dict(sim.files)
+    sim.converge(plan(RETUNE, sim).desired)  # the re-tune passed: generation 2 is the healthy one
+    assert (sim.healthy_generation, sorted(sim.generations)) == (2, [1, 2])
+    back = plan(RETUNE, sim, restore="previous")
+    assert back.ok, back.errors
+    assert emitted(monkeypatch, "services", back) == [*ROLLED, *restart(3)]
+    sim.converge(back.desired)
+    assert {p: c for p, (c, *_r) in sim.files.items()} == {p: c for p, (c, *_r) in before.items()}
+    assert {
+        s: ops for s in STAGES if (ops := emitted(monkeypatch, s, plan(DATA, sim))) != ([] if s != "services" else ["Roll: batch 0"])
+    } == {}
+
+
+def test_a_rollback_to_a_generation_the_host_lacks_fails_that_host_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = converged(DATA)
+    (problem,) = plan(DATA, sim, restore="7").errors
+    assert problem.rule == "host-generation" and "no generation 7 on this host (generations: 1; healthy: 1)" in problem.message
+    # Without an older generation that passed the gate (a host the change did not touch), "previous"
+    # leaves the host as it is: no error, nothing to do.
+    stays = plan(DATA, sim, restore="previous")
+    assert stays.ok and emitted(monkeypatch, "services", stays) == ["Roll: batch 0"]
+    more = {**DATA, "vllm_instances": [{"name": "main"}, {"name": "other", "port": 8001, "gpus": [1]}]}
+    (problem,) = plan(more, sim, restore="1").errors
+    assert "generation 1 holds vllm-main.env, vllm-main.service, the inventory's serving units need" in problem.message

@@ -14,11 +14,10 @@ Like vLLM with ``--shutdown-timeout``, SIGTERM drains: /health turns 503 and the
 process exits once in-flight requests are done, or when the timeout ends.
 
 Completions stream (``"stream": true``, server-sent events as vLLM sends them)
-or answer whole. A request is one "token" per word: its prompt is prefilled at
-STANDIN_PREFILL_TOKENS_PER_SECOND, then each output token takes 1 /
-STANDIN_TOKENS_PER_SECOND, so that TTFT, TPOT and ITL measure something real.
-At most ``--max-num-seqs`` requests run at once; the rest wait, as in vLLM's
-scheduler. /metrics exposes vLLM's own names and types for what it does
+or answer whole. A request is one "token" per word. Streamed requests go through
+a speed model (:class:`Engine`) that answers the serving settings the way vLLM
+does, so that a sweep of them (``instinct-fleet tune``) finds a real trade-off.
+/metrics exposes vLLM's own names and types for what it does
 (vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
 token counters, a TTFT histogram). With HF_HUB_OFFLINE=1 it refuses to start
 unless the model is in its Hugging Face cache, as vLLM fails offline.
@@ -30,7 +29,8 @@ in product code): STANDIN_STARTUP_SECONDS (start-up delay), STANDIN_REQUEST_SECO
 (time each completion takes), STANDIN_CRASH_AT_START=1 (exit 1 after start-up:
 a crash loop under systemd), STANDIN_NEVER_HEALTHY=1 (listen, but /health stays 503),
 STANDIN_FAIL_COMPLETIONS=1 (healthy and listed, but the first completion gets a 500 and the
-server exits, as vLLM does when its engine dies at the first forward pass).
+server exits, as vLLM does when its engine dies at the first forward pass), and the speed
+model's constants (STANDIN_TOKENS_PER_SECOND and the others named in :class:`Engine`).
 """
 
 from __future__ import annotations
@@ -302,7 +302,86 @@ class State:
     ttfts: ClassVar[list[float]] = []
     draining = False
     lock = threading.Lock()
-    slots = threading.Semaphore(256)
+
+
+class Engine:
+    """The stand-in's speed model. Test-only: its shape is the seeds', its numbers are nobody's.
+
+    - **Decode.** Every running sequence gets one token per engine step, and a step takes
+      ``(1 / STANDIN_TOKENS_PER_SECOND) * (1 + running / STANDIN_BATCH_KNEE)`` seconds: a
+      bigger batch makes each step slower (TPOT rises) but yields more tokens per second in
+      all (throughput rises towards TOKENS_PER_SECOND x KNEE). ``--max-num-seqs`` caps the
+      batch, so raising it "raises throughput at the cost of latency" (seed 000) and
+      lowering it to 8-32 gives "faster individual responses" (seed 000, seed 002).
+    - **Prefill.** Prompts are prefilled one engine step after another (one lane), each step
+      carrying at most ``--max-num-batched-tokens`` prompt tokens. A prompt of P tokens costs
+      ``P / STANDIN_PREFILL_TOKENS_PER_SECOND`` plus its share ``P / budget`` of a step's fixed
+      cost STANDIN_STEP_SECONDS: a larger budget means fewer steps and a lower TTFT under load,
+      the "latency/throughput balance" seeds 002 and 003 sweep it for. Without the flag the
+      budget is --max-model-len with chunked prefill off, else vLLM's default, 8192.
+    - **KV cache.** ``--gpu-memory-utilization`` minus the weights' share of the GPU
+      (STANDIN_WEIGHTS_FRACTION) buys KV tokens: ``(util - weights) / (1 - weights) *
+      STANDIN_KV_TOKENS``. A request holds its prompt plus ``max_tokens`` until it ends and
+      waits while they do not fit, so the budget bounds concurrent sequences (seed 000:
+      "HBM budget set by gpu-memory-utilization"). Below one --max-model-len of KV tokens the
+      server exits at start-up with vLLM's own message, as vLLM does.
+
+    Not modelled: prefill chunks slowing the decode steps they share, CUDA graphs, AITER.
+    """
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        number = {k: float(v) for k, v in args.items() if isinstance(v, str) and v.replace(".", "", 1).isdigit()}
+        self.seqs = int(number.get("--max-num-seqs", 256))
+        self.length = int(number.get("--max-model-len", 8192))
+        unchunked = args.get("--enable-chunked-prefill") is False
+        self.budget = int(number.get("--max-num-batched-tokens", self.length if unchunked else 8192))
+        weights = min(0.95, rate("STANDIN_WEIGHTS_FRACTION", 0.5))
+        utilization = number.get("--gpu-memory-utilization", 0.9)
+        self.kv_tokens = int(max(0.0, utilization - weights) / (1 - weights) * rate("STANDIN_KV_TOKENS", 400000))
+        self.held = 0  # KV tokens of the running requests
+        self.running = 0
+        self.admitted = threading.Condition()
+        self.lane = threading.Lock()
+
+    def refuses(self) -> str | None:
+        """vLLM's start-up error when the KV cache cannot hold one request (vllm/v1/core/kv_cache_utils.py)."""
+        if self.kv_tokens <= 0:
+            return "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
+        if self.kv_tokens < self.length:
+            return (
+                f"ValueError: To serve at least one request with the models's max seq len ({self.length}), "
+                f"({self.length * 0.0001:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+                f"({self.kv_tokens * 0.0001:.2f} GiB). Based on the available memory, the estimated maximum model length is "
+                f"{self.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+            )
+        return None
+
+    def admit(self, tokens: int) -> None:
+        """Wait for a place in the batch and room in the KV cache (a lone request always gets in)."""
+        with self.admitted:
+            while self.running and (self.running >= self.seqs or self.held + tokens > self.kv_tokens):
+                self.admitted.wait()
+            self.running += 1
+            self.held += tokens
+
+    def release(self, tokens: int) -> None:
+        with self.admitted:
+            self.running -= 1
+            self.held -= tokens
+            self.admitted.notify_all()
+
+    def prefill(self, prompt_len: int) -> None:
+        with self.lane:
+            time.sleep(
+                prompt_len / rate("STANDIN_PREFILL_TOKENS_PER_SECOND", 50000)
+                + prompt_len / self.budget * float(os.environ.get("STANDIN_STEP_SECONDS", "0.05"))
+            )
+
+    def step(self) -> float:
+        return (1 + self.running / rate("STANDIN_BATCH_KNEE", 8)) / rate("STANDIN_TOKENS_PER_SECOND", 400)
+
+
+ENGINE: list[Engine] = []  # set once the flags are parsed
 
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0)
@@ -461,9 +540,11 @@ class Handler(BaseHTTPRequestHandler):
         chat = self.path == "/v1/chat/completions"
         kind = "chat.completion.chunk" if chat else "text_completion"
         ident = f"cmpl-standin-{time.monotonic_ns()}"
+        engine = ENGINE[0]
+        held = prompt_len + int(body.get("max_tokens") or len(words))
         with State.lock:
             State.waiting += 1
-        State.slots.acquire()
+        engine.admit(held)
         with State.lock:
             State.waiting -= 1
             State.running += 1
@@ -473,11 +554,10 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
-            time.sleep(prompt_len / rate("STANDIN_PREFILL_TOKENS_PER_SECOND", 50000))
-            step = 1 / rate("STANDIN_TOKENS_PER_SECOND", 400)
+            engine.prefill(prompt_len)
             for i, word in enumerate(words):
                 if i:
-                    time.sleep(step)
+                    time.sleep(engine.step())
                 text = (" " if i else "") + word
                 delta: dict[str, Any] = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
                 delta["finish_reason"] = "length" if i == len(words) - 1 else None
@@ -493,7 +573,7 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         finally:
-            State.slots.release()
+            engine.release(held)
             with State.lock:
                 State.running -= 1
                 State.kv_tokens -= prompt_len + len(words)
@@ -590,7 +670,7 @@ def main() -> None:
     State.model = model
     State.served = str(args.get("--served-model-name") or model)
     State.args = args
-    State.slots = threading.Semaphore(int(args.get("--max-num-seqs", 256)))
+    ENGINE.append(Engine(args))
     signal.signal(signal.SIGTERM, lambda *_: drain(float(args.get("--shutdown-timeout", 0))))
     if args.get("--distributed-executor-backend") == "ray":
         tp, pp = int(args.get("--tensor-parallel-size", 1)), int(args.get("--pipeline-parallel-size", 1))
@@ -600,6 +680,10 @@ def main() -> None:
     time.sleep(float(os.environ.get("STANDIN_STARTUP_SECONDS", "2")))
     if os.environ.get("STANDIN_CRASH_AT_START") == "1":
         print("ERROR stand-in: STANDIN_CRASH_AT_START=1, exiting as a broken configuration would", flush=True)
+        sys.exit(1)
+    refused = ENGINE[0].refuses()
+    if refused is not None:  # after the weights load and the memory profile, as vLLM finds it
+        print(f"ERROR {refused}", file=sys.stderr, flush=True)
         sys.exit(1)
     if os.environ.get("STANDIN_NEVER_HEALTHY") == "1":
         State.ready = False
