@@ -476,10 +476,8 @@ def cmd_tune(opts: argparse.Namespace) -> int:
     for host, why in outcome.not_restored.items():
         print(f"instinct-fleet: {host} was NOT restored: {why}. Deploy the inventory to put it back.", file=sys.stderr)
     if outcome.interrupted:
-        print(
-            f"instinct-fleet: interrupted; every host is back on its deployed configuration. Resume with --resume {directory}",
-            file=sys.stderr,
-        )
+        back = "some hosts are NOT back (above)" if outcome.not_restored else "every host is back on its deployed configuration"
+        print(f"instinct-fleet: interrupted; {back}. Resume with --resume {directory}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_INVALID if outcome.unprepared or outcome.not_restored else EXIT_OK
 

@@ -10,7 +10,8 @@ the verify module all run that one check.
 
 The loop runs on the host (curl against 127.0.0.1) so that it needs no open
 port towards the control machine. It stops early when the unit fails or
-restarts, so a bad flag shows its journal at once instead of after the timeout.
+restarts (or waits to restart: systemd's ``auto-restart`` state, RestartSec before the restart itself),
+so a bad flag shows its journal at once instead of after the timeout.
 """
 
 from __future__ import annotations
@@ -90,7 +91,10 @@ def wait_script(unit: str, port: int, served: str, timeout: int, key_path: str |
         f"elif [ \"$code\" = 200 ]; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo 'lists another model'; "
         f"echo '{MARK}models'; {v1_curl(f'{url}/v1/models', key_path, 10)} 2>/dev/null; echo; exit 0; fi; "
         f"active=$(systemctl show -p ActiveState --value {u}); now=$(systemctl show -p NRestarts --value {u}); "
+        f"sub=$(systemctl show -p SubState --value {u}); "
         f'if [ "$active" = failed ] || [ "$active" = inactive ]; then why="unit is $active{answer}"; {report}; fi; '
+        # Its process ended and systemd waits RestartSec to start it again: a crash loop, known now rather than at the restart.
+        f'if [ "$sub" = auto-restart ]; then why="unit exited and waits to restart (crash loop){answer}"; {report}; fi; '
         f'if [ "$now" != "$start" ]; then why="unit restarted while starting (crash loop){answer}"; {report}; fi; '
         f'if [ "$(date +%s)" -ge "$end" ]; then why="no answer within {int(timeout)}s (health_timeout){answer}"; {report}; fi; '
         f"sleep {POLL_SECONDS}; done"

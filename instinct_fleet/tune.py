@@ -250,11 +250,11 @@ def grid(sweep: Sweep) -> list[Point]:
 
 
 def instance_entries(data: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The host's ``vllm_instances`` as written (the default: one instance ``main``)."""
+    """The host's ``vllm_instances`` as written (the default: one instance ``main``); validated as mappings before."""
     entries = data.get("vllm_instances")
     if entries is None:
         return [{"name": "main"}]
-    return [dict(e) if isinstance(e, Mapping) else e.model_dump(exclude_unset=True) for e in entries]
+    return [dict(e) for e in entries]
 
 
 def apply(data: Mapping[str, Any], instance: str, point: Point) -> dict[str, Any]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +144,22 @@ def test_nothing_listening_is_not_healthy() -> None:
     server.shutdown()
     server.server_close()
     assert subprocess.run(["bash", "-c", health.serving(port, "org/model", None)], check=False).returncode != 0
+
+
+def test_a_unit_waiting_to_restart_fails_the_gate_at_once(tmp_path: Path) -> None:
+    """systemd reports a crashed unit as ``activating (auto-restart)`` for RestartSec before it restarts it: the
+    gate stops there, with the journal, instead of waiting for the restart. systemctl and journalctl here are
+    stand-ins printing what systemd prints for such a unit."""
+    (tmp_path / "systemctl").write_text(
+        '#!/bin/sh\ncase "$*" in *SubState*) echo auto-restart;; *ActiveState*) echo activating;; *NRestarts*) echo 0;; esac\n'
+    )
+    (tmp_path / "journalctl").write_text("#!/bin/sh\necho 'ValueError: No available memory for the cache blocks.'\n")
+    for tool in ("systemctl", "journalctl"):
+        (tmp_path / tool).chmod(0o755)
+    script = health.wait_script("vllm-main.service", 1, "org/model", 60)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    started = time.monotonic()
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30, check=False, env=env)
+    problem = health.verdict("vllm-main.service", 1, "org/model", health.parse(done.stdout))
+    assert problem is not None and "waits to restart (crash loop)" in problem and "No available memory" in problem
+    assert time.monotonic() - started < 15  # one poll, not health_timeout

@@ -261,3 +261,16 @@ def test_a_sweep_that_cannot_run_fails_before_any_host_with_why(tmp_path: Path, 
     done = cli(str(inventory(tmp_path)), *argv)
     assert done.returncode == 2, done.stdout
     assert says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_hosts_that_cannot_be_reached_run_nothing_and_say_why(tmp_path: Path) -> None:
+    """Real connections (pyinfra's SSH connector) to a port nobody listens on: each host fails alone, the run exits 1."""
+    path = tmp_path / "inventories" / "down.py"
+    path.parent.mkdir()
+    path.write_text("down = [(n, {'ssh_hostname': '127.0.0.1', 'ssh_port': 1}) for n in ('s1', 's2')]\n")
+    done = cli(str(path), "--instance", "main", "--vary", "max-num-seqs=4,8", "--max-out", "2", "--output", str(tmp_path / "out"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    for host in ("s1", "s2"):
+        assert f"instinct-fleet: {host} ran nothing: cannot connect" in done.stderr
+    assert "Traceback" not in done.stderr and "0 trial(s) on 2 host(s)" in done.stdout
+    assert (tmp_path / "out" / "tune.md").is_file() and not (tmp_path / "out" / "best.py").exists()
