@@ -446,6 +446,8 @@ def cmd_tune(opts: argparse.Namespace) -> int:
         else:
             sweep = tune.Sweep.from_json(_tune_settings(opts, tune))
             directory = Path(opts.output or Path("results") / f"tune-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}")
+            if (directory / "sweep.json").exists():
+                raise tune.TuneError(f"{directory} holds an earlier sweep: go on with --resume {directory}, or choose another --output")
         results = tune.Results(directory)
         opts.limit = sweep.limit
         planned, chosen = _plan_scope(opts)

@@ -255,9 +255,13 @@ def test_a_dry_run_prints_the_whole_plan_and_touches_nothing(tmp_path: Path) -> 
         (["--resume", "somewhere", "--vary", "max-num-seqs=4"], "--resume takes the sweep from DIR/sweep.json; drop --vary"),
         (["--resume", "somewhere"], "holds no sweep.json"),
         (["--config", "missing.toml"], "cannot read missing.toml"),
+        (["--instance", "main", "--vary", "max-num-seqs=4,8", "--output", "{earlier}"], "holds an earlier sweep: go on with --resume"),
     ],
 )
 def test_a_sweep_that_cannot_run_fails_before_any_host_with_why(tmp_path: Path, argv: list[str], says: str) -> None:
+    earlier = tmp_path / "earlier"
+    tune.Results(earlier).start(sweep())
+    argv = [a.replace("{earlier}", str(earlier)) for a in argv]
     done = cli(str(inventory(tmp_path)), *argv)
     assert done.returncode == 2, done.stdout
     assert says in done.stderr and "Traceback" not in done.stderr
