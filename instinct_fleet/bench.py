@@ -219,6 +219,16 @@ def config(job: Job, env: dict[str, str], image_id: str, client: str | None, sta
     }
 
 
+def save(results: Path, job: Job, data: dict[str, Any], info: dict[str, Any], repeat: int = 0) -> None:
+    """One run's JSON and the instance's config.json under ``results/<host>/<instance>/``, the tree
+    ``instinct-fleet report`` reads; a repeat of the same run (the canary's ``canary_runs``) is ``-runN``."""
+    folder = results / str(job.spec.host) / job.svc.name
+    folder.mkdir(parents=True, exist_ok=True)
+    name = job.filename if repeat == 0 else job.filename.removesuffix(".json") + f"-run{repeat + 1}.json"
+    (folder / name).write_text(json.dumps(data) + "\n")
+    (folder / "config.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
 class Ran(Protocol):
     """What one command did on one host (remote.Result)."""
 
@@ -282,13 +292,10 @@ def run(
         if data is None:
             detail = result.error or (result.stderr or result.stdout).strip().splitlines()[-3:]
             return Outcome(job, f"vllm bench serve failed on {where} after {seconds:.0f}s: {detail}")
-        folder = out_dir / str(job.spec.host) / job.svc.name
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / job.filename).write_text(json.dumps(data) + "\n")
         cluster = job.spec.cluster
         env = {**job.svc.env, **(cluster.rccl_env() if cluster else {})}
         info = config(job, env, image_ids.get((str(job.spec.host), job.svc.name), ""), str(client.host) if client else None, started)
-        (folder / "config.json").write_text(json.dumps(info, indent=2) + "\n")
+        save(out_dir, job, data, info)
         summary = (
             f"{data.get('output_throughput', 0):.1f} output tok/s, median TTFT {data.get('median_ttft_ms', 0):.1f} ms, "
             f"median TPOT {data.get('median_tpot_ms', 0):.2f} ms"

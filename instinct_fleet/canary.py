@@ -18,7 +18,6 @@ Both measurements are stored as ``bench`` stores its runs, under
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,12 +47,8 @@ def stamp(phase: str) -> str:
 
 def store(results: Path, job: bench.Job, run: int, data: dict[str, Any]) -> None:
     """One run's JSON and the instance's config.json, where ``bench`` puts them (``run``: the repeat)."""
-    folder = results / str(job.spec.host) / job.svc.name
-    folder.mkdir(parents=True, exist_ok=True)
-    name = job.filename if run == 0 else job.filename.removesuffix(".json") + f"-run{run + 1}.json"
-    (folder / name).write_text(json.dumps(data) + "\n")
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    (folder / "config.json").write_text(json.dumps(bench.config(job, dict(job.svc.env), "", None, started), indent=2) + "\n")
+    bench.save(results, job, data, bench.config(job, dict(job.svc.env), "", None, started), run)
 
 
 @dataclass(frozen=True)

@@ -228,6 +228,10 @@ class Point:
     def key(self) -> str:
         return "deployed" if self.baseline else json.dumps(dict(self.settings), sort_keys=True)
 
+    def done_key(self, host: str) -> str:
+        """What a resumed sweep matches: a point measured on any host, a baseline on its own host."""
+        return f"deployed@{host}" if self.baseline else self.key
+
     def label(self) -> str:
         if self.baseline:
             return "deployed"
@@ -348,11 +352,15 @@ class Trial:
     seconds: float | None = None
 
     @property
+    def point(self) -> Point:
+        return Point(tuple(self.settings.items()), self.baseline)
+
+    @property
     def key(self) -> str:
-        return "deployed" if self.baseline else json.dumps(self.settings, sort_keys=True)
+        return self.point.key
 
     def label(self) -> str:
-        return Point(tuple(self.settings.items()), self.baseline).label()
+        return self.point.label()
 
 
 def judge(figures: Mapping[str, Any], slos: tuple[Slo, ...]) -> bool:
@@ -413,10 +421,11 @@ class Results:
 
     def done(self) -> set[str]:
         """Points already measured or failed (on any host, the baseline per host) that a resumed sweep skips."""
-        return {t.key if not t.baseline else f"deployed@{t.host}" for t in self.trials if t.status in ("measured", "failed")}
+        return {t.point.done_key(t.host) for t in self.trials if t.status in ("measured", "failed")}
 
     def record(self, trial: Trial) -> None:
-        self.trials = [t for t in self.trials if not (t.key == trial.key and (not t.baseline or t.host == trial.host))]
+        replaced = trial.point.done_key(trial.host)
+        self.trials = [t for t in self.trials if t.point.done_key(t.host) != replaced]
         self.trials.append(trial)
         self.save()
 
@@ -447,12 +456,16 @@ def write_files(files: list[Any]) -> str:
 
 
 class HostTuner:
-    """One host's trials: its preflight fact read once, each point rendered through the deploy's plan."""
+    """One host's trials: its preflight fact read once, each point rendered through the deploy's plan.
 
-    def __init__(self, runner: remote.Hosts, hosts: list[HostData], name: str, sweep: Sweep, results: Results) -> None:
+    The host is planned alone: it is single-node (:func:`check`), so no other host's data enters its
+    plan, and a trial costs the same in a fleet of ten hosts or a thousand.
+    """
+
+    def __init__(self, runner: remote.Hosts, host: HostData, sweep: Sweep, results: Results) -> None:
         self.runner = runner
-        self.hosts = hosts
-        self.name = name
+        self.host = host
+        self.name = host.name
         self.sweep = sweep
         self.results = results
         self.report: preflight.HostReport | None = None
@@ -467,9 +480,9 @@ class HostTuner:
         """The host's plan with the point applied: the deploy's render, from the facts read at :meth:`prepare`."""
         from instinct_fleet.run import plan_inventory
 
-        data = [dataclasses.replace(h, data=apply(h.data, self.sweep.instance, point)) if h.name == self.name else h for h in self.hosts]
+        data = dataclasses.replace(self.host, data=apply(self.host.data, self.sweep.instance, point))
         report = self.report
-        plans = plan_inventory(data, {self.name}, lambda specs: {n: report for n in specs})
+        plans = plan_inventory([data], {self.name}, lambda specs: {n: report for n in specs})
         return plans[self.name]
 
     def service(self, plan: HostPlan) -> ServiceSpec:
@@ -477,7 +490,7 @@ class HostTuner:
 
     def prepare(self) -> str | None:
         """Read the host's facts; refuse a host that cannot serve, or whose instance is not as its deploy left it."""
-        spec = next(s for s, _ in plan_hosts(self.hosts) if str(s.host) == self.name)
+        ((spec, _),) = plan_hosts([self.host])
         done = self.runner.run(self.name, preflight.script(spec.vars.hf_token_path, managed.probe(spec)), spec.vars.command_timeout)
         if done.error is not None:
             return done.error
@@ -613,10 +626,10 @@ def run(
 
     done = results.done()
     queues = {
-        host: [p for p in queue if (f"deployed@{host}" if p.baseline else p.key) not in done]
-        for host, queue in assign(list(checked.points), checked.hosts).items()
+        host: [p for p in queue if p.done_key(host) not in done] for host, queue in assign(list(checked.points), checked.hosts).items()
     }
-    tuners = {host: HostTuner(runner, hosts, host, sweep, results) for host in checked.hosts}
+    by_name = {h.name: h for h in hosts}
+    tuners = {host: HostTuner(runner, by_name[host], sweep, results) for host in checked.hosts}
     unprepared: dict[str, str] = {}
     not_restored: dict[str, str] = {}
     ran: list[Trial] = []
@@ -680,7 +693,7 @@ def plan_text(checked: Checked, sweep: Sweep, specs: dict[str, HostSpec], done: 
         lines.append(f"  skipped {point.label()}: [{found.rule}] {found.key}: {found.message}")
     queues = assign(list(checked.points), checked.hosts)
     for host, queue in queues.items():
-        shown = [p.label() + (" (measured earlier)" if (f"deployed@{host}" if p.baseline else p.key) in done else "") for p in queue]
+        shown = [p.label() + (" (measured earlier)" if p.done_key(host) in done else "") for p in queue]
         lines.append(f"  {host}: " + "; ".join(shown))
     for host, why in checked.idle:
         lines.append(f"  {host}: not used: {why}")
@@ -697,8 +710,7 @@ def plan_text(checked: Checked, sweep: Sweep, specs: dict[str, HostSpec], done: 
 def best_fragment(hosts: list[HostData], host: str, sweep: Sweep, winner: Trial) -> str:
     """group_data text: the host's ``vllm_instances`` with the winner's flags and env in the instance's entry."""
     data = next(h.data for h in hosts if h.name == host)
-    point = Point(tuple(winner.settings.items()), winner.baseline)
-    entries = apply(data, sweep.instance, point)["vllm_instances"]
+    entries = apply(data, sweep.instance, winner.point)["vllm_instances"]
     head = (
         f'"""instinct-fleet tune: the best point for instance {sweep.instance!r}, {winner.label()},\n'
         f"measured on {winner.host} with profile {sweep.profile!r}. Copy into group_data/<your group>.py, then deploy\n"

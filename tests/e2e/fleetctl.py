@@ -72,6 +72,23 @@ def ssh(fleet: dict[str, Any], host: str, command: str) -> str:
     return done.stdout
 
 
+# Every serving unit and env file a host has, and the roll marker: what a rollback or a tune's restore
+# must leave byte for byte.
+SERVING_FILES = (
+    "sha256sum /etc/systemd/system/vllm-*.service /etc/systemd/system/ray-*.service /etc/instinct-fleet/*.env; ls /run/instinct-fleet"
+)
+
+
+def serving_files(fleet: dict[str, Any], hosts: tuple[str, ...] = ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2")) -> dict[str, str]:
+    return {h: ssh(fleet, h, SERVING_FILES + " 2>/dev/null; true") for h in hosts}
+
+
+def quiet(run: Run, failed: tuple[str, ...] = ("sim-nogpu",)) -> None:
+    """Nothing changed anywhere, and only the hosts in ``failed`` failed (the demo's GPU-less host)."""
+    assert run.results["totals"]["success"] == 0, run.changed()
+    assert run.results["failed_hosts"] == list(failed), run.stderr[-3000:]
+
+
 def started_at(fleet: dict[str, Any], host: str, container: str) -> str:
     return ssh(fleet, host, f"docker inspect --format '{{{{.State.StartedAt}}}}' {container}").strip()
 

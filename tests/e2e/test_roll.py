@@ -15,7 +15,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetctl import CLI, FIGURES, ROOT, SERVING, UNITS, Probe, Run, deploy, fleet_tool, inventory, ssh, started_at, verify
+from fleetctl import (
+    CLI,
+    FIGURES,
+    ROOT,
+    SERVING,
+    UNITS,
+    Probe,
+    Run,
+    deploy,
+    fleet_tool,
+    inventory,
+    quiet,
+    serving_files,
+    ssh,
+    started_at,
+    verify,
+)
 
 FLAG = "max-num-seqs"
 # A short drain, so that the hang test's short command_timeout still lets a normal restart finish
@@ -30,12 +46,6 @@ def baseline(converged: Run, tmp_path: Path) -> str:
     run = deploy(inventory=path)
     assert run.results["failed_hosts"] == ["sim-nogpu"], run.stderr[-3000:]
     return path
-
-
-def quiet(run: Run) -> None:
-    """Nothing changed anywhere, and only the GPU-less host failed."""
-    assert run.results["totals"]["success"] == 0, run.changed()
-    assert run.results["failed_hosts"] == ["sim-nogpu"], run.stderr[-3000:]
 
 
 def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
@@ -91,16 +101,6 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(conver
         f"roll of {len(UNITS)} serving units, rolling_batch 1: {rolled.seconds:.0f} s; worst sample {probe.worst()}/{len(UNITS)} "
         f"units healthy ({len(probe.samples)} samples at {probe.rate():.1f} Hz); instinct-fleet rollback: {back.seconds:.0f} s"
     )
-
-
-# Every serving unit and env file a host has, and the roll marker: what a rollback must leave byte for byte.
-SERVING_FILES = (
-    "sha256sum /etc/systemd/system/vllm-*.service /etc/systemd/system/ray-*.service /etc/instinct-fleet/*.env; ls /run/instinct-fleet"
-)
-
-
-def serving_files(fleet: dict[str, Any]) -> dict[str, str]:
-    return {h: ssh(fleet, h, SERVING_FILES + " 2>/dev/null; true") for h in ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2")}
 
 
 def test_a_crash_looping_change_is_rolled_back_on_its_first_batch(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleetctl import CLI, FIGURES, ROOT, Probe, Run, deploy, inventory, ssh, verify
+from fleetctl import CLI, FIGURES, ROOT, Probe, Run, deploy, inventory, quiet, serving_files, verify
 
 HOSTS = ("sim-gpu-1", "sim-gpu-2")
 LIMIT = "sim-gpu-*"
@@ -44,7 +44,6 @@ SWEEP = [
     "--limit",
     LIMIT,
 ]
-SERVING_FILES = "sha256sum /etc/systemd/system/vllm-*.service /etc/instinct-fleet/*.env; ls /run/instinct-fleet"
 
 
 def staging(fleet: dict[str, Any], tmp_path: Path) -> str:
@@ -64,15 +63,6 @@ def staging(fleet: dict[str, Any], tmp_path: Path) -> str:
             },
         },
     )
-
-
-def files(fleet: dict[str, Any]) -> dict[str, str]:
-    return {h: ssh(fleet, h, SERVING_FILES + " 2>/dev/null; true") for h in HOSTS}
-
-
-def quiet_on_staging(run: Run) -> None:
-    assert run.results["failed_hosts"] == [], run.stderr[-3000:]
-    assert run.results["totals"]["success"] == 0, run.changed()
 
 
 def units(fleet: dict[str, Any]) -> dict[str, tuple[tuple[str, int], ...]]:
@@ -95,7 +85,7 @@ def test_a_sweep_runs_in_parallel_restores_on_interrupt_resumes_and_finds_the_fr
     inv = staging(fleet, tmp_path)
     ready = deploy("--limit", LIMIT, inventory=inv)
     assert ready.results["failed_hosts"] == [], ready.stderr[-3000:]
-    before = files(fleet)
+    before = serving_files(fleet, HOSTS)
     out = tmp_path / "sweep"
     argv = [*CLI, "tune", inv, "--project-dir", str(ROOT), *SWEEP, "--output", str(out)]
 
@@ -110,8 +100,8 @@ def test_a_sweep_runs_in_parallel_restores_on_interrupt_resumes_and_finds_the_fr
     assert proc.returncode == 130, stdout[-3000:] + stderr[-3000:]
     assert f"interrupted; every host is back on its deployed configuration. Resume with --resume {out}" in stderr
     assert "tune vllm-main: 8 point(s) to measure, 4 skipped as invalid" in stdout
-    assert files(fleet) == before
-    quiet_on_staging(deploy("--limit", LIMIT, inventory=inv))
+    assert serving_files(fleet, HOSTS) == before
+    quiet(deploy("--limit", LIMIT, inventory=inv), failed=())
     measured_first = {(t["host"], json.dumps(t["settings"], sort_keys=True)) for t in trials(out) if t["status"] in ("measured", "failed")}
 
     with Probe(fleet, hz=5, units=units(fleet)) as probe:
@@ -162,8 +152,8 @@ def test_a_sweep_runs_in_parallel_restores_on_interrupt_resumes_and_finds_the_fr
     assert (out / "pareto.png").read_bytes()[:4] == b"\x89PNG"
 
     # Restored: the files as deployed, a deploy changes nothing, and at most --max-out 2 hosts were ever away.
-    assert files(fleet) == before
-    quiet_on_staging(deploy("--limit", LIMIT, inventory=inv))
+    assert serving_files(fleet, HOSTS) == before
+    quiet(deploy("--limit", LIMIT, inventory=inv), failed=())
     checked = verify(LIMIT, inventory=inv)
     assert checked.returncode == 0, checked.stdout[-4000:]
     worst = min(first_probe.worst(), probe.worst())

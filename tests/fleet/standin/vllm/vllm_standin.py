@@ -156,10 +156,15 @@ def check_bounds(name: str, value: float, bounds: dict[str, float]) -> None:
             config_error(f"pydantic_core.ValidationError: {name}: Input should be {op} {bounds[op]}")
 
 
+def numbers(args: dict[str, Any]) -> dict[str, float]:
+    """The flags given as plain numbers (``--max-num-seqs 32``, ``--gpu-memory-utilization 0.9``)."""
+    return {k: float(v) for k, v in args.items() if isinstance(v, str) and v.replace(".", "", 1).isdigit()}
+
+
 def check_settings(args: dict[str, Any]) -> None:
     """The checks between settings, in vLLM's words, where this version's source raises them (TABLE["startup_checks"])."""
     raises = TABLE["startup_checks"]
-    number = {flag: float(args[flag]) for flag in args if isinstance(args[flag], str) and args[flag].replace(".", "", 1).isdigit()}
+    number = numbers(args)
     seqs, batched, length = number.get("--max-num-seqs"), number.get("--max-num-batched-tokens"), number.get("--max-model-len")
     chunked_off = args.get("--enable-chunked-prefill") is False
     if "scheduler-batched-below-model-len" in raises and chunked_off and batched and length and batched < length:
@@ -330,7 +335,7 @@ class Engine:
     """
 
     def __init__(self, args: dict[str, Any]) -> None:
-        number = {k: float(v) for k, v in args.items() if isinstance(v, str) and v.replace(".", "", 1).isdigit()}
+        number = numbers(args)
         self.seqs = int(number.get("--max-num-seqs", 256))
         self.length = int(number.get("--max-model-len", 8192))
         unchunked = args.get("--enable-chunked-prefill") is False
