@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: test checks check lint unit e2e unit-deps fleet-deps floor-venv demo demo-down install clean
+.PHONY: test checks check lint unit e2e e2e-0 e2e-1 unit-deps fleet-deps floor-venv demo demo-down install clean
 
 # The readers the unit tests hand rendered files to (tests/unit/consumers.py): nft, promtool; curl runs health.serving.
 # systemd-analyze and ip come with the machine's image (systemd, iproute2).
@@ -57,14 +57,19 @@ $(FLOOR_VENV)/.installed: pyproject.toml Makefile
 
 floor-venv: $(FLOOR_VENV)/.installed
 
-# End to end: a fresh simulated fleet, the real CLI and pyinfra over SSH, testinfra.
+# End to end: the real CLI and pyinfra over SSH, testinfra, on simulated fleets. The suite waits on
+# the hosts far more than it uses the CPU, so its modules run in two shares at once, each on its own
+# fresh fleet (INSTINCT_FLEET_SLOT): share 1 is test_roll, share 0 the rest (FLEET_SHARE in each module).
 e2e: install fleet-deps floor-venv
-	$(BIN)/pytest -p no:cacheprovider tests/e2e --durations=0
+	$(MAKE) --no-print-directory -j2 --output-sync=target e2e-0 e2e-1
 
-# Everything installed first (one apt-get at a time), then the end-to-end run beside lint, types and
-# unit tests: the e2e suite mostly waits on the simulated hosts, so the two share the 2 CPUs well.
+e2e-0 e2e-1: e2e-%: install fleet-deps floor-venv
+	INSTINCT_FLEET_SLOT=$* $(BIN)/pytest -p no:cacheprovider tests/e2e --fleet-share $* --durations=0
+
+# Everything installed first (one apt-get at a time), then both end-to-end shares beside lint, types and
+# unit tests; each target's output is printed whole when it ends.
 test: install unit-deps fleet-deps floor-venv
-	$(MAKE) --no-print-directory -j2 --output-sync=line checks e2e
+	$(MAKE) --no-print-directory -j3 --output-sync=target checks e2e-0 e2e-1
 
 # The unit tests run at a lower CPU priority: the end-to-end tests' timings (probe rates, health gates) come first.
 checks: lint
@@ -78,6 +83,7 @@ demo: install fleet-deps
 
 demo-down:
 	$(BIN)/python tests/fleet/fleet.py down
+	INSTINCT_FLEET_SLOT=1 $(BIN)/python tests/fleet/fleet.py down
 
 clean: demo-down
 	rm -rf $(VENV) $(FLOOR_VENV) .mypy_cache .pytest_cache .ruff_cache .fleet

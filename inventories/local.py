@@ -6,9 +6,13 @@ this file reads for ports, the SSH key and the local registry.
 """
 
 import json
+import os
 from pathlib import Path
 
-FLEET_FILE = Path(__file__).resolve().parent.parent / ".fleet" / "fleet.json"
+# INSTINCT_FLEET_SLOT=N selects the Nth fleet tests/fleet/fleet.py runs beside the first (make test runs two).
+SLOT = os.environ.get("INSTINCT_FLEET_SLOT", "0")
+STATE = Path(__file__).resolve().parent.parent / ".fleet"
+FLEET_FILE = (STATE if SLOT == "0" else STATE / f"slot{SLOT}") / "fleet.json"
 if not FLEET_FILE.is_file():
     raise FileNotFoundError(f"{FLEET_FILE} is missing: start the simulated fleet with `make demo` or `python3 tests/fleet/fleet.py up`")
 fleet = json.loads(FLEET_FILE.read_text())

@@ -20,6 +20,32 @@ ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "tests" / "fleet" / "fleet.py"
 
 
+# The shares the Makefile's e2e-0 and e2e-1 targets run; a module naming another would never run.
+SHARES = (0, 1)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fleet-share",
+        type=int,
+        help="run only the modules whose FLEET_SHARE is this (default 0): make test runs share 0 and share 1 "
+        "at once, each on its own fleet (INSTINCT_FLEET_SLOT)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    share = config.getoption("--fleet-share")
+    if share is None:
+        return
+    shares = {item.module.__name__: getattr(item.module, "FLEET_SHARE", 0) for item in items}  # type: ignore[attr-defined]
+    unrun = sorted(name for name, value in shares.items() if value not in SHARES)
+    if unrun:
+        raise pytest.UsageError(f"FLEET_SHARE of {', '.join(unrun)} is not one of {SHARES}, which make e2e runs")
+    keep = [item for item in items if shares[item.module.__name__] == share]  # type: ignore[attr-defined]
+    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+    items[:] = keep
+
+
 FLEET_LOG: list[str] = []
 
 
@@ -31,9 +57,11 @@ def _fleet(command: str) -> None:
 
 @pytest.fixture(scope="session")
 def fleet() -> Iterator[dict[str, Any]]:
-    if not (os.environ.get("INSTINCT_FLEET_REUSE") and (ROOT / ".fleet" / "fleet.json").is_file()):
+    from fleetctl import FLEET_FILE
+
+    if not (os.environ.get("INSTINCT_FLEET_REUSE") and FLEET_FILE.is_file()):
         _fleet("up")
-    yield json.loads((ROOT / ".fleet" / "fleet.json").read_text())
+    yield json.loads(FLEET_FILE.read_text())
     if not os.environ.get("INSTINCT_FLEET_KEEP"):
         _fleet("down")
 
@@ -56,6 +84,17 @@ def converged(first_run: Any) -> Any:
     run = deploy()
     assert run.results["failed_hosts"] == ["sim-nogpu"], run.stderr[-3000:]
     return run
+
+
+@pytest.fixture
+def baseline(converged: Any, tmp_path: Path) -> str:
+    """The fault tests' inventory (BASELINE): the fleet as test_roll's crash-loop test leaves it (a no-op then)."""
+    from fleetctl import BASELINE, deploy, inventory
+
+    path = inventory(tmp_path, "baseline", BASELINE)
+    run = deploy(inventory=path)
+    assert run.results["failed_hosts"] == ["sim-nogpu"], run.stderr[-3000:]
+    return path
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

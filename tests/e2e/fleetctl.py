@@ -8,11 +8,16 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "fleet"))
+import fleet as simulated  # noqa: E402  (tests/fleet/fleet.py: its slot, INSTINCT_FLEET_SLOT, decides where its state is)
+
+FLEET_FILE = simulated.STATE / "fleet.json"
 INVENTORY = "inventories/local.py"
 CLI = [sys.executable, "-m", "instinct_fleet"]  # as the instinct-fleet script runs it (instinct_fleet/__main__.py)
 FLEET = [sys.executable, str(ROOT / "tests" / "fleet" / "fleet.py")]
@@ -89,6 +94,11 @@ def quiet(run: Run, failed: tuple[str, ...] = ("sim-nogpu",)) -> None:
     assert run.results["failed_hosts"] == list(failed), run.stderr[-3000:]
 
 
+def container(fleet: dict[str, Any], host: str) -> str:
+    """The machine's name for a simulated host (``docker pause`` it, ``docker kill`` it)."""
+    return str(next(h["container"] for h in fleet["hosts"] if h["name"] == host))
+
+
 def started_at(fleet: dict[str, Any], host: str, container: str) -> str:
     return ssh(fleet, host, f"docker inspect --format '{{{{.State.StartedAt}}}}' {container}").strip()
 
@@ -160,6 +170,41 @@ class Probe:
     def rate(self) -> float:
         span = self.samples[-1][0] - self.samples[0][0]
         return (len(self.samples) - 1) / span if span else 0.0
+
+
+FLAG = "max-num-seqs"
+# A short drain, so that test_faults' hang test's short command_timeout still lets a normal restart finish
+# (rolling_drain_timeout plus docker's 30 s stop margin must stay below it: rule timeouts).
+BASELINE = {"vllm_args": {FLAG: 160}, "rolling_drain_timeout": 5}
+
+
+Fault = list[str] | Callable[["subprocess.Popen[str]"], None]
+
+
+def streamed_deploy(inventory_path: str, when: str, fault: Fault) -> tuple[int, str, float]:
+    """Run a deploy and inject ``fault`` (a command, or a function of the deploy's process) as soon as its
+    output shows ``when``."""
+    started = time.monotonic()
+    argv = [*CLI, "deploy", inventory_path, "--project-dir", str(ROOT)]
+    pending = True
+    with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if when in line and pending:
+                if callable(fault):
+                    fault(proc)
+                else:
+                    subprocess.run(fault, check=True, capture_output=True)
+                pending = False
+        rc = proc.wait(timeout=600)
+    return rc, "".join(lines), time.monotonic() - started
+
+
+def give_work(fleet: dict[str, Any], host: str) -> None:
+    """A converged host runs no operation at all; a drifted file gives it one to hang or die in."""
+    ssh(fleet, host, "sed -i 's/= 0/= 1/' /etc/sysctl.d/90-instinct-fleet.conf")
 
 
 # Figures the tests measured (roll time, worst healthy fraction), printed at the end of the run.

@@ -37,7 +37,7 @@ def cli(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_lost_weights_are_copied_again_from_the_fleet_store_not_downloaded(converged: Run, fleet: dict[str, Any]) -> None:
-    store = ROOT / ".fleet" / "weights" / "hub"
+    store = Path(fleet["weights_dir"]) / "hub"
     assert sorted(p.name for p in store.iterdir()) == ["models--meta-llama--Llama-3.1-70B-Instruct", "models--openai--gpt-oss-120b"]
     ssh(fleet, "sim-gpu-2", f"rm -rf {LLAMA}")
     repaired = changed(deploy())

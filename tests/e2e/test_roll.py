@@ -1,4 +1,4 @@
-"""End to end: re-tuning the live simulated fleet rolls one serving unit at a time, and faults fail alone.
+"""End to end: re-tuning the live simulated fleet rolls one serving unit at a time, behind gates that roll back.
 
 Each test starts from a fleet it converges itself (``converged``: inventories/local.py;
 ``baseline``: the fault tests' inventory), so none depends on the order: the re-tune
@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fleetctl import (
+    BASELINE,
     CLI,
     FIGURES,
+    FLAG,
     ROOT,
     SERVING,
     UNITS,
@@ -30,22 +29,11 @@ from fleetctl import (
     serving_files,
     ssh,
     started_at,
+    streamed_deploy,
     verify,
 )
 
-FLAG = "max-num-seqs"
-# A short drain, so that the hang test's short command_timeout still lets a normal restart finish
-# (rolling_drain_timeout plus docker's 30 s stop margin must stay below it: rule timeouts).
-BASELINE = {"vllm_args": {FLAG: 160}, "rolling_drain_timeout": 5}
-
-
-@pytest.fixture
-def baseline(converged: Run, tmp_path: Path) -> str:
-    """The fault tests' inventory: the fleet as the crash-loop test leaves it (a no-op then)."""
-    path = inventory(tmp_path, "baseline", BASELINE)
-    run = deploy(inventory=path)
-    assert run.results["failed_hosts"] == ["sim-nogpu"], run.stderr[-3000:]
-    return path
+FLEET_SHARE = 1  # make test runs this module on its own fleet, beside the other modules (conftest.py)
 
 
 def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
@@ -221,78 +209,6 @@ def test_a_canary_that_regresses_is_rolled_back_and_one_that_is_faster_rolls_on(
         f"median TPOT {main['before']['median_tpot_ms']:.2f} -> {main['after']['median_tpot_ms']:.2f} ms), lowest capacity "
         f"{probe.worst()}/{len(UNITS)} units; a 10% faster change rolled through in {rolled.seconds:.0f} s"
     )
-
-
-def test_an_unreachable_host_is_one_clear_line_and_the_rest_converge(baseline: str, tmp_path: Path) -> None:
-    ghost = inventory(tmp_path, "ghost", BASELINE, extra_hosts="ghosts = [('sim-ghost', {**base['sim_gpu'][0][1], 'ssh_port': 1})]\n")
-    run = deploy(inventory=ghost)
-    assert sorted(run.results["failed_hosts"]) == ["sim-ghost", "sim-nogpu"]
-    assert run.results["totals"]["success"] == 0, run.changed()
-    assert run.stderr.count("[sim-ghost] Could not connect") == 1 and "Traceback" not in run.stderr
-    assert run.status("sim-ghost") == {"failed"} and "not reachable" in run.why("sim-ghost")
-    quiet(deploy(inventory=baseline))
-
-
-Fault = list[str] | Callable[["subprocess.Popen[str]"], None]
-
-
-def streamed_deploy(inventory_path: str, when: str, fault: Fault) -> tuple[int, str, float]:
-    """Run a deploy and inject ``fault`` (a command, or a function of the deploy's process) as soon as its
-    output shows ``when``."""
-    started = time.monotonic()
-    argv = [*CLI, "deploy", inventory_path, "--project-dir", str(ROOT)]
-    pending = True
-    with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        assert proc.stdout is not None
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if when in line and pending:
-                if callable(fault):
-                    fault(proc)
-                else:
-                    subprocess.run(fault, check=True, capture_output=True)
-                pending = False
-        rc = proc.wait(timeout=600)
-    return rc, "".join(lines), time.monotonic() - started
-
-
-def give_work(fleet: dict[str, Any], host: str) -> None:
-    """A converged host runs no operation at all; a drifted file gives it one to hang or die in."""
-    ssh(fleet, host, "sed -i 's/= 0/= 1/' /etc/sysctl.d/90-instinct-fleet.conf")
-
-
-def test_a_host_that_hangs_mid_run_fails_alone(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
-    short = inventory(tmp_path, "short", {**BASELINE, "command_timeout": 40})
-    give_work(fleet, "sim-gpu-2")
-    try:
-        rc, output, seconds = streamed_deploy(short, "Beginning operation run", ["/usr/bin/docker", "pause", "sim-gpu-2"])
-    finally:
-        subprocess.run(["/usr/bin/docker", "unpause", "sim-gpu-2"], capture_output=True)
-    assert rc != 0 and seconds < 120, f"rc {rc} after {seconds:.0f}s"
-    assert "[sim-gpu-2] no answer within 40s" in output and "looks hung" in output
-    assert "Traceback" not in output
-    summary = output.split("Roll summary:")[-1]
-    assert "sim-gpu-2" in summary and "failed" in summary.split("sim-gpu-2", 1)[1].splitlines()[0]
-    repaired = deploy(inventory=short)  # the work the hung host never did
-    assert {(h, names.split(" | ")[-1]) for h, names in repaired.changed()} == {("sim-gpu-2", "NUMA balancing off at boot")}
-    quiet(deploy(inventory=short))
-
-
-def test_a_host_killed_mid_run_fails_alone_and_converges_when_back(baseline: str, fleet: dict[str, Any]) -> None:
-    give_work(fleet, "sim-gpu-2")
-    try:
-        rc, output, _ = streamed_deploy(baseline, "Beginning operation run", ["/usr/bin/docker", "kill", "sim-gpu-2"])
-    finally:
-        fleet_tool("revive", "sim-gpu-2")
-    assert rc != 0 and "Traceback" not in output
-    summary = output.split("Roll summary:")[-1]
-    for host in ("sim-gpu-1", "sim-c1", "sim-c2"):
-        assert "failed" not in "".join(line for line in summary.splitlines() if line.strip().startswith(host)), summary
-    assert "failed" in "".join(line for line in summary.splitlines() if line.strip().startswith("sim-gpu-2")), summary
-    back = deploy(inventory=baseline)
-    assert back.results["failed_hosts"] == ["sim-nogpu"], back.stderr[-3000:]
-    quiet(deploy(inventory=baseline))
 
 
 def test_an_interrupted_roll_finishes_its_batch_exits_non_zero_and_the_next_deploy_completes_it(

@@ -17,12 +17,21 @@ mirror and PyPI in reach:
 ``up`` writes ``.fleet/fleet.json``, which ``inventories/local.py`` reads.
 Usage: ``python3 tests/fleet/fleet.py up|down|sample``; the end-to-end tests also use
 ``revive HOST``, ``registry stop|start`` and ``tag NEW_TAG`` to inject and remove faults.
+
+``INSTINCT_FLEET_SLOT=N`` (N ≥ 1) makes another fleet beside the first, on the same dockerd
+and images: its state in ``.fleet/slotN/``, its own registries, its SSH ports 1000·N higher,
+its host containers named ``<host>-fN`` (each still calls itself ``<host>``). ``make test``
+runs the end-to-end modules on two such fleets at once: the suite waits on the hosts far
+more than it uses the CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import fcntl
+import ipaddress
 import json
 import os
 import re
@@ -33,11 +42,24 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-STATE = ROOT / ".fleet"
+SHARED = ROOT / ".fleet"  # what every slot shares: dockerd's log, the Ray wheels, the lock for image builds
+
+
+def slot() -> int:
+    value = os.environ.get("INSTINCT_FLEET_SLOT", "0")
+    if not value.isdigit() or int(value) > 9:
+        sys.exit(f"fleet: INSTINCT_FLEET_SLOT={value!r}: give a number from 0 to 9")
+    return int(value)
+
+
+SLOT = slot()
+STATE = SHARED if SLOT == 0 else SHARED / f"slot{SLOT}"
+PORT_OFFSET = 1000 * SLOT  # of the ports published on the machine's loopback (a host's own API port is the same in every slot)
 HERE = Path(__file__).resolve().parent
 FIXTURES = ROOT / "tests" / "fixtures"
 STATIC_JSON = FIXTURES / "amd-smi-static-json_mi300x-x8_rocm7.2.1_amdsmi26.2.2.json"
@@ -50,7 +72,7 @@ HOST_IMAGE = "instinct-fleet-test/host:bookworm-3"
 STANDIN_REPO = "instinct-fleet-standin/vllm-openai-rocm"
 STANDIN_VERSION = "0.22.0"
 RAY_VERSION = "2.52.1"  # the stand-in's Ray; a real vLLM image brings its own
-REGISTRY_PORT = 5000
+REGISTRY_PORT = 5000 + 10 * SLOT  # and the pull-through cache on the next port
 # The machine's dockerd is Debian's docker.io, driven by Debian's own CLI: another docker
 # CLI may come first on PATH (a newer one defaults to buildx, which Debian does not ship).
 DOCKER = "/usr/bin/docker"
@@ -59,7 +81,8 @@ DOCKERD = "/usr/sbin/dockerd"
 # `docker network inspect`, so the fleet reads the address from the interface, never from that field.
 BRIDGE = "docker0"
 BRIDGE_CIDR = "172.17.0.1/16"
-LABEL = "instinct-fleet-test=1"
+LABEL_KEY = "instinct-fleet-test"
+LABEL = f"{LABEL_KEY}={SLOT + 1}"  # slot 0 keeps the label fleets had before slots
 # A fake token the tests look for everywhere it must not appear.
 HF_TOKEN = "hf_standinTOKENdoNotLeak" + "0123456789abcdef"
 API_KEY = "sk-standinAPIKEYdoNotLeak" + "fedcba9876543210"  # at /etc/instinct-fleet/api-key; inventories/local.py gives it to sim-gpu-2
@@ -106,14 +129,19 @@ class SimHost:
     address: str = ""
     cluster: str | None = None  # light fleets (up --hosts N): the Ray cluster and role this host is built for
     role: str | None = None
+    container: str = ""  # the machine's name for it: the host's name, with -fN in slot N
+
+    def __post_init__(self) -> None:
+        if not self.container:
+            object.__setattr__(self, "container", self.name if SLOT == 0 else f"{self.name}-f{SLOT}")
 
 
 HOSTS = (
-    SimHost("sim-gpu-1", True, 2201, 18001),
-    SimHost("sim-gpu-2", True, 2202, 18002),
-    SimHost("sim-nogpu", False, 2203, 18003),
-    SimHost("sim-c1", True, 2204, 18004),
-    SimHost("sim-c2", True, 2205, 18005),
+    SimHost("sim-gpu-1", True, 2201 + PORT_OFFSET, 18001),
+    SimHost("sim-gpu-2", True, 2202 + PORT_OFFSET, 18002),
+    SimHost("sim-nogpu", False, 2203 + PORT_OFFSET, 18003),
+    SimHost("sim-c1", True, 2204 + PORT_OFFSET, 18004),
+    SimHost("sim-c2", True, 2205 + PORT_OFFSET, 18005),
 )
 
 
@@ -129,7 +157,7 @@ def light_hosts(count: int) -> tuple[SimHost, ...]:
         cluster = role = None
         if i < 2 * clusters:
             cluster, role = f"sim-scale-{i // 2 + 1}", "head" if i % 2 == 0 else "worker"
-        hosts.append(SimHost(name, True, 2301 + i, 18101 + i, cluster=cluster, role=role))
+        hosts.append(SimHost(name, True, 2301 + i + PORT_OFFSET, 18101 + i, cluster=cluster, role=role))
     return tuple(hosts)
 
 
@@ -200,11 +228,11 @@ def ensure_dockerd() -> None:
         if address != BRIDGE_CIDR.split("/")[0]:
             log(f"note: a dockerd already runs with its bridge on {address}; its registry must be trusted there")
         return
-    STATE.mkdir(exist_ok=True)
     log("starting dockerd")
-    logfile = (STATE / "dockerd.log").open("ab")
+    logfile = (SHARED / "dockerd.log").open("ab")
     subprocess.Popen(
-        [DOCKERD, "--bip", BRIDGE_CIDR, "--insecure-registry", f"{BRIDGE_CIDR.split('/')[0]}:{REGISTRY_PORT}"],
+        # Every slot's registry is on the bridge's gateway, each on its own port: trust the bridge.
+        [DOCKERD, "--bip", BRIDGE_CIDR, "--insecure-registry", str(ipaddress.ip_network(BRIDGE_CIDR, strict=False))],
         stdout=logfile,
         stderr=logfile,
         start_new_session=True,
@@ -214,9 +242,34 @@ def ensure_dockerd() -> None:
             break
         time.sleep(1)
     else:
-        sys.exit(f"fleet: dockerd did not start; see {STATE / 'dockerd.log'}")
+        sys.exit(f"fleet: dockerd did not start; see {SHARED / 'dockerd.log'}")
     if gateway() != BRIDGE_CIDR.split("/")[0]:
         sys.exit(f"fleet: the docker bridge {BRIDGE} is on {gateway()}, not {BRIDGE_CIDR}; the registry would be untrusted")
+
+
+def check_trusted(registry: str) -> None:
+    """A dockerd this fleet did not start must trust the slot's registry, or every push fails over HTTPS."""
+    config = json.loads(out(DOCKER, "info", "-f", "{{json .RegistryConfig}}"))
+    host = ipaddress.ip_address(registry.split(":")[0])
+    cidrs = [ipaddress.ip_network(c) for c in config.get("InsecureRegistryCIDRs") or []]
+    named = {name for name, index in (config.get("IndexConfigs") or {}).items() if not index.get("Secure", True)}
+    if registry not in named and not any(host in cidr for cidr in cidrs):
+        sys.exit(
+            f"fleet: the running dockerd does not trust the registry {registry} (slot {SLOT}). Stop that dockerd "
+            f"(pkill dockerd), and `up` starts one that trusts {BRIDGE_CIDR}, every slot's registry."
+        )
+
+
+@contextlib.contextmanager
+def images_lock() -> Iterator[None]:
+    """One slot at a time starts dockerd and builds the shared images (a concurrent `docker build` of one tag races)."""
+    SHARED.mkdir(exist_ok=True)
+    with (SHARED / "images.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def image_exists(ref: str) -> bool:
@@ -245,7 +298,7 @@ def build_host() -> None:
 
 def ray_packages() -> Path:
     """Ray and its dependencies for the image's Python (3.11, manylinux), installed on this machine."""
-    target = STATE / f"ray-{RAY_VERSION}"
+    target = SHARED / f"ray-{RAY_VERSION}"
     if not (target / "ray").is_dir():
         log(f"downloading Ray {RAY_VERSION} wheels")
         shutil.rmtree(target, ignore_errors=True)
@@ -338,7 +391,7 @@ def start_registry(address: str, name: str = "registry", proxy: str | None = Non
             return
         # Another checkout's fleet left its registry on the fleet's address: its storage is not ours,
         # and `registry stop` could not stop it. Replace it.
-        others = registry_pids(name, anywhere=True)
+        others = registry_pids_on(address)
         if not others:
             sys.exit(f"fleet: something other than a fleet's docker-registry answers on {address}; stop it first")
         log(f"stopping the docker-registry another checkout left on {address}")
@@ -405,7 +458,7 @@ def gpu_device_script() -> str:
 
 
 def start_host(host: SimHost, key: Path, sysfs: Path) -> None:
-    name = host.name
+    name = host.container
     run(DOCKER, "rm", "-f", name, check=False, capture=True)
     argv = [
         DOCKER,
@@ -414,14 +467,14 @@ def start_host(host: SimHost, key: Path, sysfs: Path) -> None:
         "--name",
         name,
         "--hostname",
-        name,
+        host.name,
         "--label",
         LABEL,
         *HOST_FLAGS,
         "-p",
         f"127.0.0.1:{host.ssh_port}:22",
         "-p",
-        f"127.0.0.1:{host.api_port}:{host.api_port}",
+        f"127.0.0.1:{host.api_port + PORT_OFFSET}:{host.api_port}",
         "-v",
         f"{key}.pub:/root/.ssh/authorized_keys:ro",
     ]
@@ -488,19 +541,22 @@ def ssh_options(key: Path, port: int) -> list[str]:
 
 def up(count: int | None = None) -> dict[str, object]:
     """The demo fleet, or with ``count`` a light fleet of that many GPU hosts behind a pull-through cache."""
-    STATE.mkdir(exist_ok=True)
+    STATE.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    ensure_dockerd()
-    registry = f"{gateway()}:{REGISTRY_PORT}"
-    start_registry(registry)
-    cache = f"{gateway()}:{REGISTRY_PORT + 1}"
-    start_registry(cache, "cache", proxy=registry)
-    build_base()
-    build_host()
-    build_standin(registry)
-    build_exporter(registry)
+    with images_lock():
+        ensure_dockerd()
+        registry = f"{gateway()}:{REGISTRY_PORT}"
+        check_trusted(registry)
+        start_registry(registry)
+        cache = f"{gateway()}:{REGISTRY_PORT + 1}"
+        start_registry(cache, "cache", proxy=registry)
+        build_base()
+        build_host()
+        build_standin(registry)
+        build_exporter(registry)
+        if count is not None:
+            build_standin(registry, slim_ref(registry), ray=False)
     if count is not None:
-        build_standin(registry, slim_ref(registry), ray=False)
         check_disk(light_hosts(count), registry)
     key = ssh_key()
     sysfs = standin_sysfs()
@@ -508,14 +564,15 @@ def up(count: int | None = None) -> dict[str, object]:
     # systemd in each host takes inotify instances from the machine's per-user pool (128 on
     # Debian); past about 18 hosts the next one's systemd exits at once without it.
     inotify = Path("/proc/sys/fs/inotify/max_user_instances")
-    wanted = 64 * len(HOSTS if count is None else light_hosts(count))
+    others = out(DOCKER, "ps", "-q", "--filter", f"label={LABEL_KEY}").split()  # another slot's hosts
+    wanted = 64 * (len(others) + len(HOSTS if count is None else light_hosts(count)))
     if int(inotify.read_text()) < wanted:
         inotify.write_text(str(wanted))
     hosts = []
     for host in HOSTS if count is None else light_hosts(count):
         start_host(host, key, sysfs)
-        address = out(DOCKER, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", host.name)
-        hosts.append(SimHost(host.name, host.gpus, host.ssh_port, host.api_port, address, host.cluster, host.role))
+        address = out(DOCKER, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", host.container)
+        hosts.append(dataclasses.replace(host, address=address))
     wait_hosts(hosts, key)
     fleet = {
         "registry": registry,
@@ -524,6 +581,7 @@ def up(count: int | None = None) -> dict[str, object]:
         "slim_image": slim_ref(registry) if count is not None else None,
         "exporter_image": exporter_ref(registry),
         "weights_source": WEIGHTS_MOUNT,
+        "weights_dir": str(WEIGHTS),  # the share, as the machine sees it
         "vllm_version": STANDIN_VERSION,
         "ssh_key": str(key),
         "hf_token": HF_TOKEN,
@@ -538,17 +596,32 @@ def up(count: int | None = None) -> dict[str, object]:
 def revive(name: str) -> None:
     """Start a host container that was killed, and give it back what a boot does not: its stand-in devices."""
     host = next(h for h in HOSTS if h.name == name)
-    run(DOCKER, "start", name, capture=True)
+    run(DOCKER, "start", host.container, capture=True)
     if host.gpus:
-        run(DOCKER, "exec", name, "sh", "-c", gpu_device_script())
+        run(DOCKER, "exec", host.container, "sh", "-c", gpu_device_script())
     wait_hosts([host], ssh_key())
 
 
-def registry_pids(name: str = "registry", anywhere: bool = False) -> list[int]:
-    """The pids of this checkout's registry ``name``, or with ``anywhere`` of any checkout's."""
-    config = rf"[^ ]*/\.fleet/{name}\.yml" if anywhere else re.escape(str(STATE / f"{name}.yml"))
+def registry_pids(name: str = "registry") -> list[int]:
+    """The pids of this checkout's and slot's registry ``name``."""
+    config = re.escape(str(STATE / f"{name}.yml"))
     found = run("pgrep", "-f", f"^docker-registry serve {config}$", check=False, capture=True).stdout.decode().split()
     return [int(pid) for pid in found]
+
+
+def registry_pids_on(address: str) -> list[int]:
+    """The pids of any fleet's docker-registry (any checkout, any slot) whose config listens on ``address``."""
+    found = run("pgrep", "-f", "^docker-registry serve ", check=False, capture=True).stdout.decode().split()
+    pids = []
+    for pid in found:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            config = Path(argv[2].decode()).read_text()
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not a config we can read
+        if re.search(rf"^\s+addr: {re.escape(address)}$", config, re.M):
+            pids.append(int(pid))
+    return pids
 
 
 def stop_pids(pids: list[int]) -> None:
@@ -603,7 +676,7 @@ def sample() -> None:
     """Print each published endpoint and one completion from it (the end of ``make demo``)."""
     fleet = json.loads((STATE / "fleet.json").read_text())
     for host in fleet["hosts"]:
-        url = f"http://127.0.0.1:{host['api_port']}"
+        url = f"http://127.0.0.1:{host['api_port'] + PORT_OFFSET}"  # published on the machine
         models = run("curl", "-s", "-m", "5", f"{url}/v1/models", check=False, capture=True)
         if models.returncode != 0 or not models.stdout:
             print(f"{host['name']}: nothing serving on {url} (see the deploy output above)")
