@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: test checks check lint unit e2e e2e-0 e2e-1 unit-deps fleet-deps floor-venv demo demo-down install clean
+.PHONY: test checks check lint unit e2e $(E2E_TARGETS) unit-deps fleet-deps fleet-images floor-venv demo demo-down install clean
 
 # The readers the unit tests hand rendered files to (tests/unit/consumers.py): nft, promtool; curl runs health.serving.
 # systemd-analyze and ip come with the machine's image (systemd, iproute2).
@@ -57,19 +57,27 @@ $(FLOOR_VENV)/.installed: pyproject.toml Makefile
 
 floor-venv: $(FLOOR_VENV)/.installed
 
-# End to end: the real CLI and pyinfra over SSH, testinfra, on simulated fleets. The suite waits on
-# the hosts far more than it uses the CPU, so its modules run in two shares at once, each on its own
-# fresh fleet (INSTINCT_FLEET_SLOT): share 1 is test_roll, share 0 the rest (FLEET_SHARE in each module).
-e2e: install fleet-deps floor-venv
-	$(MAKE) --no-print-directory -j2 --output-sync=target e2e-0 e2e-1
+# End to end: the real CLI and pyinfra over SSH, testinfra, on simulated fleets. One fleet leaves the
+# CPU idle for much of the run, so the modules run in shares at once, each share on its own fresh
+# fleet (INSTINCT_FLEET_SLOT=N): a module names its share in FLEET_SHARE (default 0). Two shares keep
+# 2 cores busy; a third was slower.
+E2E_SHARES  = 0 1
+E2E_TARGETS = $(addprefix e2e-,$(E2E_SHARES))
 
-e2e-0 e2e-1: e2e-%: install fleet-deps floor-venv
-	INSTINCT_FLEET_SLOT=$* $(BIN)/pytest -p no:cacheprovider tests/e2e --fleet-share $* --durations=0
+e2e: install fleet-deps floor-venv fleet-images
+	$(MAKE) --no-print-directory -j$(words $(E2E_SHARES)) --output-sync=target $(E2E_TARGETS)
 
-# Everything installed first (one apt-get at a time), then both end-to-end shares beside lint, types and
-# unit tests; each target's output is printed whole when it ends.
-test: install unit-deps fleet-deps floor-venv
-	$(MAKE) --no-print-directory -j3 --output-sync=target checks e2e-0 e2e-1
+$(E2E_TARGETS): e2e-%: install fleet-deps floor-venv fleet-images
+	INSTINCT_FLEET_SLOT=$* $(BIN)/pytest -p no:cacheprovider tests/e2e --fleet-share $* --fleet-shares $(words $(E2E_SHARES)) --durations=0
+
+# dockerd and the images every fleet runs (a no-op once built); stdlib only, so it runs while pip installs.
+fleet-images: fleet-deps
+	$(PYTHON) tests/fleet/fleet.py images
+
+# The Debian packages first (one apt-get at a time); then the venvs and the fleet images at once, and
+# every end-to-end share beside lint, types and unit tests. Each target's output is printed whole when it ends.
+test: unit-deps fleet-deps
+	$(MAKE) --no-print-directory -j$(words checks $(E2E_SHARES)) --output-sync=target checks $(E2E_TARGETS)
 
 # The unit tests run at a lower CPU priority: the end-to-end tests' timings (probe rates, health gates) come first.
 checks: lint
@@ -82,8 +90,7 @@ demo: install fleet-deps
 	$(BIN)/python tests/fleet/fleet.py sample
 
 demo-down:
-	$(BIN)/python tests/fleet/fleet.py down
-	INSTINCT_FLEET_SLOT=1 $(BIN)/python tests/fleet/fleet.py down
+	for slot in $(E2E_SHARES); do INSTINCT_FLEET_SLOT=$$slot $(PYTHON) tests/fleet/fleet.py down || exit 1; done
 
 clean: demo-down
 	rm -rf $(VENV) $(FLOOR_VENV) .mypy_cache .pytest_cache .ruff_cache .fleet

@@ -20,27 +20,26 @@ ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "tests" / "fleet" / "fleet.py"
 
 
-# The shares the Makefile's e2e-0 and e2e-1 targets run; a module naming another would never run.
-SHARES = (0, 1)
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--fleet-share",
         type=int,
-        help="run only the modules whose FLEET_SHARE is this (default 0): make test runs share 0 and share 1 "
-        "at once, each on its own fleet (INSTINCT_FLEET_SLOT)",
+        help="run only the modules whose FLEET_SHARE (default 0) is this: make test runs every share at once, "
+        "each on its own fleet (INSTINCT_FLEET_SLOT)",
     )
+    parser.addoption("--fleet-shares", type=int, default=1, help="how many shares make e2e runs (E2E_SHARES in the Makefile)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     share = config.getoption("--fleet-share")
     if share is None:
         return
+    count = config.getoption("--fleet-shares")
     shares = {item.module.__name__: getattr(item.module, "FLEET_SHARE", 0) for item in items}  # type: ignore[attr-defined]
-    unrun = sorted(name for name, value in shares.items() if value not in SHARES)
+    unrun = sorted(name for name, value in shares.items() if value not in range(count))
     if unrun:
-        raise pytest.UsageError(f"FLEET_SHARE of {', '.join(unrun)} is not one of {SHARES}, which make e2e runs")
+        # A module naming a share the Makefile does not run would never run.
+        raise pytest.UsageError(f"FLEET_SHARE of {', '.join(unrun)} is not below {count}, the shares make e2e runs")
     keep = [item for item in items if shares[item.module.__name__] == share]  # type: ignore[attr-defined]
     config.hook.pytest_deselected(items=[item for item in items if item not in keep])
     items[:] = keep
@@ -79,6 +78,17 @@ def first_run(fleet: dict[str, Any]) -> Any:
 def converged(first_run: Any) -> Any:
     """The fleet on inventories/local.py at the start of a module: a no-op run after the first deploy, a
     re-converge after a module that left the fleet on another inventory."""
+    from fleetctl import deploy
+
+    run = deploy()
+    assert run.results["failed_hosts"] == ["sim-nogpu"], run.stderr[-3000:]
+    return run
+
+
+@pytest.fixture
+def on_local(first_run: Any) -> Any:
+    """The fleet on inventories/local.py at the start of this test, whatever the tests before it in its
+    module left: for a test whose assertions are relative to local.py, in a module of other inventories."""
     from fleetctl import deploy
 
     run = deploy()

@@ -1,6 +1,6 @@
 """End to end: re-tuning the live simulated fleet rolls one serving unit at a time, behind gates that roll back.
 
-Each test starts from a fleet it converges itself (``converged``: inventories/local.py;
+Each test starts from a fleet it converges itself (``on_local``: inventories/local.py;
 ``baseline``: the fault tests' inventory), so none depends on the order: the re-tune
 rolls to --max-num-seqs 192, the crash-looping attempt ends on 160 (``BASELINE``).
 """
@@ -36,10 +36,10 @@ from fleetctl import (
 FLEET_SHARE = 1  # make test runs this module on its own fleet, beside the other modules (conftest.py)
 
 
-def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
+def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(on_local: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
     hooks = tmp_path / "hooks.log"
     log = 'echo "{} $INSTINCT_FLEET_HOST $INSTINCT_FLEET_UNITS" >> {}'
-    files = serving_files(fleet)  # the fleet on inventories/local.py (``converged``)
+    files = serving_files(fleet)  # the fleet on inventories/local.py (``on_local``)
     ssh(fleet, "sim-gpu-1", "rm -f /var/log/hooks.log")  # a kept fleet (INSTINCT_FLEET_REUSE) ran this test before
     retune = inventory(
         tmp_path,
@@ -91,7 +91,7 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(conver
     )
 
 
-def test_a_crash_looping_change_is_rolled_back_on_its_first_batch(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
+def test_a_crash_looping_change_is_rolled_back_on_its_first_batch(on_local: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
     """rolling_on_failure = "rollback" (the default): the batch whose gate fails goes back to its last healthy
     generation, byte for byte, answers again, and the roll stops; the run exits non-zero."""
     good = inventory(tmp_path, "good", BASELINE)

@@ -9,9 +9,12 @@ RUN apt-get update -qq \
       systemd systemd-sysv dbus udev openssh-server docker.io iptables iproute2 nftables \
       curl sudo kmod procps less \
  && apt-get clean && rm -rf /var/lib/apt/lists/*
-# Units that cannot work in a container, and getty on a console that does not exist.
+# Units that cannot work in a container, and getty on a console that does not exist. systemd-sysctl
+# would write a booting host's sysctl files into the one kernel every simulated host (of every fleet
+# on the machine) shares: a host revived with a drifted kernel.numa_balancing would turn it on for all.
 RUN systemctl mask systemd-udevd.service systemd-udevd-kernel.socket systemd-udevd-control.socket \
       getty@tty1.service console-getty.service systemd-modules-load.service sys-kernel-config.mount \
+      systemd-sysctl.service \
  && mkdir -p /root/.ssh && chmod 700 /root/.ssh \
  && groupadd -f -r render && groupadd -f -r video
 # Bootloader stand-in: see standin/update-grub.
