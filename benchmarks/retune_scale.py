@@ -36,7 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STATE = ROOT / ".fleet"
+sys.path.insert(0, str(ROOT / "tests" / "fleet"))
+import fleet as simulated  # noqa: E402  (the fleet's slot, its state and its SSH options)
+
+STATE = simulated.STATE  # the slot fleet.py runs in (INSTINCT_FLEET_SLOT)
 FLEET = [sys.executable, str(ROOT / "tests" / "fleet" / "fleet.py")]
 PYINFRA = [sys.executable, "-m", "pyinfra", "-y", "benchmarks/scale_inventory.py", "deploy.py"]
 DOCKER = "/usr/bin/docker"
@@ -62,26 +65,7 @@ def ssh_floor(hosts: list[dict], key: str) -> float:
     """One `ssh true` per host, all at once: the least any tool needs to reach every host once."""
 
     def one(port: int) -> None:
-        subprocess.run(
-            [
-                "ssh",
-                "-i",
-                key,
-                "-p",
-                str(port),
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-                "-o",
-                "LogLevel=ERROR",
-                "-o",
-                "BatchMode=yes",
-                "root@127.0.0.1",
-                "true",
-            ],
-            check=True,
-        )
+        subprocess.run(["ssh", *simulated.ssh_options(Path(key), port), "root@127.0.0.1", "true"], check=True)
 
     started = time.monotonic()
     with ThreadPoolExecutor(len(hosts)) as pool:

@@ -97,8 +97,11 @@ def on_local(first_run: Any) -> Any:
 
 
 @pytest.fixture
-def baseline(converged: Any, tmp_path: Path) -> str:
-    """The fault tests' inventory (BASELINE): the fleet as test_roll's crash-loop test leaves it (a no-op then)."""
+def baseline(first_run: Any, tmp_path: Path) -> str:
+    """The fault tests' inventory (BASELINE): the fleet as test_roll's crash-loop test leaves it (a no-op then).
+
+    It asks for ``first_run``, not ``converged``: a module's first converge to inventories/local.py would roll
+    every unit there and straight back here (about 40 s in test_roll)."""
     from fleetctl import BASELINE, deploy, inventory
 
     path = inventory(tmp_path, "baseline", BASELINE)

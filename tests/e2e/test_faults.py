@@ -1,4 +1,5 @@
-"""End to end: a host that is unreachable, hangs or dies mid-run fails alone, and the next run converges it.
+"""End to end: a host that is unreachable, hangs or dies mid-run, or whose instance never serves, fails alone, and
+the next run converges it.
 
 Each test starts from the fault tests' inventory (``baseline``), so none depends on the order.
 """
@@ -9,7 +10,18 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from fleetctl import BASELINE, container, deploy, fleet_tool, give_work, inventory, quiet, streamed_deploy
+from fleetctl import (
+    BASELINE,
+    container,
+    deploy,
+    fleet_tool,
+    give_work,
+    inventory,
+    quiet,
+    serving_files,
+    started_at,
+    streamed_deploy,
+)
 
 FLEET_SHARE = 0  # make test runs this module on fleet share 0, beside test_roll on share 1 (conftest.py)
 
@@ -55,3 +67,36 @@ def test_a_host_killed_mid_run_fails_alone_and_converges_when_back(baseline: str
     back = deploy(inventory=baseline)
     assert back.results["failed_hosts"] == ["sim-nogpu"], back.stderr[-3000:]
     quiet(deploy(inventory=baseline))
+
+
+def test_an_instance_that_never_becomes_healthy_fails_its_host_alone(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
+    """rolling_on_failure = "stop": the failed unit stays as it failed, its host alone fails."""
+    stop = {**BASELINE, "rolling_on_failure": "stop"}
+    sick = inventory(tmp_path, "sick", stop, {"sim-gpu-1": {"vllm_env": {"STANDIN_NEVER_HEALTHY": "1"}, "health_timeout": 15}})
+    other = started_at(fleet, "sim-gpu-2", "vllm-llama-a")
+    run = deploy(inventory=sick)
+    assert "sim-gpu-1" in run.results["failed_hosts"]
+    assert run.status("sim-gpu-1") == {"failed"} and "no answer within 15s (health_timeout)" in run.why("sim-gpu-1"), run.roll
+    assert "last journal lines" in run.stderr
+    assert {h for h, _ in run.changed()} == {"sim-gpu-1"}
+    assert started_at(fleet, "sim-gpu-2", "vllm-llama-a") == other
+    back = deploy(inventory=baseline)  # the fault removed: the host converges back
+    assert back.results["failed_hosts"] == ["sim-nogpu"], back.stderr[-3000:]
+    quiet(deploy(inventory=baseline))
+
+
+def test_an_instance_that_fails_its_first_completion_fails_its_host_alone(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
+    """/health and /v1/models answer, but the engine dies at its first forward pass: the gate's one-token
+    completion catches it at once (health.serving), with the answer, instead of calling the unit healthy;
+    the host goes back to its healthy generation, which answers again."""
+    broken = inventory(tmp_path, "first-completion", BASELINE, {"sim-gpu-1": {"vllm_env": {"STANDIN_FAIL_COMPLETIONS": "1"}}})
+    other = started_at(fleet, "sim-gpu-2", "vllm-llama-a")
+    files = serving_files(fleet)
+    run = deploy(inventory=broken)
+    assert run.rc != 0 and "sim-gpu-1" in run.results["failed_hosts"]
+    why = run.why("sim-gpu-1")
+    assert run.status("sim-gpu-1") == {"rolled-back"} and "its first completion failed" in why and "HTTP 500" in why, run.roll
+    assert "EngineCore encountered an issue" in why
+    assert started_at(fleet, "sim-gpu-2", "vllm-llama-a") == other
+    assert serving_files(fleet) == files
+    quiet(deploy(inventory=baseline))  # back on the baseline's files, serving: nothing to do
