@@ -8,13 +8,13 @@ llama-3.1-405b-pp2 over Ray.
 """
 
 import json
-import os
+import sys
 from pathlib import Path
 
-# The slot's fleet, as inventories/local.py finds it (INSTINCT_FLEET_SLOT, tests/fleet/fleet.py).
-SLOT = os.environ.get("INSTINCT_FLEET_SLOT", "0")
-STATE = Path(__file__).resolve().parent.parent / ".fleet"
-FLEET_FILE = (STATE if SLOT == "0" else STATE / f"slot{SLOT}") / "fleet.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "fleet"))
+import fleet as simulated  # its slot decides where the fleet's state is (INSTINCT_FLEET_SLOT)
+
+FLEET_FILE = simulated.STATE / "fleet.json"
 if not FLEET_FILE.is_file():
     raise FileNotFoundError(f"{FLEET_FILE} is missing: start a light fleet with `python3 tests/fleet/fleet.py up --hosts N`")
 fleet = json.loads(FLEET_FILE.read_text())
