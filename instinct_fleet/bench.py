@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from instinct_fleet import monitoring, paths, render
+from instinct_fleet import monitoring, paths, render, report
 from instinct_fleet.defaults import BenchProfile
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
@@ -252,10 +252,12 @@ class Runner(Protocol):
 
 @dataclass(frozen=True)
 class Outcome:
-    """One job's end: None when its result file was written, else why there is none."""
+    """One job's end: ``problem`` is None when its figures measure the instance, else why not; ``saved``
+    says whether its result file was written (a run some of whose requests failed is kept, to be read)."""
 
     job: Job
     problem: str | None
+    saved: bool
 
 
 def run(
@@ -291,7 +293,7 @@ def run(
         data = result_of(result.stdout) if result.ok else None
         if data is None:
             detail = result.error or (result.stderr or result.stdout).strip().splitlines()[-3:]
-            return Outcome(job, f"vllm bench serve failed on {where} after {seconds:.0f}s: {detail}")
+            return Outcome(job, f"vllm bench serve failed on {where} after {seconds:.0f}s: {detail}", saved=False)
         cluster = job.spec.cluster
         env = {**job.svc.env, **(cluster.rccl_env() if cluster else {})}
         info = config(job, env, image_ids.get((str(job.spec.host), job.svc.name), ""), str(client.host) if client else None, started)
@@ -300,8 +302,12 @@ def run(
             f"{data.get('output_throughput', 0):.1f} output tok/s, median TTFT {data.get('median_ttft_ms', 0):.1f} ms, "
             f"median TPOT {data.get('median_tpot_ms', 0):.2f} ms"
         )
+        failed = report.failed_requests(data)
+        if failed is not None:
+            say(f"    {job.label()}: done in {seconds:.0f}s, but {failed}: {summary}")
+            return Outcome(job, f"{failed} on {where}: its figures count only the rest, so they do not measure the instance", saved=True)
         say(f"    {job.label()}: done in {seconds:.0f}s: {summary}")
-        return Outcome(job, None)
+        return Outcome(job, None, saved=True)
 
     def queue(where: str, jobs_here: list[Job]) -> list[Outcome]:
         return [one(where, job) for job in jobs_here]

@@ -409,7 +409,7 @@ def cmd_bench(opts: argparse.Namespace) -> int:
     failed = [o for o in outcomes if o.problem]
     for o in failed:
         print(f"{o.job.label()}: {o.problem}", file=sys.stderr)
-    written = len(outcomes) - len(failed)
+    written = sum(o.saved for o in outcomes)
     print(f"{written} result file(s) in {out_dir}; next: instinct-fleet report {out_dir}")
     return EXIT_INVALID if failed or refused else EXIT_OK
 

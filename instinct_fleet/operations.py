@@ -17,7 +17,7 @@ from pyinfra.context import host
 from pyinfra.operations import systemd
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet import bench, canary, generations, health, paths
+from instinct_fleet import bench, canary, generations, health, paths, report
 from instinct_fleet.facts import BenchRun, DockerImageId, InstanceHealth, UnitProblems
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
@@ -138,28 +138,36 @@ def canary_measured(
     hold: Callable[[str, str], None] | None = None,
 ) -> Generator[str, None, None]:
     """Benchmark the canary's instances (``phase``: "before" the stop, "after" the gate), store the runs under
-    results/ as ``bench`` does, and hand them to ``measure``; a regression it reports is held for the
-    rollback (``hold``) or fails the host. Changes nothing, so it never counts as a change."""
+    results/ as ``bench`` does, and hand them to ``measure``. Whatever stops the canary from passing (a
+    benchmark that failed, requests that failed, a regression) is held for the rollback (``hold``: after the
+    change, with rolling_on_failure rollback) or fails the host. Changes nothing, so it never counts as a change."""
     if not host.state.is_executing:
         return
     folder = Path(host.state.cwd or os.getcwd()) / canary.RESULTS / canary.stamp(phase)
     by_instance: dict[str, list[dict[str, Any]]] = {}
+    problem = None
     for index, (job, repeat) in enumerate(runs):
         data, tail = host.get_fact(BenchRun, script=bench.command(job, folder.name, None), run=index)
         if data is None:
-            yield _failure(f"canary: vllm bench serve failed {phase} the change ({job.label()}): {tail or 'no output'}")
-            return
+            problem = f"canary: vllm bench serve failed {phase} the change ({job.label()}): {tail or 'no output'}"
+            break
         canary.store(folder, job, repeat, data)
+        failed = report.failed_requests(data)
+        if failed is not None:  # its figures count only the requests that succeeded: they measure nothing
+            problem = f"canary: {failed} {phase} the change ({job.label()}; the run is kept in {folder})"
+            break
         by_instance.setdefault(job.svc.name, []).append(data)
-    problems = [p for name, found in by_instance.items() if (p := measure(host.name, phase, name, found)) is not None]
-    if not problems:
+    if problem is None:
+        found = [p for name, runs_of in by_instance.items() if (p := measure(host.name, phase, name, runs_of)) is not None]
+        problem = "; ".join(found) or None
+    if problem is None:
         host.noop(f"canary measured {phase} the change: {folder}")
     elif hold is not None:
-        hold(host.name, "; ".join(problems))
-        logger.error(f"{host.print_prefix}{'; '.join(problems)}")
-        host.noop("canary regressed: its batch rolls back")
+        hold(host.name, problem)
+        logger.error(f"{host.print_prefix}{problem}")
+        host.noop("canary failed: its batch rolls back")
     else:
-        yield _failure("; ".join(problems))
+        yield _failure(problem)
 
 
 @operation()

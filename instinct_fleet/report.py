@@ -66,6 +66,27 @@ REFERENCES: dict[str, Reference] = {
 }
 
 
+def failed_requests(data: dict[str, Any]) -> str | None:
+    """Why a result does not measure its configuration: some of its requests failed (None when none did).
+
+    vLLM computes every figure from the requests that succeeded, so a run that lost some
+    is not slower, it is wrong: each failed request frees its place in the batch and the
+    rest decode faster, with a lower TPOT than the configuration gives when it serves them
+    all. Counted from vLLM's ``failed`` (vllm/benchmarks/serve.py), or from the non-empty
+    ``errors`` of a vLLM that writes no ``failed``. The first two distinct errors are named by
+    their last line: vLLM records an HTTP error's reason, and a raised one's whole traceback.
+    """
+    errors = [str(e) for e in data.get("errors") or [] if e]
+    failed = data.get("failed")
+    count = failed if isinstance(failed, int) and not isinstance(failed, bool) else len(errors)
+    if count <= 0:
+        return None
+    completed = data.get("completed")
+    total = f" of {count + completed}" if isinstance(completed, int) and not isinstance(completed, bool) else ""
+    named = list(dict.fromkeys(e.strip().splitlines()[-1][:200] for e in errors if e.strip()))[:2]
+    return f"{count}{total} requests failed" + (f" ({'; '.join(named)})" if named else "")
+
+
 class ReportError(Exception):
     """The results directory cannot be reported on; the message says why."""
 
@@ -93,8 +114,16 @@ class Run:
     def model(self) -> str:
         return str(self.data.get("model_id", "?"))
 
+    @property
+    def failed(self) -> str | None:
+        """Why its figures measure no configuration: requests that failed (None when none did)."""
+        return failed_requests(self.data)
+
     def unlike(self, reference: Reference) -> str | None:
-        """Why this run cannot be compared with ``reference`` (None when it can): another model, GPU count or concurrency."""
+        """Why this run cannot be compared with ``reference`` (None when it can): failed requests, another
+        model, GPU count or concurrency."""
+        if self.failed:
+            return self.failed
         if not self.config:
             return "no config.json beside it says what it ran"
         model = self.config.get("model")
@@ -149,7 +178,8 @@ def outliers(runs: list[Run]) -> list[tuple[Run, float, float]]:
     """(run, its output throughput, its group's median) for runs more than 10% below their group's median."""
     groups: dict[tuple[str, str, int], list[Run]] = defaultdict(list)
     for run in runs:
-        groups[(run.model, run.profile, run.concurrency)].append(run)
+        if not run.failed:
+            groups[(run.model, run.profile, run.concurrency)].append(run)
     found = []
     for members in groups.values():
         values = [v for r in members if (v := r.value("output_throughput")) is not None]
@@ -168,11 +198,12 @@ def _fmt(value: float | None) -> str:
 
 
 def run_rows(runs: list[Run]) -> list[list[str]]:
-    header = ["host", "instance", "profile", "conc", "req/s", "out tok/s", "total tok/s"]
+    header = ["host", "instance", "profile", "conc", "failed", "req/s", "out tok/s", "total tok/s"]
     header += [f"{s} {m} ms" for m in METRICS for s in STATS]
     rows = [header]
     for run in sorted(runs, key=lambda r: (r.profile, r.concurrency, r.host, r.instance)):
-        row = [run.host, run.instance, run.profile, str(run.concurrency)]
+        failed = run.value("failed")
+        row = [run.host, run.instance, run.profile, str(run.concurrency), "-" if failed is None else str(int(failed))]
         row += [_fmt(run.value(k)) for k in ("request_throughput", "output_throughput", "total_token_throughput")]
         row += [_fmt(run.value(f"{s}_{m}_ms")) for m in METRICS for s in STATS]
         rows.append(row)
@@ -180,11 +211,13 @@ def run_rows(runs: list[Run]) -> list[list[str]]:
 
 
 def fleet_rows(runs: list[Run]) -> list[list[str]]:
-    """Per profile and concurrency: instances, summed throughput, median latencies across instances."""
+    """Per profile and concurrency: instances, summed throughput, median latencies across instances
+    (the runs whose requests all succeeded)."""
     rows = [["profile", "conc", "instances", "sum out tok/s", "sum total tok/s", "median TTFT ms", "median TPOT ms", "p99 TTFT ms (worst)"]]
     groups: dict[tuple[str, int], list[Run]] = defaultdict(list)
     for run in runs:
-        groups[(run.profile, run.concurrency)].append(run)
+        if not run.failed:
+            groups[(run.profile, run.concurrency)].append(run)
     for (profile, conc), members in sorted(groups.items()):
 
         def values(key: str, members: list[Run] = members) -> list[float]:
@@ -297,7 +330,7 @@ def plots(runs: list[Run], out: Path) -> list[Path]:
 def write(results: Path) -> tuple[Path, str]:
     """Write report.md and the plots into ``results``; return the report's path and the terminal table."""
     runs = load(results)
-    images = plots(runs, results)
+    images = plots([r for r in runs if not r.failed], results)  # a run that lost requests would flatter its line
     flagged = outliers(runs)
     lines = [
         f"# Benchmark report: {results.name}",
@@ -328,6 +361,18 @@ def write(results: Path) -> tuple[Path, str]:
     left_out = not_compared(runs)
     if left_out:
         lines += ["Not compared with the seed, so that unlike is never set against unlike:", "", *[f"- {w}" for w in left_out], ""]
+    broken = [r for r in sorted(runs, key=lambda r: (r.host, r.instance, r.path.name)) if r.failed]
+    lines += ["## Failed requests", ""]
+    if broken:
+        lines += [
+            "Left out of the fleet table, the outliers and the seed comparison: vLLM counts only the requests that "
+            "succeeded, so these figures flatter the instance.",
+            "",
+            *[f"- **{r.host}** {r.instance} ({r.profile}, concurrency {r.concurrency}, {r.path.name}): {r.failed}" for r in broken],
+            "",
+        ]
+    else:
+        lines += ["None: every request of every run succeeded.", ""]
     lines += ["## Outliers", ""]
     if flagged:
         lines += [
@@ -341,6 +386,8 @@ def write(results: Path) -> tuple[Path, str]:
     report = results / "report.md"
     report.write_text("\n".join(lines))
     terminal = table(fleet_rows(runs), markdown=False)
+    if broken:
+        terminal += "\n\nFailed requests (left out above): " + ", ".join(f"{r.host}/{r.instance} ({r.failed})" for r in broken)
     if flagged:
         terminal += "\n\nOutliers: " + ", ".join(f"{r.host}/{r.instance} ({v:.1f} vs median {m:.1f})" for r, v, m in flagged)
     return report, terminal

@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import bench, canary, health, managed, paths, preflight, remote, render
+from instinct_fleet import bench, canary, health, managed, paths, preflight, remote, render, report
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData, plan_hosts
 from instinct_fleet.rules import Finding
@@ -562,6 +562,10 @@ class HostTuner:
             trial.why = f"vllm bench serve failed: {done.error or (done.stderr or done.stdout).strip()[-500:]}"
             return
         canary.store(self.results.run_dir(point, self.name), job, 0, data)
+        failed = report.failed_requests(data)
+        if failed is not None:  # the figures of the requests left over would flatter the point
+            trial.why = f"vllm bench serve: {failed}; its result is kept under runs/, not compared"
+            return
         trial.status = "measured"
         trial.figures = {k: float(data[k]) for k in RESULT_FIELDS if isinstance(data.get(k), int | float)}
         trial.meets_slo = judge(trial.figures, self.sweep.slos)

@@ -140,11 +140,12 @@ CANARY = {
 }
 
 
-def test_a_canary_that_regresses_is_rolled_back_and_one_that_is_faster_rolls_on(
+def test_a_canary_that_regresses_or_loses_requests_is_rolled_back_and_one_that_is_faster_rolls_on(
     baseline: str, fleet: dict[str, Any], tmp_path: Path
 ) -> None:
     """The canary (the smallest serving unit, sim-gpu-1) is benchmarked before it stops and after its gate; half
-    the decode speed is caught and rolled back, 10% more rolls through the fleet (sim-gpu-2 sets its own vllm_env)."""
+    the decode speed is caught and rolled back, so is a faster change that loses requests, and 10% more rolls
+    through the fleet (sim-gpu-2 sets its own vllm_env)."""
     files = serving_files(fleet)
     slower = inventory(tmp_path, "slower", {**BASELINE, **CANARY, "vllm_env": {"STANDIN_TOKENS_PER_SECOND": "200"}})
     with Probe(fleet, hz=5) as probe:
@@ -160,7 +161,15 @@ def test_a_canary_that_regresses_is_rolled_back_and_one_that_is_faster_rolls_on(
     assert serving_files(fleet) == files
     assert probe.worst() >= len(UNITS) - 1 and sum(probe.samples[-1][1].values()) == len(UNITS), probe.samples[-1]
 
+    # Faster, but one streamed request in four gets a 500: the rest would beat the baseline, so the lost
+    # requests alone must stop it, and the canary goes back as for a regression.
     faster = {"STANDIN_TOKENS_PER_SECOND": "440", "STANDIN_PREFILL_TOKENS_PER_SECOND": "55000"}
+    lossy = deploy(inventory=inventory(tmp_path, "lossy", {**BASELINE, **CANARY, "vllm_env": {**faster, "STANDIN_FAIL_EVERY": "4"}}))
+    assert lossy.rc != 0 and "Traceback" not in lossy.stderr
+    assert lossy.status("sim-gpu-1") == {"rolled-back"}, lossy.roll
+    assert "canary: 4 of 16 requests failed (Internal Server Error) after the change" in lossy.why("sim-gpu-1"), lossy.roll
+    assert serving_files(fleet) == files
+
     rolled = deploy(inventory=inventory(tmp_path, "faster", {**BASELINE, **CANARY, "vllm_env": faster}))
     assert rolled.results["failed_hosts"] == ["sim-nogpu"], rolled.stderr[-3000:]
     assert rolled.status("sim-gpu-1") == {"rolled"} and rolled.status("sim-c1") == {"rolled"}, rolled.roll
@@ -176,7 +185,8 @@ def test_a_canary_that_regresses_is_rolled_back_and_one_that_is_faster_rolls_on(
         f"canary: a change to half the decode speed was caught and rolled back in {caught.seconds:.0f} s "
         f"({main['before']['output_throughput']:.0f} -> {main['after']['output_throughput']:.0f} output tok/s, "
         f"median TPOT {main['before']['median_tpot_ms']:.2f} -> {main['after']['median_tpot_ms']:.2f} ms), lowest capacity "
-        f"{probe.worst()}/{len(UNITS)} units; a 10% faster change rolled through in {rolled.seconds:.0f} s"
+        f"{probe.worst()}/{len(UNITS)} units; a faster change that lost 4 of 16 requests rolled back in {lossy.seconds:.0f} s; "
+        f"a 10% faster change rolled through in {rolled.seconds:.0f} s"
     )
 
 

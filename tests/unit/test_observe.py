@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,7 @@ from instinct_fleet import bench, content, health, monitoring, paths, preflight,
 from instinct_fleet.inventory import HostData
 from instinct_fleet.managed import probe
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
+from instinct_fleet.remote import Result
 from instinct_fleet.run import plan_inventory, weight_seeds
 
 from . import test_preflight as pf
@@ -153,6 +156,37 @@ def test_bench_result_is_read_back_after_the_benchmark_report() -> None:
     stdout = "============ Serving Benchmark Result ============\nSuccessful requests: 80\n\n" + bench.RESULT_MARK + "\n" + json.dumps(data)
     assert bench.result_of(stdout) == data
     assert bench.result_of("vllm bench serve: error: boom") is None
+
+
+class Printed:
+    """Hosts whose every command prints ``stdout`` (remote.Hosts' run and each, one host after another)."""
+
+    def __init__(self, stdout: str) -> None:
+        self.stdout = stdout
+
+    def run(self, name: str, command: str, timeout: int) -> Result:
+        return Result(name, True, self.stdout, "")
+
+    def each(self, items: dict[str, Any], work: Callable[[str, Any], Any]) -> dict[str, Any]:
+        return {name: work(name, item) for name, item in items.items()}
+
+
+def test_a_run_that_lost_requests_is_saved_and_reported_as_not_measuring_the_instance(tmp_path: Path) -> None:
+    spec, _ = check({})
+    (job,) = bench.jobs(spec, spec.services[0], "seed-001-gpt-oss", None, None)
+    lost = {**json.loads(FIXTURE.read_text()), "completed": 76, "failed": 4, "errors": [""] * 76 + ["Internal Server Error"] * 4}
+    said: list[str] = []
+    printed = Printed(f"report\n{bench.RESULT_MARK}\n{json.dumps(lost)}")
+    (outcome,) = bench.run(printed, [job], None, tmp_path / "T", 60, said.append, {})
+    assert outcome.saved and outcome.problem == (
+        f"4 of 80 requests failed (Internal Server Error) on {spec.host}: "
+        "its figures count only the rest, so they do not measure the instance"
+    )
+    assert "done in 0s, but 4 of 80 requests failed" in said[-1] and "479.1 output tok/s" in said[-1]
+    assert json.loads((tmp_path / "T" / str(spec.host) / "main" / job.filename).read_text())["failed"] == 4
+    printed.stdout = "Traceback: no result"
+    (nothing,) = bench.run(printed, [job], None, tmp_path / "U", 60, said.append, {})
+    assert not nothing.saved and nothing.problem is not None and nothing.problem.startswith(f"vllm bench serve failed on {spec.host}")
 
 
 @pytest.mark.parametrize(

@@ -95,3 +95,48 @@ def test_bad_results_directories_fail_with_a_message(tmp_path: Path, capsys: pyt
     assert main(["report", str(target)]) == 2
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err
+
+
+# vLLM's result for a run that lost requests: its own fields (vllm/benchmarks/serve.py), "" for a request that succeeded.
+RESET = "ConnectionResetError: [Errno 104] Connection reset by peer"
+TRACEBACK = f'Traceback (most recent call last):\n  File "serve.py", line 1, in request\n{RESET}\n'
+LOST = {"completed": 20, "failed": 12, "errors": [""] * 20 + [TRACEBACK] * 11 + ["Internal Server Error"]}
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({}, None),  # the fixture: 80 completed, 0 failed
+        (LOST, f"12 of 32 requests failed ({RESET}; Internal Server Error)"),
+        # A vLLM that writes no "failed": counted from the errors.
+        ({"failed": None, "completed": None, "errors": ["", "boom", "boom"]}, "2 requests failed (boom)"),
+        ({"failed": True, "errors": []}, None),  # not a count
+        ({"failed": 3, "completed": 5, "errors": []}, "3 of 8 requests failed"),
+    ],
+)
+def test_failed_requests_are_counted_as_vllm_writes_them(fields: dict[str, object], says: str | None) -> None:
+    data = {**json.loads(FIXTURE.read_text()), **fields}
+    assert report.failed_requests({k: v for k, v in data.items() if v is not None}) == says
+
+
+def test_a_run_that_lost_requests_is_listed_and_left_out_of_every_comparison(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = results(tmp_path, {("gpu-1", "main"): 479.07, ("gpu-2", "main"): 470.0, ("gpu-3", "main"): 900.0})
+    lossy = tree / "gpu-3" / "main" / "vllm-8qps-gpt-oss-120b.json"
+    lossy.write_text(json.dumps({**json.loads(lossy.read_text()), **LOST}))
+    runs = report.load(tree)
+    (gpu3,) = [r for r in runs if r.host == "gpu-3"]
+    assert gpu3.failed and gpu3.unlike(report.REFERENCES["seed-001-gpt-oss"]) == gpu3.failed
+    assert report.outliers(runs) == []  # gpu-3's 900 tok/s neither sets the median nor is compared
+    assert report.fleet_rows(runs)[1][2:4] == ["2", "949.07"]
+    assert [row[:5] for row in report.run_rows(runs)[1:]] == [
+        ["gpu-1", "main", "seed-001-gpt-oss", "8", "0"],
+        ["gpu-2", "main", "seed-001-gpt-oss", "8", "0"],
+        ["gpu-3", "main", "seed-001-gpt-oss", "8", "12"],
+    ]
+    assert {row[0] for row in report.reference_rows(runs)[1:]} == {"gpu-1", "gpu-2"}
+    assert main(["report", str(tree)]) == 0
+    assert f"Failed requests (left out above): gpu-3/main (12 of 32 requests failed ({RESET}" in capsys.readouterr().out
+    text = (tree / "report.md").read_text()
+    failed = text.split("## Failed requests")[1].split("##")[0]
+    assert "**gpu-3** main (seed-001-gpt-oss, concurrency 8, vllm-8qps-gpt-oss-120b.json): 12 of 32 requests failed" in failed
+    assert "gpu-3/main (seed-001-gpt-oss): 12 of 32 requests failed" in text  # not compared with the seed, and why

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import runpy
 import subprocess
 import sys
@@ -10,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet import tune
+from instinct_fleet import bench, preflight, tune
 from instinct_fleet.inventory import HostData, plan_hosts
+from instinct_fleet.remote import Result
 from instinct_fleet.rules import RULES
 from instinct_fleet.tune import BASELINE, Slo, Sweep, Trial, TuneError
+from tests.unit.test_preflight import mi300x_host
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -278,3 +281,38 @@ def test_hosts_that_cannot_be_reached_run_nothing_and_say_why(tmp_path: Path) ->
         assert f"instinct-fleet: {host} ran nothing: cannot connect" in done.stderr
     assert "Traceback" not in done.stderr and "0 trial(s) on 2 host(s)" in done.stdout
     assert (tmp_path / "out" / "tune.md").is_file() and not (tmp_path / "out" / "best.py").exists()
+
+
+class Answers:
+    """A runner whose every command prints ``stdout`` on its host, as remote.Hosts returns it."""
+
+    def __init__(self, stdout: str) -> None:
+        self.stdout = stdout
+        self.commands: list[str] = []
+
+    def run(self, name: str, command: str, timeout: int) -> Result:
+        self.commands.append(command)
+        return Result(name, True, self.stdout, "")
+
+
+def test_a_benchmark_that_lost_requests_fails_its_trial_and_keeps_its_result(tmp_path: Path) -> None:
+    """vLLM computes the figures from the requests that succeeded: a run that lost some would flatter its point."""
+    seed = json.loads((ROOT / "tests" / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json").read_text())
+    lost = {**seed, "completed": 70, "failed": 10, "errors": [""] * 70 + ["Internal Server Error"] * 10}
+    results = tune.Results(tmp_path)
+    results.start(sweep(profile="seed-001-gpt-oss"))
+    runner = Answers(f"============ Serving Benchmark Result ============\n{bench.RESULT_MARK}\n{json.dumps(lost)}")
+    tuner = tune.HostTuner(runner, HOSTS[0], sweep(profile="seed-001-gpt-oss"), results)  # type: ignore[arg-type]
+    tuner.report = preflight.parse_report(mi300x_host())
+    plan = tuner.plan(BASELINE)
+    failed = Trial({}, "s1", "failed", baseline=True)
+    tuner.bench(plan, BASELINE, failed)
+    assert failed.status == "failed" and failed.figures == {} and failed.meets_slo is None
+    assert failed.why == "vllm bench serve: 10 of 80 requests failed (Internal Server Error); its result is kept under runs/, not compared"
+    kept = tmp_path / "runs" / "deployed" / "s1" / "s1" / "main" / "seed-001-gpt-oss-c8.json"
+    assert json.loads(kept.read_text())["failed"] == 10
+    runner.stdout = runner.stdout.replace(json.dumps(lost), json.dumps(seed))
+    measured = Trial({}, "s1", "failed", baseline=True)
+    tuner.bench(plan, BASELINE, measured)
+    assert measured.status == "measured" and measured.figures["output_throughput"] == 479.07
+    assert "--max-concurrency 8" in runner.commands[0]

@@ -19,6 +19,7 @@ import statistics
 import sys
 import threading
 import time
+import traceback
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
@@ -101,7 +102,7 @@ def one_request(url: str, model: str, prompt: str, output_len: int, ignore_eos: 
         conn.request("POST", target.path, json.dumps(body), headers)
         response = conn.getresponse()
         if response.status != 200:
-            result["error"] = f"HTTP {response.status}: {response.read()[:200]!r}"
+            result["error"] = response.reason or ""  # as vLLM's request functions record it
             return result
         last = start
         for raw in response:
@@ -124,8 +125,8 @@ def one_request(url: str, model: str, prompt: str, output_len: int, ignore_eos: 
             last = now
         result["latency"] = time.perf_counter() - start
         result["success"] = True
-    except OSError as exc:
-        result["error"] = str(exc)
+    except OSError as exc:  # vLLM keeps the whole traceback of a request that raised
+        result["error"] = "".join(traceback.format_exception(exc))
     finally:
         conn.close()
     return result

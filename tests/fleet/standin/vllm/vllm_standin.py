@@ -29,8 +29,10 @@ in product code): STANDIN_STARTUP_SECONDS (start-up delay), STANDIN_REQUEST_SECO
 (time each completion takes), STANDIN_CRASH_AT_START=1 (exit 1 after start-up:
 a crash loop under systemd), STANDIN_NEVER_HEALTHY=1 (listen, but /health stays 503),
 STANDIN_FAIL_COMPLETIONS=1 (healthy and listed, but the first completion gets a 500 and the
-server exits, as vLLM does when its engine dies at the first forward pass), and the speed
-model's constants (STANDIN_TOKENS_PER_SECOND and the others named in :class:`Engine`).
+server exits, as vLLM does when its engine dies at the first forward pass),
+STANDIN_FAIL_EVERY=N (every Nth streamed completion gets a 500 before it takes a place in
+the batch, so the rest run faster: a configuration that loses requests under load), and the
+speed model's constants (STANDIN_TOKENS_PER_SECOND and the others named in :class:`Engine`).
 """
 
 from __future__ import annotations
@@ -298,6 +300,7 @@ class State:
     served = ""
     args: ClassVar[dict[str, Any]] = {}
     requests = 0
+    streamed = 0  # streamed completions asked for (STANDIN_FAIL_EVERY counts them)
     prompt_tokens = 0
     generation_tokens = 0
     inflight = 0
@@ -387,6 +390,14 @@ class Engine:
 
 
 ENGINE: list[Engine] = []  # set once the flags are parsed
+
+
+class Server(ThreadingHTTPServer):
+    """Listens with uvicorn's default backlog, 2048, as vLLM's API server does. socketserver's default of 5
+    reset connections when a benchmark opened 32 at once on a busy machine, and the lost requests made
+    the rest look faster."""
+
+    request_queue_size = 2048
 
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0)
@@ -516,6 +527,14 @@ class Handler(BaseHTTPRequestHandler):
         text = " " + " ".join(["tok"] * max_tokens) if body.get("ignore_eos") else completion_text(prompt, max_tokens)
         used = len(text.split())
         if body.get("stream"):
+            every = int(os.environ.get("STANDIN_FAIL_EVERY", "0"))
+            with State.lock:
+                State.streamed += 1
+                lost = every > 0 and State.streamed % every == 0
+            if lost:
+                message = f"stand-in: STANDIN_FAIL_EVERY={every}, streamed completion {State.streamed} failed"
+                self.reply(500, {"error": {"message": message, "type": "InternalServerError", "code": 500}})
+                return
             self.stream(prompt_len, text.split(), body)
             return
         State.requests += 1
@@ -696,7 +715,7 @@ def main() -> None:
     host = str(args.get("--host") or "0.0.0.0")
     port = int(args.get("--port", 8000))
     print(f"INFO stand-in vLLM serving {model} as {State.served!r} on {host}:{port} with {json.dumps(args, sort_keys=True)}", flush=True)
-    ThreadingHTTPServer((host, port), Handler).serve_forever()
+    Server((host, port), Handler).serve_forever()
 
 
 if __name__ == "__main__":
