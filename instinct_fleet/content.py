@@ -41,11 +41,11 @@ def ray_argv(plan: HostPlan) -> list[str]:
     assert cluster is not None and plan.cluster is not None
     svc = plan.spec.services[0]
     # --num-gpus from amd-smi; preflight has checked it equals gpu_count on every member.
-    command = render.ray_start(cluster, plan.cluster.node_ip, plan.cluster.head_ip, len(plan.report.gpus))
+    entrypoint, command = render.ray_node(render.ray_start(cluster, plan.cluster.node_ip, plan.cluster.head_ip, len(plan.report.gpus)))
     container = render.Container(
         name=paths.ray_unit(cluster.role),
         image=svc.image,
-        entrypoint="ray",
+        entrypoint=entrypoint,
         command=command,
         env_path=paths.RAY_ENV,
         devices=plan.devices(svc),

@@ -297,6 +297,36 @@ def ray_ready_command(nodes: int, gpus: int, timeout: int) -> list[str]:
     return ["/bin/sh", "-c", f"{wait}; exec {paths.DOCKER} exec -i {head} python3 - {nodes} {gpus} {timeout} < {paths.RAY_READY_SCRIPT}"]
 
 
+# `ray start --block` returns only when one of its processes exits with a code it does not expect
+# (ray/scripts/scripts.py treats 0 and SIGTERM as expected). A raylet that shuts itself down
+# "gracefully" exits 0: when its dashboard agent fails, or when it reached a head whose GCS then
+# restarted (WrongClusterID). `ray start` then blocks on with no raylet: systemd sees the node
+# running, Ray sees it dead, and the cluster waits forever for a GPU node that never comes back.
+# This shell runs `ray start --block` in the background, passes SIGTERM on (the unit's stop), and
+# exits 1 when the container has no raylet, so that the unit restarts and joins the current head.
+# It reads the container's own /proc (its PID namespace; a zombie raylet counts as gone): no ps or pgrep needed.
+RAY_NODE_WATCH = (
+    "ray \"$@\" & ray=$!; trap 'kill -TERM $ray; wait $ray; exit 0' TERM INT; seen=0; waited=0; "
+    "while kill -0 $ray 2>/dev/null; do "
+    "sleep {poll} & wait $!; up=0; "
+    'for proc in /proc/[0-9]*; do [ "$(cat "$proc/comm" 2>/dev/null)" = raylet ] && ! grep -q "^State:.*Z" "$proc/status" 2>/dev/null '
+    "&& up=1 && break; done; "
+    "if [ $up = 1 ]; then seen=1; else waited=$((waited + {poll})); fi; "
+    "if [ $up = 0 ] && {{ [ $seen = 1 ] || [ $waited -ge {grace} ]; }}; then "
+    "echo 'instinct-fleet: this node has no raylet, but ray start --block still runs (a raylet that shut itself down "
+    "exits 0, which Ray does not count as a failure); stopping it so that systemd restarts the node' >&2; "
+    "kill -TERM $ray; wait $ray; exit 1; fi; done; wait $ray"
+)
+RAY_NODE_POLL = 5  # seconds between two looks for the raylet
+RAY_NODE_GRACE = 120  # seconds a starting node may take to show its raylet
+
+
+def ray_node(command: list[str], poll: int = RAY_NODE_POLL, grace: int = RAY_NODE_GRACE) -> tuple[str, list[str]]:
+    """(entrypoint, command) of a Ray node's container: ``ray`` with ``command``, under the watch above."""
+    script = RAY_NODE_WATCH.format(poll=poll, grace=grace)
+    return "/bin/sh", ["-c", script, "ray", *command]
+
+
 def ray_start(cluster: ClusterSpec, node_ip: str, head_ip: str, num_gpus: int) -> list[str]:
     """``ray start`` for one node: every port pinned so that the firewall can name them."""
     ports = cluster.ports

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetctl import CLI, ROOT, SERVING, Run, deploy, ssh, started_at, verify
+from fleetctl import CLI, FIGURES, ROOT, SERVING, Run, deploy, ssh, started_at, verify
 
 
 @pytest.fixture(scope="module")
@@ -218,4 +218,25 @@ def test_killed_worker_comes_back_and_the_cluster_heals(second: Run, fleet: dict
     assert healed.results["failed_hosts"] == ["sim-nogpu"], healed.stderr[-3000:]
     assert alive(fleet) == (2, 16.0)
     assert ssh(fleet, "sim-c1", "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18004/health") == "200"
+    assert deploy().results["totals"]["success"] == 0
+
+
+def test_a_restarted_head_gets_its_worker_back_without_a_deploy(second: Run, fleet: dict[str, Any]) -> None:
+    """Real Ray: the worker's raylet reaches the old head's GCS, then shuts itself down with exit 0
+    (WrongClusterID), which ``ray start --block`` ignores. The unit's shell sees no raylet and exits 1,
+    systemd restarts the worker, and the cluster and its instance come back with no one acting."""
+    ssh(fleet, "sim-c1", "systemctl restart ray-head")
+    started = time.monotonic()
+    health = "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18004/health || true"
+    while time.monotonic() - started < 300:
+        time.sleep(5)
+        if ssh(fleet, "sim-c1", f"{ALIVE} || echo 0 0").split() == ["2", "16.0"] and ssh(fleet, "sim-c1", health) == "200":
+            break
+    else:
+        pytest.fail("the cluster did not heal within 300 s of a head restart")
+    worker = ssh(fleet, "sim-c2", "journalctl -u ray-worker --no-pager")
+    assert "this node has no raylet, but ray start --block still runs" in worker
+    FIGURES.append(
+        f"a restarted Ray head had its worker back and its instance serving after {time.monotonic() - started:.0f} s, with no deploy"
+    )
     assert deploy().results["totals"]["success"] == 0

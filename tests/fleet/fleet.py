@@ -728,17 +728,20 @@ def down() -> None:
 def sample() -> None:
     """Print each published endpoint and one completion from it (the end of ``make demo``)."""
     fleet = json.loads((STATE / "fleet.json").read_text())
+    # inventories/local.py guards sim-gpu-2's instances with this key; an instance without one ignores it.
+    key = ["-H", f"Authorization: Bearer {fleet['api_key']}"]
     for host in fleet["hosts"]:
         url = f"http://127.0.0.1:{host['api_port'] + PORT_OFFSET}"  # published on the machine
-        models = run("curl", "-s", "-m", "5", f"{url}/v1/models", check=False, capture=True)
-        if models.returncode != 0 or not models.stdout:
+        models = run("curl", "-s", "-m", "5", *key, f"{url}/v1/models", check=False, capture=True)
+        try:
+            model = json.loads(models.stdout)["data"][0]["id"]
+        except (ValueError, KeyError, IndexError, TypeError):
             print(f"{host['name']}: nothing serving on {url} (see the deploy output above)")
             continue
-        model = json.loads(models.stdout)["data"][0]["id"]
         body = json.dumps({"model": model, "prompt": "The MI300X has 192 GB of", "max_tokens": 12})
-        reply = out("curl", "-s", "-m", "10", "-H", "Content-Type: application/json", "-d", body, f"{url}/v1/completions")
+        reply = out("curl", "-s", "-m", "10", *key, "-H", "Content-Type: application/json", "-d", body, f"{url}/v1/completions")
         print(f"{host['name']}: {url}  model {model}")
-        print(f"  curl {url}/v1/completions -H 'Content-Type: application/json' -d '{body}'")
+        print(f"  curl {url}/v1/completions -H '{key[1]}' -H 'Content-Type: application/json' -d '{body}'")
         print(f"  -> {json.loads(reply)['choices'][0]['text'].strip()!r}")
 
 

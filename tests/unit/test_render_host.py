@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
 
 from instinct_fleet import render
 from instinct_fleet.spec import resolve_host
@@ -113,3 +118,62 @@ def test_firewall_ruleset_names_members_ray_ports_and_allow_list() -> None:
     assert text.splitlines()[1:3] == ["table inet instinct_fleet", "flush table inet instinct_fleet"]
     open_ports = render.firewall_ruleset([], [], [8000], None)
     assert "dport" not in open_ports  # no allow-list: the vLLM port stays open
+
+
+# A stand-in for `ray start --block` as it behaves when its raylet exits 0: the raylet (a copy of sleep, so
+# that its /proc comm reads "raylet") dies after $RAYLET_LIVES seconds, and `ray` blocks on. It notes its
+# arguments and a SIGTERM in $NOTES. With $NO_RAYLET it never starts one.
+FAKE_RAY = """#!/bin/sh
+trap 'echo "ray got TERM" >> "$NOTES"; exit 0' TERM
+echo "ray $*" >> "$NOTES"
+if [ -z "$NO_RAYLET" ]; then
+    cp "$(command -v sleep)" "$NOTES.d/raylet"; "$NOTES.d/raylet" "$RAYLET_LIVES" & raylet=$!
+fi
+while :; do sleep 1; done
+"""
+
+
+def ray_node_in_a_container(tmp_path: Path, no_raylet: bool = False, raylet_lives: int = 600) -> tuple[subprocess.Popen[str], Path]:
+    """The Ray node's shell as its container runs it: PID 1 of its own PID namespace, with its own /proc."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "ray").write_text(FAKE_RAY)
+    (tmp_path / "bin" / "ray").chmod(0o755)
+    notes = tmp_path / "notes"
+    (tmp_path / "notes.d").mkdir()
+    entrypoint, command = render.ray_node(["start", "--block", "--address=10.0.0.1:6379"], poll=1, grace=3)
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+        "NOTES": str(notes),
+        **({"NO_RAYLET": "1"} if no_raylet else {}),
+    }
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", entrypoint, *command], env=env, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 20
+    while not (notes.is_file() and "ray start" in notes.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert notes.read_text().startswith("ray start --block --address=10.0.0.1:6379")
+    return proc, notes
+
+
+def test_a_ray_node_whose_raylet_exits_0_exits_1_so_that_systemd_restarts_it(tmp_path: Path) -> None:
+    proc, notes = ray_node_in_a_container(tmp_path, raylet_lives=4)  # seen alive for a few polls, then gone
+    time.sleep(2.5)
+    assert proc.poll() is None
+    assert proc.wait(timeout=20) == 1
+    assert "this node has no raylet, but ray start --block still runs" in (proc.stderr.read() if proc.stderr else "")
+    assert "ray got TERM" in notes.read_text()
+
+
+def test_a_ray_node_that_never_shows_a_raylet_gives_up_after_its_grace(tmp_path: Path) -> None:
+    proc, notes = ray_node_in_a_container(tmp_path, no_raylet=True)
+    assert proc.wait(timeout=20) == 1 and "ray got TERM" in notes.read_text()
+
+
+def test_a_stopped_ray_node_passes_the_stop_on_and_exits_0(tmp_path: Path) -> None:
+    proc, notes = ray_node_in_a_container(tmp_path)
+    time.sleep(1.5)
+    (shell,) = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()  # PID 1 of the namespace
+    os.kill(int(shell), signal.SIGTERM)  # docker stop
+    assert proc.wait(timeout=20) == 0 and "ray got TERM" in notes.read_text()
