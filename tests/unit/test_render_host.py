@@ -145,6 +145,7 @@ def ray_node_in_a_container(tmp_path: Path, no_raylet: bool = False, raylet_live
         **os.environ,
         "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
         "NOTES": str(notes),
+        "RAYLET_LIVES": str(raylet_lives),
         **({"NO_RAYLET": "1"} if no_raylet else {}),
     }
     proc = subprocess.Popen(
@@ -158,9 +159,9 @@ def ray_node_in_a_container(tmp_path: Path, no_raylet: bool = False, raylet_live
 
 
 def test_a_ray_node_whose_raylet_exits_0_exits_1_so_that_systemd_restarts_it(tmp_path: Path) -> None:
-    proc, notes = ray_node_in_a_container(tmp_path, raylet_lives=4)  # seen alive for a few polls, then gone
-    time.sleep(2.5)
-    assert proc.poll() is None
+    proc, notes = ray_node_in_a_container(tmp_path, raylet_lives=5)  # seen alive for a few polls, then gone
+    time.sleep(4)
+    assert proc.poll() is None  # past the grace of 3 s: the raylet was seen, so the node waits while it lives
     assert proc.wait(timeout=20) == 1
     assert "this node has no raylet, but ray start --block still runs" in (proc.stderr.read() if proc.stderr else "")
     assert "ray got TERM" in notes.read_text()
