@@ -91,15 +91,11 @@ def _clusters(planned: list[tuple[HostSpec, list[Finding]]]) -> list[dict[str, A
 
 
 def _explain_managed(spec: HostSpec) -> None:
-    """What the deploy may write, remove or run on this host: the entries of instinct_fleet/managed.py, from the spec alone."""
-    entries, units = managed.declare(spec)
+    """What the deploy may write, remove, run, load or pull on this host: the entries of instinct_fleet/managed.py,
+    from the spec alone, each with the stage that converges it and what its change runs."""
     print(f"{spec.host or 'every host'} manages (instinct_fleet/managed.py; whether each applies may also depend on the host's facts):")
-    for e in entries:
-        what = "dir " if e.directory else "file"
-        mode = e.mode or "-"
-        restarts = f", a change restarts {e.restarts}" if e.restarts else ""
-        print(f"  {what} {e.path}  {mode} {e.owner}:{e.group}  stage {e.stage}{restarts}")
-    print(f"  units: {', '.join(u.name for u in units)}")
+    for line in managed.explain(spec):
+        print(f"  {line}")
 
 
 def _report(planned: list[tuple[HostSpec, list[Finding]]], as_json: bool, explain: bool) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from instinct_fleet import paths, render
+from instinct_fleet.hostfacts import HostFacts
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.spec import ServiceSpec
 
@@ -18,11 +19,11 @@ BASE_PACKAGES = {"curl": "curl"}  # command -> Debian package; curl runs the hea
 CPUPOWER_PACKAGES = {"debian": ("linux-cpupower",), "ubuntu": ("linux-tools-common", "linux-tools-generic")}
 
 
-def env_text(plan: HostPlan, svc: ServiceSpec) -> str:
+def env_text(plan: HostFacts, svc: ServiceSpec) -> str:
     return render.env_file(plan.env(svc), plan.report.hf_token)
 
 
-def vllm_argv(plan: HostPlan, svc: ServiceSpec) -> list[str]:
+def vllm_argv(plan: HostFacts, svc: ServiceSpec) -> list[str]:
     cluster, v = plan.spec.cluster, plan.spec.vars
     mounts = [f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}"] if plan.role == "head" else []
     container = render.vllm_container(
@@ -36,7 +37,7 @@ def vllm_argv(plan: HostPlan, svc: ServiceSpec) -> list[str]:
     return render.docker_run(container, v, plan.group_ids, plan.report.hf_token)
 
 
-def ray_argv(plan: HostPlan) -> list[str]:
+def ray_argv(plan: HostFacts) -> list[str]:
     cluster = plan.spec.cluster
     assert cluster is not None and plan.cluster is not None
     svc = plan.spec.services[0]
@@ -55,7 +56,7 @@ def ray_argv(plan: HostPlan) -> list[str]:
     return render.docker_run(container, plan.spec.vars, plan.group_ids, plan.report.hf_token)
 
 
-def unit_vars(plan: HostPlan, svc: ServiceSpec) -> dict[str, Any]:
+def unit_vars(plan: HostFacts, svc: ServiceSpec) -> dict[str, Any]:
     """Everything templates/vllm.service.j2 reads."""
     cluster = plan.spec.cluster
     ready = None
@@ -79,7 +80,7 @@ def unit_vars(plan: HostPlan, svc: ServiceSpec) -> dict[str, Any]:
     }
 
 
-def ray_unit_vars(plan: HostPlan) -> dict[str, Any]:
+def ray_unit_vars(plan: HostFacts) -> dict[str, Any]:
     cluster = plan.spec.cluster
     assert cluster is not None
     return {
@@ -87,11 +88,12 @@ def ray_unit_vars(plan: HostPlan) -> dict[str, Any]:
         "role": cluster.role,
         "cluster": cluster.name,
         "docker": paths.DOCKER,
+        "env_path": paths.RAY_ENV,
         "exec_start": render.exec_line(ray_argv(plan)),
     }
 
 
-def serving_units(plan: HostPlan) -> dict[str, tuple[str, str]]:
+def serving_units(plan: HostFacts) -> dict[str, tuple[str, str]]:
     """Per serving unit this host runs (ray-* first): its unit file's and env file's content."""
     units = {
         paths.vllm_unit(svc.name): (render.template("vllm.service.j2", **unit_vars(plan, svc)), env_text(plan, svc)) for svc in plan.serves
@@ -102,24 +104,25 @@ def serving_units(plan: HostPlan) -> dict[str, tuple[str, str]]:
     return {unit: units[unit] for unit in plan.spec.serving_units}  # in start order
 
 
-def docker_drop_in(plan: HostPlan) -> str | None:
+def docker_drop_in(plan: HostFacts) -> str | None:
     """dockerd's limits drop-in (None: must be absent)."""
     memlock = render.memlock_systemd(plan.spec.vars.tune_memlock)
     return render.template("docker-limits.conf.j2", memlock=memlock) if memlock else None
 
 
-def exporter_unit(plan: HostPlan) -> str:
+def exporter_unit(plan: HostFacts) -> str:
     v = plan.spec.vars
     return render.template(
         "amd-metrics-exporter.service.j2",
         unit=paths.EXPORTER_UNIT,
         docker=paths.DOCKER,
         port=v.metrics_exporter_port,
+        config_dir=paths.EXPORTER_DIR,
         exec_start=render.exec_line(render.exporter_argv(v.metrics_exporter_image)),
     )
 
 
-def firewall(plan: HostPlan) -> str | None:
+def firewall(plan: HostFacts) -> str | None:
     """The nftables ruleset for this host, or None when the firewall is not needed or switched off."""
     v, cluster = plan.spec.vars, plan.spec.cluster
     allow, scrapers = v.vllm_allow_from, v.prometheus_allow_from

@@ -1,18 +1,20 @@
-"""One host's plan for a run: its validated spec, its preflight facts, its findings and its desired state.
+"""One host's plan for a run: its facts (spec, preflight facts, cluster), its findings and its desired state.
 
-:mod:`instinct_fleet.run` makes one plan per host and run (after every cluster
-member's facts are in, since a member's files name its peers), and
-:mod:`instinct_fleet.managed` evaluates its desired state once. Every stage then
+:mod:`instinct_fleet.run` makes one plan per host and run, whole, after every
+cluster member's facts are in (a member's files name its peers):
+:mod:`instinct_fleet.managed` evaluates the desired state from the host's facts
+before the plan exists, and the plan never changes afterwards. Every stage then
 reads the same answer: the questions below only compare that desired state with
 what the preflight fact read, which does not change during a run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from instinct_fleet import generations, preflight, state
+from instinct_fleet import generations, state
 from instinct_fleet.generations import GenerationPlan
+from instinct_fleet.hostfacts import ClusterView, HostFacts
 from instinct_fleet.preflight import HostReport
 from instinct_fleet.rules import Finding
 from instinct_fleet.spec import HostSpec, ServiceSpec
@@ -20,64 +22,49 @@ from instinct_fleet.state import Desired, Weights
 
 
 @dataclass(frozen=True)
-class ClusterView:
-    """What one member needs to know of its cluster, read from every member's preflight facts."""
-
-    node_ip: str
-    head_ip: str
-    member_ips: tuple[str, ...]
-
-
-@dataclass
 class HostPlan:
-    spec: HostSpec
-    report: HostReport
-    errors: list[Finding]
-    warnings: list[Finding]
-    cluster: ClusterView | None = None
-    facts: bool = True  # False when the preflight fact could not be read: the plan only carries that error
-    # instinct-fleet rollback: the generation's serving files (path -> content), which replace the rendered ones.
-    restoring: dict[str, bytes] | None = None
-    desired: Desired = field(init=False)  # set by run.plan_inventory, once the cluster is known
+    """One host's plan, made once with its desired state (:func:`instinct_fleet.run.plan_inventory`).
+
+    ``reached`` is False when the preflight fact could not be read: the plan then only carries that error.
+    """
+
+    host: HostFacts
+    errors: tuple[Finding, ...]
+    warnings: tuple[Finding, ...]
+    desired: Desired
+    reached: bool = True
 
     @property
     def ok(self) -> bool:
         return not self.errors
 
     @property
+    def spec(self) -> HostSpec:
+        return self.host.spec
+
+    @property
+    def report(self) -> HostReport:
+        return self.host.report
+
+    @property
+    def cluster(self) -> ClusterView | None:
+        return self.host.cluster
+
+    @property
     def role(self) -> str | None:
-        """``head``, ``worker`` or None for a single-node host."""
-        return self.spec.cluster.role if self.spec.cluster else None
+        return self.host.role
 
     @property
     def serves(self) -> tuple[ServiceSpec, ...]:
-        return self.spec.serves
+        return self.host.serves
 
     @property
     def image(self) -> str:
-        return self.spec.services[0].image
+        return self.host.image
 
     @property
     def stale_units(self) -> list[str]:
-        """vllm-* and ray-* units this tool wrote earlier for instances or a cluster role no longer in the inventory."""
-        return sorted(set(self.report.managed_units) - set(self.spec.serving_units))
-
-    def devices(self, svc: ServiceSpec) -> list[str]:
-        if self.role is not None:  # a cluster node gives Ray every GPU of the node
-            return preflight.render_nodes(self.report, tuple(range(self.spec.gpu_count)))
-        return preflight.render_nodes(self.report, svc.gpus)
-
-    @property
-    def group_ids(self) -> list[int]:
-        """GIDs that own /dev/kfd and /dev/dri on the host, added to the container numerically."""
-        return [self.report.group_ids[g] for g in ("video", "render") if g in self.report.group_ids]
-
-    def env(self, svc: ServiceSpec) -> dict[str, str]:
-        """The container env: the instance's, plus RCCL settings and VLLM_HOST_IP on a cluster node."""
-        cluster = self.spec.cluster
-        if cluster is None or self.cluster is None:
-            return dict(svc.env)
-        return {**svc.env, **cluster.rccl_env(), "VLLM_HOST_IP": self.cluster.node_ip}
+        return self.host.stale_units
 
     # What differs on the host from its desired state, as the preflight fact read it.
 
@@ -91,8 +78,10 @@ class HostPlan:
         """Whether the unit is not enabled and running (or, for a stale one, not stopped and disabled) on the host."""
         return any(state.unit_drifts(u, self.report) for u in self.desired.units if u.name == name)
 
-    def user_drifted(self) -> bool:
-        return state.user_drifts(self.desired, self.report)
+    @property
+    def pulls_image(self) -> bool:
+        """Whether the host lacks its serving image (the runtime stage pulls it, one seed host first)."""
+        return any(state.image_drifts(i, self.report) for i in self.desired.images if i.stage == "pull")
 
     def serving_in_place(self, unit: str) -> bool:
         """A unit whose files match, which is enabled and running, and whose instances answered at preflight."""

@@ -1,19 +1,22 @@
-"""The one declaration of what a host's deploy manages: every file, directory and unit, once.
+"""The one declaration of what a host's deploy manages: every file, directory, unit, kernel setting, user,
+image and firewall table, once, with how a change of it converges.
 
 Each entry says what it is, where, with which mode and owner, which stage
-converges it, what a change of it restarts, and how its content is made. The
-entries a host has follow from its spec alone (:func:`declare`); their content
-may also need the preflight facts, and is made only when the plan is evaluated.
-Everyone reads this table:
+converges it, what runs after it changed (its actions: restart or reload a
+unit, run a command, reboot, or leave the restart to the roll), and how its
+content is made. The entries a host has follow from its spec alone
+(:func:`declare`); their content may also need the preflight facts, and is
+made only when the plan is evaluated. Everyone reads this table:
 
-- the preflight fact reads the state of exactly the declared paths and units
+- the preflight fact reads the state of exactly the declared things
   (:func:`probe`, the table's spec-only projection);
 - the host plan's desired state is the table evaluated (:func:`desired`);
-- the stages converge the entries that drifted (:mod:`instinct_fleet.apply`);
-- the roll restarts what a drifted entry ``restarts`` (:mod:`instinct_fleet.roll`);
+- the one applier (:mod:`instinct_fleet.apply`) writes what drifted, stage by
+  stage, and runs the actions; the roll restarts what a drifted entry leaves to it;
 - the verify module and ``plan --explain`` compare a host with the same entries.
 
-Adding a managed file is one entry here and its template, nowhere else.
+Adding a managed file is one entry here and its template, nowhere else: the
+stage named in the entry converges it (README, Adding a managed thing).
 """
 
 from __future__ import annotations
@@ -24,10 +27,28 @@ from functools import cached_property
 from pathlib import Path
 
 from instinct_fleet import content, paths, render
-from instinct_fleet.hostplan import HostPlan
+from instinct_fleet.hostfacts import HostFacts
 from instinct_fleet.preflight import Probe
 from instinct_fleet.spec import HostSpec
-from instinct_fleet.state import Desired, Directory, Endpoint, File, Stage, Unit, User, Weights
+from instinct_fleet.state import (
+    Action,
+    Desired,
+    Directory,
+    Endpoint,
+    File,
+    Image,
+    Reboot,
+    Reload,
+    Restart,
+    Roll,
+    Run,
+    Stage,
+    Sysctl,
+    Table,
+    Unit,
+    User,
+    Weights,
+)
 
 
 class _Skip:
@@ -39,27 +60,28 @@ Made = bytes | None | _Skip  # bytes: the file's content; None: must be absent; 
 
 
 class Rendered:
-    """A plan's rendered content, each piece made once per evaluation of the table."""
+    """A host's rendered content, each piece made once per evaluation of the table."""
 
-    def __init__(self, plan: HostPlan) -> None:
-        self.plan = plan
+    def __init__(self, facts: HostFacts, declared: tuple[Entry, ...]) -> None:
+        self.facts = facts
+        self.declared = declared
 
     @cached_property
     def units(self) -> dict[str, tuple[str, str]]:
         """Per serving unit, its unit and env file: rendered, or a generation's (``instinct-fleet rollback``)."""
-        kept = self.plan.restoring
+        kept = self.facts.restoring
         if kept is None:
-            return content.serving_units(self.plan)
-        units = self.plan.spec.serving_units
+            return content.serving_units(self.facts)
+        units = self.facts.spec.serving_units
         return {u: (kept[paths.unit_path(u)].decode(), kept[paths.unit_env_path(u)].decode()) for u in units}
 
     @cached_property
     def firewall(self) -> str | None:
-        return content.firewall(self.plan)
+        return content.firewall(self.facts)
 
 
 @dataclass(frozen=True)
-class Entry:
+class FileEntry:
     """One managed file (``directory`` False) or directory; ``make`` gives its content from the rendered plan."""
 
     path: str
@@ -69,7 +91,7 @@ class Entry:
     mode: str | None = "644"
     owner: str = "root"
     group: str = "root"
-    restarts: str | None = None
+    then: tuple[Action, ...] = ()
     directory: bool = False
 
 
@@ -78,7 +100,49 @@ class UnitEntry:
     """One managed unit; ``want`` gives its wanted state from the rendered plan (None: not managed here)."""
 
     name: str
+    stage: Stage
     want: Callable[[Rendered], Unit | None]
+
+
+@dataclass(frozen=True)
+class SysctlEntry:
+    """A kernel setting's live value; ``want`` gives it (None: not managed here)."""
+
+    key: str
+    stage: Stage
+    label: str
+    want: Callable[[Rendered], str | None]
+
+
+@dataclass(frozen=True)
+class UserEntry:
+    """The service user and its groups."""
+
+    user: User
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """An nftables table that must be loaded while ``want`` says so; ``then`` loads it."""
+
+    name: str
+    stage: Stage
+    label: str
+    want: Callable[[Rendered], bool]
+    then: tuple[Action, ...] = ()
+
+
+@dataclass(frozen=True)
+class ImageEntry:
+    """A pinned image the host must hold; ``then`` runs after a pull."""
+
+    ref: str
+    stage: Stage
+    label: str
+    then: tuple[Action, ...] = ()
+
+
+Entry = FileEntry | UnitEntry | SysctlEntry | UserEntry | TableEntry | ImageEntry
 
 
 def _text(value: str | None) -> bytes | None:
@@ -99,7 +163,7 @@ def _serving_file(unit: str, which: int) -> Callable[[Rendered], Made]:
 
 
 def _running(unit: str) -> Callable[[Rendered], Unit | None]:
-    return lambda _r: Unit(unit)
+    return lambda _r: Unit(unit, "roll")
 
 
 def _when(condition: bool, make: Callable[[Rendered], Made]) -> Callable[[Rendered], Made]:
@@ -108,101 +172,140 @@ def _when(condition: bool, make: Callable[[Rendered], Made]) -> Callable[[Render
 
 def _removed_when_off(on: bool, path: str, make: Callable[[Rendered], Made]) -> Callable[[Rendered], Made]:
     """Written while ``on``; switched off, removed if an earlier deploy left it, else not managed."""
-    return make if on else (lambda r: None if path in r.plan.report.stats else SKIP)
+    return make if on else (lambda r: None if path in r.facts.report.stats else SKIP)
 
 
-def declare(spec: HostSpec) -> tuple[tuple[Entry, ...], tuple[UnitEntry, ...]]:
-    """Every file, directory and unit this host's deploy may write, remove or run, from its spec alone."""
+def _host_readme(r: Rendered) -> bytes:
+    """What an operator on the host reads in paths.HOST_README: the units and files of this declaration."""
+    files = [(e.path, e.mode or "-", f"{e.owner}:{e.group}") for e in r.declared if isinstance(e, FileEntry)]
+    units = [e.name for e in r.declared if isinstance(e, UnitEntry)]
+    return render.template("host-readme.j2", units=units, files=files, generations=paths.GENERATIONS_DIR).encode()
+
+
+def declare(spec: HostSpec) -> tuple[Entry, ...]:
+    """Everything this host's deploy may write, remove, run, load or pull, from its spec alone."""
     v, cluster = spec.vars, spec.cluster
     exporter_unit = paths.unit_path(paths.EXPORTER_UNIT)
-    entries = [
+    grub_then: tuple[Action, ...] = (Run("Regenerate the GRUB configuration", "update-grub"),)
+    if v.tune_reboot:
+        grub_then += (Reboot("Reboot for the new kernel command line"),)
+    entries: list[Entry] = [
         # Stage 2, tuning.
-        Entry(
-            paths.SYSCTL_FILE,
+        SysctlEntry(
+            paths.NUMA_BALANCING,
             "tuning",
-            "NUMA balancing off at boot",
-            _when(v.tune_numa_balancing, lambda r: render.sysctl_file().encode() if r.plan.report.numa_balancing is not None else SKIP),
+            "NUMA balancing off now",
+            lambda r: "0" if v.tune_numa_balancing and r.facts.report.numa_balancing is not None else None,
         ),
-        Entry(
+        FileEntry(
             paths.GRUB_DROP_IN,
             "tuning",
             f"GRUB drop-in: {' '.join(paths.KERNEL_ARGS)}",
             _when(v.tune_kernel_cmdline, lambda _r: render.grub_drop_in().encode()),
+            then=grub_then,
         ),
-        Entry(
+        FileEntry(
+            paths.SYSCTL_FILE,
+            "tuning",
+            "NUMA balancing off at boot",
+            _when(v.tune_numa_balancing, lambda r: render.sysctl_file().encode() if r.facts.report.numa_balancing is not None else SKIP),
+        ),
+        FileEntry(
             paths.REBOOT_MARKER,
             "tuning",
             "Report: reboot required",
-            _when(v.tune_kernel_cmdline and not v.tune_reboot, lambda r: b"" if r.plan.report.missing_kernel_args else SKIP),
+            _when(v.tune_kernel_cmdline and not v.tune_reboot, lambda r: b"" if r.facts.report.missing_kernel_args else SKIP),
         ),
-        Entry(
+        FileEntry(
             paths.unit_path(paths.CPU_IDLE_UNIT),
             "tuning",
             "CPU idle unit",
             _when(v.tune_cpu_idle, lambda _r: render.cpu_idle_unit().encode()),
-            restarts=paths.CPU_IDLE_UNIT,
+            then=(Restart(paths.CPU_IDLE_UNIT),),
         ),
+        UnitEntry(paths.CPU_IDLE_UNIT, "tuning", lambda _r: Unit(paths.CPU_IDLE_UNIT, "tuning", running=None) if v.tune_cpu_idle else None),
+        UserEntry(service_user(spec)),
         # Stage 3, container runtime: dockerd's settings restart it, so a serving host changes them in its roll batch.
-        Entry(
+        FileEntry(
             paths.DAEMON_JSON,
             "docker",
             f"docker settings {paths.DAEMON_JSON}",
             lambda _r: render.daemon_json(v).encode(),
-            restarts=paths.DOCKER_UNIT,
+            then=(Restart(paths.DOCKER_UNIT),),
         ),
-        Entry(
+        FileEntry(
             paths.DOCKER_DROP_IN,
             "docker",
             f"docker settings {paths.DOCKER_DROP_IN}",
-            lambda r: _text(content.docker_drop_in(r.plan)),
-            restarts=paths.DOCKER_UNIT,
+            lambda r: _text(content.docker_drop_in(r.facts)),
+            then=(Restart(paths.DOCKER_UNIT),),
         ),
+        UnitEntry(paths.DOCKER_UNIT, "docker", lambda _r: Unit(paths.DOCKER_UNIT, "docker")),
         *(
-            Entry(paths.ca_path(registry), "runtime", f"CA certificate for {registry}", _read(source))
+            FileEntry(paths.ca_path(registry), "runtime", f"CA certificate for {registry}", _read(source))
             for registry, source in sorted(v.docker_registry_ca_certs.items())
         ),
-        Entry(
+        FileEntry(
             paths.CREDENTIALS,
             "runtime",
             "Registry credentials",
             lambda _r: SKIP if v.docker_credentials_file is None else _local(v.docker_credentials_file),
             mode="600",
         ),
+        # The serving image: one seed host per image pulls first (tasks/runtime.py), then the rest.
+        *([ImageEntry(spec.services[0].image, "pull", "vLLM image present")] if spec.services else []),
         # Stage 5, Ray cluster.
-        Entry(
+        FileEntry(
             paths.RAY_TMP, "cluster", "Shared Ray session directory", _when(cluster is not None, lambda _r: b""), mode=None, directory=True
         ),
-        Entry(
+        FileEntry(
             paths.RAY_READY_SCRIPT,
             "cluster",
             "Ray readiness script",
             _when(cluster is not None, lambda _r: render.template_bytes("ray-ready.py")),
         ),
         # Stage 6, firewall.
-        Entry(
+        FileEntry(
             paths.FIREWALL_FILE,
             "firewall",
-            f"nftables table {paths.FIREWALL_TABLE}",
+            f"nftables ruleset {paths.FIREWALL_FILE}",
             lambda r: SKIP if r.firewall is None else r.firewall.encode(),
             mode="600",
-            restarts=paths.FIREWALL_UNIT,
+            then=(Reload(paths.FIREWALL_UNIT),),
         ),
-        Entry(
+        FileEntry(
             paths.unit_path(paths.FIREWALL_UNIT),
             "firewall",
             "Firewall unit",
             lambda r: SKIP if r.firewall is None else render.firewall_unit().encode(),
-            restarts=paths.FIREWALL_UNIT,
+        ),
+        UnitEntry(
+            paths.FIREWALL_UNIT,
+            "firewall",
+            lambda r: Unit(paths.FIREWALL_UNIT, "firewall") if r.firewall is not None else None,
+        ),
+        # A table flushed by hand, under an active unit, is loaded again.
+        TableEntry(
+            paths.FIREWALL_TABLE,
+            "firewall",
+            f"nftables table {paths.FIREWALL_TABLE} loaded",
+            lambda r: r.firewall is not None,
+            then=(Reload(paths.FIREWALL_UNIT),),
         ),
         # Stage 7, device metrics exporter.
-        Entry(
+        *(
+            [ImageEntry(v.metrics_exporter_image, "exporter", "Metrics exporter image present", then=(Restart(paths.EXPORTER_UNIT),))]
+            if v.metrics_exporter
+            else []
+        ),
+        FileEntry(
             exporter_unit,
             "exporter",
             f"Metrics exporter {exporter_unit}",
-            _removed_when_off(v.metrics_exporter, exporter_unit, lambda r: content.exporter_unit(r.plan).encode()),
-            restarts=paths.EXPORTER_UNIT,
+            _removed_when_off(v.metrics_exporter, exporter_unit, lambda r: content.exporter_unit(r.facts).encode()),
+            then=(Restart(paths.EXPORTER_UNIT),),
         ),
-        Entry(
+        FileEntry(
             paths.EXPORTER_CONFIG,
             "exporter",
             f"Metrics exporter {paths.EXPORTER_CONFIG}",
@@ -211,12 +314,26 @@ def declare(spec: HostSpec) -> tuple[tuple[Entry, ...], tuple[UnitEntry, ...]]:
                 paths.EXPORTER_CONFIG,
                 lambda _r: render.exporter_config(v.metrics_exporter_port, v.metrics_exporter_fields).encode(),
             ),
-            restarts=paths.EXPORTER_UNIT,
+            then=(Restart(paths.EXPORTER_UNIT),),
+        ),
+        UnitEntry(
+            paths.EXPORTER_UNIT,
+            "exporter",
+            lambda r: (
+                Unit(paths.EXPORTER_UNIT, "exporter")
+                if v.metrics_exporter
+                else (
+                    Unit(paths.EXPORTER_UNIT, "exporter", enabled=False, running=False, why="metrics_exporter is off")
+                    if exporter_unit in r.facts.report.stats
+                    else None
+                )
+            ),
         ),
         # Stage 8, services and the roll.
-        Entry(paths.CONFIG_DIR, "services", "Config directory", lambda _r: b"", mode="755", directory=True),
-        Entry(paths.GENERATIONS_DIR, "services", "Generations directory", lambda _r: b"", mode="700", directory=True),
-        Entry(
+        FileEntry(paths.CONFIG_DIR, "services", "Config directory", lambda _r: b"", mode="755", directory=True),
+        FileEntry(paths.HOST_README, "services", f"Operator's README {paths.HOST_README}", _host_readme),
+        FileEntry(paths.GENERATIONS_DIR, "services", "Generations directory", lambda _r: b"", mode="700", directory=True),
+        FileEntry(
             v.hf_cache_dir,
             "services",
             "Hugging Face cache",
@@ -228,46 +345,62 @@ def declare(spec: HostSpec) -> tuple[tuple[Entry, ...], tuple[UnitEntry, ...]]:
         ),
     ]
     for unit in spec.serving_units:
-        entries.append(Entry(paths.unit_path(unit), "roll", f"{unit} unit", _serving_file(unit, 0), restarts=unit))
-        entries.append(Entry(paths.unit_env_path(unit), "roll", f"{unit} env file", _serving_file(unit, 1), mode="600", restarts=unit))
-    entries.append(Entry(paths.ROLL_MARKER, "roll", "Roll: done on this host", lambda _r: None))  # a finished roll leaves none behind
+        entries.append(FileEntry(paths.unit_path(unit), "roll", f"{unit} unit", _serving_file(unit, 0), then=(Roll(unit),)))
+        entries.append(
+            FileEntry(paths.unit_env_path(unit), "roll", f"{unit} env file", _serving_file(unit, 1), mode="600", then=(Roll(unit),))
+        )
+        entries.append(UnitEntry(unit, "roll", _running(unit)))
+    entries.append(FileEntry(paths.ROLL_MARKER, "roll", "Roll: done on this host", lambda _r: None))  # a finished roll leaves none
+    return tuple(entries)
 
-    exporter_on = v.metrics_exporter
-    units = [
-        UnitEntry(paths.DOCKER_UNIT, lambda _r: Unit(paths.DOCKER_UNIT)),
-        UnitEntry(paths.CPU_IDLE_UNIT, lambda _r: Unit(paths.CPU_IDLE_UNIT, running=None) if v.tune_cpu_idle else None),
-        UnitEntry(paths.FIREWALL_UNIT, lambda r: Unit(paths.FIREWALL_UNIT) if r.firewall is not None else None),
-        UnitEntry(
-            paths.EXPORTER_UNIT,
-            lambda r: (
-                Unit(paths.EXPORTER_UNIT)
-                if exporter_on
-                else (Unit(paths.EXPORTER_UNIT, enabled=False, running=False) if exporter_unit in r.plan.report.stats else None)
-            ),
-        ),
-        *(UnitEntry(unit, _running(unit)) for unit in spec.serving_units),
-    ]
-    return tuple(entries), tuple(units)
+
+def _then(actions: tuple[Action, ...]) -> str:
+    said = []
+    for a in actions:
+        if isinstance(a, Restart | Reload):
+            said.append(f"{type(a).__name__.lower()}s {a.unit}")
+        elif isinstance(a, Roll):
+            said.append(f"the roll restarts {a.unit}")
+        else:
+            said.append(f"runs: {a.label}")
+    return f", a change {'; '.join(said)}" if said else ""
+
+
+def explain(spec: HostSpec) -> list[str]:
+    """One line per entry, for ``instinct-fleet plan --explain``."""
+    lines = []
+    for e in declare(spec):
+        if isinstance(e, FileEntry):
+            what = "dir " if e.directory else "file"
+            lines.append(f"{what} {e.path}  {e.mode or '-'} {e.owner}:{e.group}  stage {e.stage}{_then(e.then)}")
+        elif isinstance(e, UnitEntry):
+            lines.append(f"unit {paths.service(e.name)}  stage {e.stage}")
+        elif isinstance(e, SysctlEntry):
+            lines.append(f"sysctl {e.key}  stage {e.stage}")
+        elif isinstance(e, UserEntry):
+            lines.append(f"user {e.user.name} in {', '.join(e.user.groups)}  stage {e.user.stage}")
+        elif isinstance(e, TableEntry):
+            lines.append(f"nftables table {e.name}  stage {e.stage}{_then(e.then)}")
+        else:
+            lines.append(f"image {e.ref}  stage {e.stage}{_then(e.then)}")
+    return lines
 
 
 def probe(spec: HostSpec) -> Probe:
-    """What the preflight fact reads besides the hardware: the declared paths and units, before any fact."""
-    entries, units = declare(spec)
+    """What the preflight fact reads besides the hardware: the declared things, before any fact."""
+    entries = declare(spec)
+    (user,) = (e.user for e in entries if isinstance(e, UserEntry))
     return Probe(
-        tuple(dict.fromkeys(e.path for e in entries)),
-        tuple(paths.service(u.name) for u in units),
-        spec.vars.service_user,
-        spec.services[0].image if spec.services else None,
-        tuple((svc.port, render.served_model(svc), render.generates(svc)) for svc in spec.serves),
-        tuple((w.source, w.local) for w in weights_of(spec)),
-        exporter_image(spec),
-        spec.vars.vllm_api_key_path,
+        paths=tuple(dict.fromkeys(e.path for e in entries if isinstance(e, FileEntry))),
+        units=tuple(paths.service(e.name) for e in entries if isinstance(e, UnitEntry)),
+        user=user.name,
+        images=tuple(e.ref for e in entries if isinstance(e, ImageEntry)),
+        endpoints=tuple((svc.port, render.served_model(svc), render.generates(svc)) for svc in spec.serves),
+        weights=tuple((w.source, w.local) for w in weights_of(spec)),
+        tables=tuple(e.name for e in entries if isinstance(e, TableEntry)),
+        sysctls=tuple(e.key for e in entries if isinstance(e, SysctlEntry)),
+        api_key_path=spec.vars.vllm_api_key_path,
     )
-
-
-def exporter_image(spec: HostSpec) -> str | None:
-    """The device metrics exporter's image, when ``metrics_exporter`` is on."""
-    return spec.vars.metrics_exporter_image if spec.vars.metrics_exporter else None
 
 
 def weights_of(spec: HostSpec) -> tuple[Weights, ...]:
@@ -285,50 +418,68 @@ def weights_of(spec: HostSpec) -> tuple[Weights, ...]:
 def service_user(spec: HostSpec) -> User:
     """The user the deploy runs vLLM's files as: in the device groups, its home the Hugging Face cache."""
     v = spec.vars
-    return User(v.service_user, paths.DEVICE_GROUPS, v.hf_cache_dir, paths.SERVICE_USER_SHELL)
+    return User(v.service_user, paths.DEVICE_GROUPS, v.hf_cache_dir, paths.SERVICE_USER_SHELL, "tuning")
 
 
-def desired(plan: HostPlan) -> Desired:
-    """The declaration evaluated for this host: everything it should have, and what it must no longer have."""
-    spec = plan.spec
-    rendered = Rendered(plan)
-    entries, unit_entries = declare(spec)
-    files: list[File] = []
-    directories: list[Directory] = []
-    for e in entries:
-        made = e.make(rendered)
-        if isinstance(made, _Skip):
-            continue
-        if e.directory:
-            directories.append(Directory(e.path, e.mode, e.stage, e.label, e.owner, e.group))
-        else:
-            files.append(File(e.path, made, e.stage, e.label, e.mode or "644", e.owner, e.group, e.restarts))
-    units = [want for want in (u.want(rendered) for u in unit_entries) if want is not None]
-    # Units an earlier deploy wrote for instances or a role no longer here (the fact globs for them).
-    wanted = {f.path for f in files}
-    for stale in plan.stale_units:
+def _stale(facts: HostFacts, wanted: set[str]) -> tuple[list[File], list[Unit]]:
+    """Units an earlier deploy wrote for instances or a role no longer here (the fact globs for them)."""
+    files, units = [], []
+    for stale in facts.stale_units:
+        units.append(Unit(stale, "roll", enabled=False, running=False, why="no longer in the inventory"))
         for path in (paths.unit_path(stale), paths.unit_env_path(stale)):
             if path not in wanted:
                 label = f"Remove {stale}" if path.endswith(".service") else f"Remove {stale} env"
-                files.append(File(path, None, "roll", label, restarts=stale))
-        units.append(Unit(stale, enabled=False, running=False))
-    sysctl = {"kernel.numa_balancing": "0"} if any(f.path == paths.SYSCTL_FILE for f in files) else {}
+                files.append(File(path, None, "roll", label, actions=(Roll(stale),)))
+    return files, units
+
+
+def desired(facts: HostFacts) -> Desired:
+    """The declaration evaluated for this host: everything it should have, and what it must no longer have."""
+    declared = declare(facts.spec)
+    rendered = Rendered(facts, declared)
+    files: list[File] = []
+    directories: list[Directory] = []
+    units: list[Unit] = []
+    sysctls: list[Sysctl] = []
+    tables: list[Table] = []
+    images: list[Image] = []
+    user = None
+    for e in declared:
+        if isinstance(e, FileEntry):
+            made = e.make(rendered)
+            if isinstance(made, _Skip):
+                continue
+            if e.directory:
+                directories.append(Directory(e.path, e.mode, e.stage, e.label, e.owner, e.group))
+            else:
+                files.append(File(e.path, made, e.stage, e.label, e.mode or "644", e.owner, e.group, e.then))
+        elif isinstance(e, UnitEntry):
+            if (unit := e.want(rendered)) is not None:
+                units.append(unit)
+        elif isinstance(e, SysctlEntry):
+            if (value := e.want(rendered)) is not None:
+                sysctls.append(Sysctl(e.key, value, e.stage, e.label))
+        elif isinstance(e, TableEntry):
+            if e.want(rendered):
+                tables.append(Table(e.name, e.stage, e.label, e.then))
+        elif isinstance(e, ImageEntry):
+            images.append(Image(e.ref, e.stage, e.label, e.then))
+        else:
+            user = e.user
+    stale_files, stale_units = _stale(facts, {f.path for f in files})
     return Desired(
-        files=tuple(files),
+        files=(*files, *stale_files),
         directories=tuple(directories),
-        units=tuple(units),
-        groups=paths.DEVICE_GROUPS,
-        user=service_user(spec),
-        sysctl=sysctl,
-        image=plan.image if spec.services else None,
-        firewall=rendered.firewall is not None,
+        units=(*units, *stale_units),
+        user=user,
+        sysctls=tuple(sysctls),
+        tables=tuple(tables),
+        images=tuple(images),
         serving=tuple(rendered.units),
-        endpoints=tuple(Endpoint(paths.vllm_unit(s.name), s.port, render.served_model(s), render.generates(s)) for s in plan.serves),
-        weights=weights_of(spec),
-        exporter_image=exporter_image(spec),
+        endpoints=tuple(Endpoint(paths.vllm_unit(s.name), s.port, render.served_model(s), render.generates(s)) for s in facts.serves),
+        weights=weights_of(facts.spec),
     )
 
 
-def untouched(plan: HostPlan) -> Desired:
-    """The desired state of a host that failed preflight: the run manages nothing on it (its stages do not run)."""
-    return Desired(files=(), directories=(), units=(), groups=(), user=service_user(plan.spec), sysctl={}, image=None, firewall=False)
+# The desired state of a host that failed preflight: the run manages nothing on it (its stages do not run).
+UNTOUCHED = Desired(files=(), directories=(), units=())

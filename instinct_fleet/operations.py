@@ -14,8 +14,6 @@ from pyinfra import logger
 from pyinfra.api.command import FunctionCommand
 from pyinfra.api.operation import operation
 from pyinfra.context import host
-from pyinfra.operations import systemd
-from pyinfra.operations.util import any_changed
 
 from instinct_fleet import bench, canary, generations, health, paths, report
 from instinct_fleet.facts import BenchRun, DockerImageId, InstanceHealth, UnitProblems
@@ -182,27 +180,6 @@ def unit_verified(path: str) -> Generator[str, None, None]:
         yield _failure(f"{path} fails systemd-analyze verify (kept as {path}.rejected): " + " | ".join(problems[:10]))
     else:
         host.noop(f"{path} passes systemd-analyze verify")
-
-
-def service_converged(unit: str, changed: list[Any], gate: Callable[[], bool], start_timeout: int, force: bool = False) -> None:
-    """Restart ``unit`` when one of the ``changed`` operations did change (or ``force``), then keep it running and enabled.
-
-    A restart needs the unit running already (a stopped unit is simply started by
-    the second operation), so a first deploy starts each unit once. Both run only
-    while ``gate`` (the roll) lets this batch go on. ``systemctl start`` returns
-    after ExecStartPre, which on a Ray head waits for the cluster: ``start_timeout``.
-    """
-    service = paths.service(unit)
-    why = [gate] if force else [gate, any_changed(*changed)]
-    systemd.service(
-        name=f"Restart {unit} for its new unit, env or image",
-        service=service,
-        running=None,
-        restarted=True,
-        _if=why,
-        _timeout=start_timeout,
-    )
-    systemd.service(name=f"{unit} running and enabled", service=service, running=True, enabled=True, _if=gate, _timeout=start_timeout)
 
 
 # Runs in the instance's own image, which has huggingface_hub (vLLM downloads with it): prints "<revision> <commit>".

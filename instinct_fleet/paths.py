@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 CONFIG_DIR = "/etc/instinct-fleet"
+HOST_README = f"{CONFIG_DIR}/README"  # what an operator on the host reads: the units and files this tool manages
 SYSTEMD_DIR = "/etc/systemd/system"
 DAEMON_JSON = "/etc/docker/daemon.json"
 DOCKER_DROP_IN = f"{SYSTEMD_DIR}/docker.service.d/90-instinct-fleet.conf"
@@ -21,6 +22,8 @@ RAY_TMP = "/var/lib/instinct-fleet/ray"  # shared /tmp/ray: the vLLM driver join
 FIREWALL_FILE = f"{CONFIG_DIR}/firewall.nft"
 FIREWALL_UNIT = "instinct-fleet-firewall"
 FIREWALL_TABLE = "inet instinct_fleet"  # the nftables table the firewall owns, beside Docker's
+NFT = "/usr/sbin/nft"
+NUMA_BALANCING = "kernel.numa_balancing"
 # Present while a host's roll batch runs (or after it failed): `instinct-fleet bench` refuses such a host.
 ROLL_MARKER = "/run/instinct-fleet/roll-in-progress"
 EXPORTER_UNIT = "amd-metrics-exporter"
@@ -67,6 +70,11 @@ def ray_unit(role: str) -> str:
 def unit_env_path(unit: str) -> str:
     """The env file of a vLLM or Ray unit this tool writes (a stale one included); both Ray roles use ray.env."""
     return RAY_ENV if unit.startswith("ray-") else f"{CONFIG_DIR}/{unit}.env"
+
+
+def sysctl_path(key: str) -> str:
+    """Where the kernel shows a setting's live value: ``kernel.numa_balancing`` is /proc/sys/kernel/numa_balancing."""
+    return f"/proc/sys/{key.replace('.', '/')}"
 
 
 def ca_path(registry: str) -> str:

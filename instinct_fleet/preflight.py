@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from instinct_fleet import generations, paths
 from instinct_fleet import health as health_checks
 from instinct_fleet.defaults import GPU_MODELS
 from instinct_fleet.generations import Generations
-from instinct_fleet.paths import FIREWALL_TABLE, KERNEL_ARGS, RESTART_FILES, UNIT_GLOBS, UNIT_PATTERNS, WEIGHTS_COMPLETE, WEIGHTS_STAGED
+from instinct_fleet.paths import KERNEL_ARGS, RESTART_FILES, UNIT_GLOBS, UNIT_PATTERNS, WEIGHTS_COMPLETE, WEIGHTS_STAGED, sysctl_path
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
 
@@ -110,12 +111,12 @@ class HostReport:
     stats: dict[str, Stat] = field(default_factory=dict)
     enabled_units: tuple[str, ...] = ()
     user: tuple[str, str, tuple[str, ...]] | None = None  # home, shell, groups
-    image_id: str | None = None
+    image_ids: dict[str, str] = field(default_factory=dict)  # image reference -> id, of the images the probe named
     healthy_ports: tuple[int, ...] = ()
-    firewall_loaded: bool = False
+    tables: tuple[str, ...] = ()  # the nftables tables the probe named that are loaded
+    sysctls: dict[str, str] = field(default_factory=dict)  # the kernel settings the probe named -> their live value
     # weights_source repository -> (its completion marker, the host's staged marker); "" when absent.
     weights: dict[str, tuple[str, str]] = field(default_factory=dict)
-    exporter_image_id: str | None = None
     generations: Generations = field(default_factory=Generations)
 
     @property
@@ -284,21 +285,24 @@ def parse_report(text: str) -> HostReport:
         stats=_stats(part.get("stat", "")),
         enabled_units=_unit_names(part.get("enabled", "")),
         user=_user(part.get("user", "")),
-        image_id=_image_id(part.get("image", "")),
+        image_ids=_pairs(part.get("images", ""), lambda value: value.startswith("sha256:")),
         healthy_ports=tuple(int(p) for p in part.get("healthy", "").split() if p.isdigit()),
-        firewall_loaded=part.get("nft") == "loaded",
+        tables=tuple(line.strip() for line in part.get("tables", "").splitlines() if line.strip()),
+        sysctls=_pairs(part.get("sysctls", ""), lambda value: value != ""),
         weights=_weights(part.get("weights", "")),
-        exporter_image_id=_image_id(part.get("exporter-image", "")),
         generations=generations.parse(part.get("generations", "")),
     )
 
 
-def _image_id(text: str) -> str | None:
-    return next((w for w in text.split() if w.startswith("sha256:")), None)
-
-
-def _image_id_command(image: str | None) -> str:
-    return f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(image)} 2>/dev/null" if image else "true"
+def _pairs(text: str, valid: Callable[[str], bool]) -> dict[str, str]:
+    """``name|value`` lines, as the probe prints them for images and kernel settings; a value that is not ``valid``
+    (an image docker does not have, a setting the kernel lacks) leaves its name out."""
+    found = {}
+    for line in text.splitlines():
+        name, _, value = line.partition("|")
+        if name and valid(value.strip()):
+            found[name] = value.strip()
+    return found
 
 
 def _weights(text: str) -> dict[str, tuple[str, str]]:
@@ -342,10 +346,11 @@ class Probe:
     paths: tuple[str, ...]
     units: tuple[str, ...]  # with .service
     user: str
-    image: str | None
+    images: tuple[str, ...]
     endpoints: tuple[tuple[int, str, bool], ...]  # port, served model, whether it generates
     weights: tuple[tuple[str, str], ...] = ()  # (repository in weights_source, repository in hf_cache_dir)
-    exporter_image: str | None = None
+    tables: tuple[str, ...] = ()  # nftables tables, "family name"
+    sysctls: tuple[str, ...] = ()  # kernel settings, "kernel.numa_balancing"
     api_key_path: str | None = None  # vllm_api_key_path: /v1 answers only with the key, and its file must be root's alone
     restore: str | None = None  # instinct-fleet rollback: the generation to read back ("previous" or a number)
 
@@ -366,6 +371,11 @@ def script(token_path: str, probe: Probe) -> str:
         f'"$(head -n1 {q(local + "/" + WEIGHTS_STAGED)} 2>/dev/null)"'
         for source, local in probe.weights
     )
+    images = "; ".join(
+        f"printf '%s|%s\\n' {q(image)} \"$(docker image inspect --format '{{{{.Id}}}}' {q(image)} 2>/dev/null)\"" for image in probe.images
+    )
+    tables = "; ".join(f"nft list table {table} >/dev/null 2>&1 && echo {q(table)}" for table in probe.tables)
+    sysctls = "; ".join(f"printf '%s|%s\\n' {q(key)} \"$(cat {q(sysctl_path(key))} 2>/dev/null)\"" for key in probe.sysctls)
     probes = (
         ("hf-token", f"test -r {q(token_path)} && echo present"),
         ("api-key", f"stat -c '%a|%U|%s' {q(probe.api_key_path)} 2>/dev/null" if probe.api_key_path else "true"),
@@ -375,11 +385,11 @@ def script(token_path: str, probe: Probe) -> str:
         ("active", f"systemctl list-units --state=active --plain --no-legend {patterns} {units} 2>/dev/null"),
         ("enabled", f"systemctl list-unit-files --state=enabled --plain --no-legend {patterns} {units} 2>/dev/null"),
         ("user", f"getent passwd {q(probe.user)} && id -nG {q(probe.user)}"),
-        ("image", _image_id_command(probe.image)),
+        ("images", images or "true"),
         ("healthy", health or "true"),
-        ("nft", f"nft list table {FIREWALL_TABLE} >/dev/null 2>&1 && echo loaded"),
+        ("tables", tables or "true"),
+        ("sysctls", sysctls or "true"),
         ("weights", weights or "true"),
-        ("exporter-image", _image_id_command(probe.exporter_image)),
         ("generations", generations.probe_command(probe.restore)),
     )
     extra = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {command}" for name, command in probes)

@@ -279,7 +279,7 @@ def cpu_idle_unit() -> str:
 
 
 def firewall_unit() -> str:
-    return template("firewall.service.j2")
+    return template("firewall.service.j2", nft=paths.NFT, ruleset=paths.FIREWALL_FILE, table=paths.FIREWALL_TABLE)
 
 
 def template_bytes(name: str) -> bytes:

@@ -24,15 +24,17 @@ from pyinfra.api.state import BaseStateCallback
 
 from instinct_fleet import managed, preflight, watchdog
 from instinct_fleet.facts import HostReport as HostReportFact
-from instinct_fleet.hostplan import ClusterView, HostPlan
+from instinct_fleet.hostfacts import ClusterView, HostFacts
+from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData, hosts_of, plan_hosts
+from instinct_fleet.managed import UNTOUCHED
 from instinct_fleet.preflight import HostReport
 from instinct_fleet.roll import ROLLBACK_ENV, SUMMARY_ENV, Roll, dump_summary, format_summary, plan_roll
 from instinct_fleet.rules import Finding, finding
 from instinct_fleet.spec import HostSpec
 
 
-def build_plan(spec: HostSpec, findings: list[Finding], report: HostReport, restore: str | None = None) -> HostPlan:
+def _checked(spec: HostSpec, findings: list[Finding], report: HostReport, restore: str | None) -> Checked:
     """Validation findings and preflight problems for one host, each with its rule; ``restore``: the
     generation ``instinct-fleet rollback`` puts back, whose files then replace the rendered serving files."""
     errors = [f for f in findings if f.severity == "error"]
@@ -43,32 +45,53 @@ def build_plan(spec: HostSpec, findings: list[Finding], report: HostReport, rest
         errors += preflight.restore_problems(report, spec, restore)
     kept = report.generations
     restoring = kept.restore_files if restore is not None and kept.restore is not None and not errors else None
-    return HostPlan(spec, report, errors, warnings + preflight.host_findings(report, spec), restoring=restoring)
+    return Checked(spec, report, errors, warnings + preflight.host_findings(report, spec), restoring)
 
 
-def join_cluster(plan: HostPlan, members: dict[str, HostPlan | None]) -> None:
-    """Give a cluster member its node IP, the head's IP and every member's IP, all read from facts."""
-    cluster = plan.spec.cluster
+@dataclass(frozen=True)
+class Checked:
+    """One host before its plan: validated, its facts read (``reached``), its cluster not yet joined."""
+
+    spec: HostSpec
+    report: HostReport
+    errors: list[Finding]
+    warnings: list[Finding]
+    restoring: dict[str, bytes] | None = None
+    reached: bool = True
+
+
+def join_cluster(host: Checked, members: dict[str, Checked | None]) -> tuple[ClusterView | None, list[Finding]]:
+    """A cluster member's node IP, the head's IP and every member's IP, all read from facts; or why not."""
+    cluster = host.spec.cluster
     if cluster is None or cluster.nic is None:
-        return
+        return None, []
     ips: dict[str, str] = {}
     head_ip = None
+    errors = []
     for name, member in sorted(members.items()):
-        if member is None or not member.facts:
+        if member is None or not member.reached:
             why = f"cluster member {name} could not be reached for its preflight facts"
-            plan.errors.append(finding("host-cluster-member", plan.spec.host, "ray_cluster", why))
+            errors.append(finding("host-cluster-member", host.spec.host, "ray_cluster", why))
             continue
         ip = member.report.addresses.get(cluster.nic)
         if ip is None:
             why = f"cluster member {name} has no IPv4 address on cluster_nic {cluster.nic}"
-            plan.errors.append(finding("host-cluster-nic", plan.spec.host, "cluster_nic", why))
+            errors.append(finding("host-cluster-nic", host.spec.host, "cluster_nic", why))
             continue
         ips[name] = ip
-        if member.role == "head":
+        if member.spec.cluster is not None and member.spec.cluster.role == "head":
             head_ip = ip
-    node_ip = ips.get(str(plan.spec.host))
-    if node_ip is not None and head_ip is not None and not plan.errors:
-        plan.cluster = ClusterView(node_ip, head_ip, tuple(sorted(set(ips.values()))))
+    node_ip = ips.get(str(host.spec.host))
+    if node_ip is None or head_ip is None or errors or host.errors:
+        return None, errors
+    return ClusterView(node_ip, head_ip, tuple(sorted(set(ips.values())))), errors
+
+
+def _plan(host: Checked, cluster: ClusterView | None, more: list[Finding]) -> HostPlan:
+    """The host's plan, whole: a host that failed preflight renders nothing (its facts may not fit its spec)."""
+    facts = HostFacts(host.spec, host.report, cluster, host.restoring)
+    errors = (*host.errors, *more)
+    return HostPlan(facts, errors, tuple(host.warnings), UNTOUCHED if errors else managed.desired(facts), host.reached)
 
 
 Reader = Callable[[dict[str, HostSpec]], dict[str, HostReport | None]]
@@ -91,23 +114,22 @@ def plan_inventory(hosts: list[HostData], active: set[str], read_reports: Reader
         if needed & set(names):
             needed |= set(names)
     reports = read_reports({name: planned[name][0] for name in sorted(needed)})
-    plans: dict[str, HostPlan] = {}
+    checked: dict[str, Checked] = {}
     for name in sorted(needed):
         spec, findings = planned[name]
         report = reports.get(name)
         if report is None:
             why = f"no preflight facts: the host could not be reached, or did not answer within command_timeout ({spec.vars.command_timeout}s)"
-            plans[name] = HostPlan(
-                spec, preflight.parse_report(""), [finding("host-unreachable", spec.host, "preflight", why)], [], facts=False
-            )
+            unreached = [finding("host-unreachable", spec.host, "preflight", why)]
+            checked[name] = Checked(spec, preflight.parse_report(""), unreached, [], reached=False)
         else:
-            plans[name] = build_plan(spec, findings, report, restore)
-    for plan in plans.values():
-        cluster = plan.spec.cluster
-        if cluster is not None:
-            join_cluster(plan, {n: plans.get(n) for n in clusters[cluster.name]})
-    for plan in plans.values():  # a host that failed preflight renders nothing: its facts may not fit its spec
-        plan.desired = managed.desired(plan) if plan.ok else managed.untouched(plan)
+            checked[name] = _checked(spec, findings, report, restore)
+    plans = {}
+    for name, host in checked.items():
+        cluster = host.spec.cluster
+        members = {n: checked.get(n) for n in clusters[cluster.name]} if cluster is not None else {}
+        view, errors = join_cluster(host, members)
+        plans[name] = _plan(host, view, errors)
     return plans
 
 
@@ -142,8 +164,8 @@ def image_seeds(plans: dict[str, HostPlan]) -> set[str]:
     """
     missing: dict[str, list[str]] = {}
     for name, plan in sorted(plans.items()):
-        if plan.ok and plan.desired.image is not None and plan.report.image_id is None:
-            missing.setdefault(plan.desired.image, []).append(name)
+        if plan.ok and plan.pulls_image:
+            missing.setdefault(plan.image, []).append(name)
     return {hosts[0] for hosts in missing.values()}
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from io import StringIO
 
-from pyinfra.operations import files, systemd
+from pyinfra.operations import files
 from pyinfra.operations.util import any_changed
 
 from instinct_fleet import apply, bench, canary, operations, paths, render, roll
@@ -35,32 +35,9 @@ def _hooks(plan: HostPlan, fleet: FleetPlan, which: str, hook: Hook | None, gate
             operations.hook(name=f"Roll: {which} hook ({where})", command=command, where=where, env=env, record=fleet.roll.note, _if=gate)
 
 
-def always() -> bool:
-    return True
-
-
-def docker_settings(plan: HostPlan, gate: Callable[[], bool] = always) -> None:
-    """daemon.json and dockerd's limits; dockerd restarts, and its containers with it, only when they changed."""
-    written = apply.files(plan, plan.desired.stage("docker"), gate)
-    if written:
-        systemd.daemon_reload(name="Reload systemd (dockerd limits)", _if=any_changed(*written))
-    docker = paths.service(paths.DOCKER_UNIT)
-    if written or plan.unit_drifted(paths.DOCKER_UNIT):
-        systemd.service(name="docker running and enabled", service=docker, running=True, enabled=True, _if=gate)
-    if written:
-        systemd.service(name="Restart docker for its new settings", service=docker, restarted=True, _if=any_changed(*written))
-
-
-def image(plan: HostPlan, gate: Callable[[], bool] = always) -> None:
-    """The pinned image, pulled only when the preflight fact did not find it, within image_pull_timeout."""
-    if plan.desired.image is not None and plan.report.image_id is None:
-        timeout = plan.spec.vars.image_pull_timeout
-        operations.image_present(name="vLLM image present", image=plan.image, _if=gate, _timeout=timeout)
-
-
 def healthy(
     plan: HostPlan,
-    gate: Callable[[], bool] = always,
+    gate: Callable[[], bool] = apply.always,
     record: Callable[[str, str], None] | None = None,
     units: set[str] | None = None,
     hold: Callable[[str, str], None] | None = None,
@@ -168,42 +145,21 @@ def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], 
     if rolling and plan.serves:
         _hooks(plan, fleet, "pre-stop", v.rolling_pre_stop, gate)
 
-    for stale_unit in stale:
-        systemd.service(
-            name=f"Stop {stale_unit} (no longer in the inventory)",
-            service=paths.service(stale_unit),
-            running=False,
-            enabled=False,
-            _if=gate,
-        )
-    removed = apply.files(plan, [f for f in want.stage("roll") if f.restarts in stale], gate)
-
-    if deferred:
-        docker_settings(plan, gate)
-        image(plan, gate)
-
-    written = []
-    for name in pending:  # the others' files match, they run, and their instances answered at preflight
-        ops = apply.files(plan, [f for f in want.stage("roll") if f.restarts == name], gate)
-        if ops:
-            path = paths.unit_path(name)
-            operations.unit_verified(name=f"{name} passes systemd-analyze verify", path=path, _if=[gate, any_changed(*ops)])
-        written.append((name, ops))
-    all_files = [op for _, ops in written for op in ops] + removed
-    if all_files:
-        systemd.daemon_reload(name="Reload systemd (serving units)", _if=any_changed(*all_files))
+    if deferred:  # dockerd restarts with its new settings, stopping every container, in this batch
+        apply.converge(plan, "docker", gate)
+        apply.converge(plan, "pull", gate)
     cluster = plan.spec.cluster
     # The operation's budget, not the unit's TimeoutStartSec (render.start_seconds): a command's, plus the Ray wait.
     start_timeout = v.command_timeout + (cluster.ready_timeout if cluster else 0)
-    for name, ops in written:
-        operations.service_converged(name, ops, gate, start_timeout, force=force)
+    # The others' files match, they run, and their instances answered at preflight.
+    all_files = apply.converge(plan, "roll", gate, units=[*stale, *pending], force=force, timeout=start_timeout)
 
     rollback = rolling and v.rolling_on_failure == "rollback"
-    healthy(plan, gate, fleet.roll.note, units={name for name, _ in written}, hold=fleet.roll.hold if rollback else None)
+    healthy(plan, gate, fleet.roll.note, units=set(pending), hold=fleet.roll.hold if rollback else None)
     if measured:
         _canary(plan, fleet, "after", gate, fleet.roll.hold if rollback else None)
     if rollback:
-        _rollback(plan, fleet, batch, failed, start_timeout * max(1, len(written)))
+        _rollback(plan, fleet, batch, failed, start_timeout * max(1, len(pending)))
     if all_files:
 
         def passed() -> bool:

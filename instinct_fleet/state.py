@@ -1,8 +1,15 @@
-"""The shapes of a host's managed state, and how the preflight fact's reading of a host is compared with them.
+"""The shapes of a host's managed state, how each converges, and how the preflight fact's reading of a host is compared with them.
 
 :mod:`instinct_fleet.managed` declares each entry once and evaluates it for a
 host; this module holds only the data and the comparisons, so that the host
-plan, the roll, the deploy's stages and the verify module all read one answer.
+plan, the roll, the applier (:mod:`instinct_fleet.apply`) and the verify module
+all read one answer.
+
+An entry that drifted is written by the applier, then its *actions* run, each
+once however many entries ask for it: :class:`Restart`, :class:`Reload`,
+:class:`Run`, :class:`Reboot`, or :class:`Roll` (the roll restarts the unit in
+its batch, behind the health gate). A unit file needs no action of its own:
+the applier checks it with ``systemd-analyze verify`` and reloads systemd.
 """
 
 from __future__ import annotations
@@ -14,16 +21,60 @@ from typing import Literal
 
 from instinct_fleet.preflight import HostReport
 
-# Which stage of deploy.py converges an entry (one task file each).
-Stage = Literal["tuning", "runtime", "docker", "cluster", "firewall", "exporter", "services", "roll"]
+# Which stage of deploy.py converges an entry (one task file each; "docker" and "pull" run in the
+# runtime stage, or in a serving host's roll batch, "roll" in the roll).
+Stage = Literal["tuning", "runtime", "docker", "pull", "cluster", "firewall", "exporter", "services", "roll"]
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Restart ``unit`` once after a change (a unit that is not running is started by its own entry)."""
+
+    unit: str
+
+
+@dataclass(frozen=True)
+class Reload:
+    """Reload ``unit`` after a change, if it runs (a stopped one reads the change when its own entry starts it)."""
+
+    unit: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run ``command`` on the host after a change; ``label`` is the operation's name."""
+
+    label: str
+    command: str
+
+
+@dataclass(frozen=True)
+class Reboot:
+    """Reboot the host after a change, and wait for it to come back."""
+
+    label: str
+
+
+@dataclass(frozen=True)
+class Roll:
+    """Leave the restart of ``unit`` to the roll: in the host's batch, behind the health gate."""
+
+    unit: str
+
+
+Action = Restart | Reload | Run | Reboot | Roll
+
+
+def unit_of(actions: tuple[Action, ...]) -> str | None:
+    """The unit a change of an entry takes down or reloads, if any."""
+    return next((a.unit for a in actions if isinstance(a, Restart | Reload | Roll)), None)
 
 
 @dataclass(frozen=True)
 class File:
     """A file with this content (None: the file must be absent), mode and owner.
 
-    ``restarts`` names what a change of it takes down: a serving unit, ``docker``,
-    the exporter, or None. ``label`` is the name its operation shows.
+    ``actions`` run after it changed; ``label`` is the name its operation shows.
     """
 
     path: str
@@ -33,7 +84,12 @@ class File:
     mode: str = "644"
     owner: str = "root"
     group: str = "root"
-    restarts: str | None = None
+    actions: tuple[Action, ...] = ()
+
+    @property
+    def restarts(self) -> str | None:
+        """What a change of it takes down or reloads: a serving unit, ``docker``, the exporter, or None."""
+        return unit_of(self.actions)
 
     @cached_property
     def sha256(self) -> str | None:
@@ -59,11 +115,46 @@ class Directory:
 
 @dataclass(frozen=True)
 class Unit:
-    """A unit's wanted state; ``running`` None: whatever its conditions make it (the CPU idle unit in a VM)."""
+    """A unit's wanted state; ``running`` None: whatever its conditions make it (the CPU idle unit in a VM).
+
+    ``why`` says why a unit must be stopped (it names the operation that stops it).
+    """
 
     name: str  # without .service
+    stage: Stage
     enabled: bool = True
     running: bool | None = True
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Sysctl:
+    """A kernel setting's live value (its file, read at boot, is a :class:`File` entry)."""
+
+    key: str
+    value: str
+    stage: Stage
+    label: str
+
+
+@dataclass(frozen=True)
+class Table:
+    """An nftables table that must be loaded; ``actions`` (a reload of the unit that loads it) run when it is not."""
+
+    name: str
+    stage: Stage
+    label: str
+    actions: tuple[Action, ...] = ()
+
+
+@dataclass(frozen=True)
+class Image:
+    """A container image the host must hold; ``actions`` run after it was pulled."""
+
+    ref: str
+    stage: Stage
+    label: str
+    actions: tuple[Action, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,10 +169,13 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class User:
+    """A system user in ``groups``, each created as a system group when missing."""
+
     name: str
     groups: tuple[str, ...]
     home: str
     shell: str
+    stage: Stage = "tuning"
 
 
 @dataclass(frozen=True)
@@ -96,20 +190,45 @@ class Weights:
 
 @dataclass(frozen=True)
 class Desired:
-    """Everything one host should have; ``serving`` lists its serving units in start order (ray-* first)."""
+    """Everything one host should have; ``serving`` lists its serving units in start order (ray-* first).
+
+    ``user`` is None for a host the run does not touch (it failed preflight).
+    """
 
     files: tuple[File, ...]
     directories: tuple[Directory, ...]
     units: tuple[Unit, ...]
-    groups: tuple[str, ...]
-    user: User
-    sysctl: dict[str, str]
-    image: str | None
-    firewall: bool
+    user: User | None = None
+    sysctls: tuple[Sysctl, ...] = ()
+    tables: tuple[Table, ...] = ()
+    images: tuple[Image, ...] = ()
     serving: tuple[str, ...] = ()
     endpoints: tuple[Endpoint, ...] = field(default_factory=tuple)
     weights: tuple[Weights, ...] = field(default_factory=tuple)
-    exporter_image: str | None = None
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return self.user.groups if self.user is not None else ()
+
+    @property
+    def sysctl(self) -> dict[str, str]:
+        return {s.key: s.value for s in self.sysctls}
+
+    @property
+    def firewall(self) -> bool:
+        return bool(self.tables)
+
+    def _image(self, stage: Stage) -> str | None:
+        return next((i.ref for i in self.images if i.stage == stage), None)
+
+    @property
+    def image(self) -> str | None:
+        """The serving image (pulled in the runtime stage, one seed host first)."""
+        return self._image("pull")
+
+    @property
+    def exporter_image(self) -> str | None:
+        return self._image("exporter")
 
     def file(self, path: str) -> File:
         return next(f for f in self.files if f.path == path)
@@ -150,7 +269,19 @@ def unit_drifts(want: Unit, report: HostReport) -> bool:
     return (want.name in report.enabled_units) != want.enabled or running
 
 
-def user_drifts(want: Desired, report: HostReport) -> bool:
-    user, have = want.user, report.user
-    groups_missing = any(g not in report.group_ids for g in want.groups)
+def user_drifts(user: User, report: HostReport) -> bool:
+    have = report.user
+    groups_missing = any(g not in report.group_ids for g in user.groups)
     return groups_missing or have is None or have[0] != user.home or have[1] != user.shell or not set(user.groups) <= set(have[2])
+
+
+def sysctl_drifts(want: Sysctl, report: HostReport) -> bool:
+    return report.sysctls.get(want.key) != want.value
+
+
+def table_drifts(want: Table, report: HostReport) -> bool:
+    return want.name not in report.tables
+
+
+def image_drifts(want: Image, report: HostReport) -> bool:
+    return report.image_ids.get(want.ref) is None

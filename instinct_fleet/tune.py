@@ -30,7 +30,6 @@ the AITER switches... and measure". A sweep does that on a staging group:
 
 from __future__ import annotations
 
-import base64
 import copy
 import dataclasses
 import itertools
@@ -49,7 +48,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import bench, canary, health, managed, paths, preflight, remote, render, report
+from instinct_fleet import apply, bench, canary, health, managed, paths, preflight, remote, render, report
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData, plan_hosts
 from instinct_fleet.rules import Finding
@@ -261,7 +260,7 @@ def instance_entries(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(e) for e in entries]
 
 
-def apply(data: Mapping[str, Any], instance: str, point: Point) -> dict[str, Any]:
+def with_point(data: Mapping[str, Any], instance: str, point: Point) -> dict[str, Any]:
     """The host's data with the point's flags and env in the instance's own ``args`` and ``env`` (the last layer)."""
     out = copy.deepcopy(dict(data))
     entries = instance_entries(out)
@@ -316,7 +315,7 @@ def check(hosts: list[HostData], chosen: set[str], sweep: Sweep) -> Checked:
     # planning them alone is what the deploy's plan says of them, at a cost that does not grow with the fleet.
     tuned = [h for h in hosts if h.name in used]
     for point in grid(sweep):
-        changed = [dataclasses.replace(h, data=apply(h.data, sweep.instance, point)) for h in tuned]
+        changed = [dataclasses.replace(h, data=with_point(h.data, sweep.instance, point)) for h in tuned]
         errors = [f for _, findings in plan_hosts(changed) for f in findings if f.severity == "error"]
         if errors:
             skipped.append((point, errors[0]))
@@ -442,19 +441,6 @@ class Results:
 # The work on a host.
 
 
-def write_files(files: list[Any]) -> str:
-    """Shell: each file written whole (base64, so any byte survives), with its mode and owner, then moved into place."""
-    q = shlex.quote
-    steps = []
-    for f in files:
-        tmp = f"{f.path}.instinct-fleet-tune"
-        data = base64.b64encode(f.content).decode()
-        steps.append(
-            f"printf %s {q(data)} | base64 -d > {q(tmp)} && chmod {f.mode} {q(tmp)} && chown {f.owner}:{f.group} {q(tmp)} && mv -f {q(tmp)} {q(f.path)}"
-        )
-    return " && ".join(steps)
-
-
 class HostTuner:
     """One host's trials: its preflight fact read once, each point rendered through the deploy's plan.
 
@@ -480,7 +466,7 @@ class HostTuner:
         """The host's plan with the point applied: the deploy's render, from the facts read at :meth:`prepare`."""
         from instinct_fleet.run import plan_inventory
 
-        data = dataclasses.replace(self.host, data=apply(self.host.data, self.sweep.instance, point))
+        data = dataclasses.replace(self.host, data=with_point(self.host.data, self.sweep.instance, point))
         report = self.report
         plans = plan_inventory([data], {self.name}, lambda specs: {n: report for n in specs})
         return plans[self.name]
@@ -513,7 +499,7 @@ class HostTuner:
         marker = f"mkdir -p {q(str(Path(paths.ROLL_MARKER).parent))} && printf '%s\\n' {q(why)} > {paths.ROLL_MARKER}"
         svc = self.service(plan)
         v = plan.spec.vars
-        restart = f"{marker} && {write_files(files)} && systemctl daemon-reload && systemctl restart {paths.service(self.unit)}"
+        restart = f"{marker} && {apply.script(files)}"
         self.away = True
         done = self.runner.run(
             self.name, restart, v.command_timeout + render.start_seconds(None, False) + render.stop_seconds(svc, v.rolling_drain_timeout)
@@ -714,7 +700,7 @@ def plan_text(checked: Checked, sweep: Sweep, specs: dict[str, HostSpec], done: 
 def best_fragment(hosts: list[HostData], host: str, sweep: Sweep, winner: Trial) -> str:
     """group_data text: the host's ``vllm_instances`` with the winner's flags and env in the instance's entry."""
     data = next(h.data for h in hosts if h.name == host)
-    entries = apply(data, sweep.instance, winner.point)["vllm_instances"]
+    entries = with_point(data, sweep.instance, winner.point)["vllm_instances"]
     head = (
         f'"""instinct-fleet tune: the best point for instance {sweep.instance!r}, {winner.label()},\n'
         f"measured on {winner.host} with profile {sweep.profile!r}. Copy into group_data/<your group>.py, then deploy\n"

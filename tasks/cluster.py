@@ -8,4 +8,4 @@ from pyinfra.context import host
 from instinct_fleet import apply
 from instinct_fleet.run import plan_for
 
-apply.stage(plan_for(host), "cluster")
+apply.converge(plan_for(host), "cluster")

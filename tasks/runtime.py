@@ -9,7 +9,7 @@ Like every stage, it acts only where the host differs from instinct_fleet/manage
 from pyinfra.context import host
 from pyinfra.operations import apt
 
-from instinct_fleet import apply, content, operations, roll, serving
+from instinct_fleet import apply, content, operations, roll
 from instinct_fleet.run import fleet_plan
 
 fleet = fleet_plan(host.state)
@@ -19,15 +19,15 @@ missing = content.missing_packages(plan)
 if missing:
     apt.packages(name="Install missing packages", packages=missing, update=True, no_recommends=True)
 
-apply.stage(plan, "runtime")  # registry CA certificates and credentials
+apply.converge(plan, "runtime")  # registry CA certificates and credentials
 
 if not roll.defers_docker(plan):
-    serving.docker_settings(plan)
+    apply.converge(plan, "docker")
     # One host per missing image pulls first (filling a pull-through cache), then the rest pull from the cache.
     # pyinfra finishes an operation on every host before the next, so the barrier orders the two waves.
-    if plan.report.image_id is None:
+    if plan.pulls_image:
         if fleet.seeds_image(host.name):
-            serving.image(plan)
+            apply.converge(plan, "pull")
         operations.barrier(name="Image: the first pull of each image is done", note="seed pulls done")
         if not fleet.seeds_image(host.name):
-            serving.image(plan)
+            apply.converge(plan, "pull")

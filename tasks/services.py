@@ -14,7 +14,7 @@ from instinct_fleet.run import fleet_plan
 fleet = fleet_plan(host.state)
 plan = fleet.plans[host.name]
 
-apply.stage(plan, "services")  # the config directory and the Hugging Face cache
+apply.converge(plan, "services")  # the config directory and the Hugging Face cache
 
 
 def failed() -> set[str]:

@@ -35,11 +35,12 @@ from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData
 from instinct_fleet.roll import plan_roll
 from instinct_fleet.run import FleetPlan, plan_inventory
-from instinct_fleet.state import Desired
+from instinct_fleet.state import Endpoint
 from tests.unit.test_preflight import mi300x_host
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_ID = "sha256:" + "a" * 64
+STAGES = ("preflight", "tuning", "runtime", "weights", "cluster", "firewall", "exporter", "services", "health")
 
 
 @dataclass
@@ -51,9 +52,8 @@ class SimHost:
     enabled: set[str] = field(default_factory=set)
     active: set[str] = field(default_factory=set)
     user: tuple[str, str, str, tuple[str, ...]] | None = None  # name, home, shell, groups
-    image: bool = False
-    exporter_image: bool = False
-    firewall_loaded: bool = False
+    images: set[str] = field(default_factory=set)
+    tables: set[str] = field(default_factory=set)  # loaded nftables tables
     healthy: set[int] = field(default_factory=set)
     numa_balancing: str = "1"
     cmdline: str = "BOOT_IMAGE=/vmlinuz-6.8.0-107-generic root=/dev/sda1 ro quiet iommu=pt"
@@ -107,44 +107,92 @@ class SimHost:
             "active": "\n".join(f"{paths.service(u)} loaded active running" for u in sorted(self.active) if named(u)),
             "enabled": "\n".join(f"{paths.service(u)} enabled enabled" for u in sorted(self.enabled) if named(u)),
             "user": user,
-            "image": IMAGE_ID if self.image and probe.image else "",
+            "images": "\n".join(f"{ref}|{IMAGE_ID if ref in self.images else ''}" for ref in probe.images),
             "healthy": " ".join(str(port) for port, _, _ in probe.endpoints if port in self.healthy),
-            "nft": "loaded" if self.firewall_loaded else "",
+            "tables": "\n".join(t for t in probe.tables if t in self.tables),
+            "sysctls": "\n".join(f"{key}|{self.numa_balancing}" for key in probe.sysctls if key == paths.NUMA_BALANCING),
             "weights": "\n".join(f"{s}|{self.weights.get(s, ('', ''))[0]}|{self.weights.get(s, ('', ''))[1]}" for s, _ in probe.weights),
-            "exporter_image": IMAGE_ID if self.exporter_image and probe.exporter_image else "",
             "commands": " ".join(sorted(self.commands)),
             "generations": self._generations(probe.restore),
             **sections,
         }
         return mi300x_host(**values)
 
-    def converge(self, want: Desired) -> None:
-        """What a deploy that succeeded leaves: the desired state, everything running and answering."""
-        for f in want.files:
-            if f.content is None:
-                self.files.pop(f.path, None)
-            else:
-                self.files[f.path] = (f.content, f.mode, f.owner, f.group)
-        for d in want.directories:
-            self.directories[d.path] = (d.mode or "1777", d.owner, d.group)
-        for u in want.units:
-            (self.enabled.add if u.enabled else self.enabled.discard)(u.name)
-            if u.running is not None:
-                (self.active.add if u.running else self.active.discard)(u.name)
-        self.user = (want.user.name, want.user.home, want.user.shell, want.user.groups)
-        self.image = want.image is not None
-        self.exporter_image = want.exporter_image is not None
-        self.firewall_loaded = want.firewall
-        self.healthy = {e.port for e in want.endpoints}
-        self.numa_balancing = want.sysctl.get("kernel.numa_balancing", self.numa_balancing)
-        self.cmdline += " " + " ".join(paths.KERNEL_ARGS)
-        for w in want.weights:
-            self.weights[w.source] = (f"{w.revision} 0123abc", f"{w.revision} 0123abc")
-        # The roll kept the files that passed the gate as the newest generation, marked healthy.
-        running = self.serving_files()
-        if running and self.generations.get(self.healthy_generation or 0) != running:
-            self.healthy_generation = max(self.generations, default=0) + 1
-            self.generations[self.healthy_generation] = running
+    def replay(self, ops: list[Recorded], endpoints: tuple[Endpoint, ...]) -> None:
+        """What the recorded operations do to this host, in order, as the real ones would; then the instances
+        whose unit runs answer (``endpoints``: the plan's health checks)."""
+        for op in ops:
+            getattr(self, f"_{op.module}_{op.op}", lambda **_kw: None)(**op.kwargs)
+        self.healthy = {e.port for e in endpoints if e.unit in self.active}
+
+    def _files_put(self, src: Any, dest: str, mode: str | None = None, user: str = "root", group: str = "root", **_kw: Any) -> None:
+        data = src.getvalue()
+        self.files[dest] = (data.encode() if isinstance(data, str) else data, mode or "644", user, group)
+
+    def _files_file(self, path: str, present: bool = True, **_kw: Any) -> None:
+        assert not present, "the deploy only removes files with files.file"
+        self.files.pop(path, None)
+
+    def _files_directory(self, path: str, mode: str | None, user: str, group: str, **_kw: Any) -> None:
+        self.directories[path] = (mode or "1777", user, group)  # Ray sets 1777 on its session directory itself
+
+    def _server_sysctl(self, key: str, value: object, **_kw: Any) -> None:
+        assert key == paths.NUMA_BALANCING
+        self.numa_balancing = str(value)
+
+    def _server_user(self, user: str, home: str, shell: str, groups: list[str], **_kw: Any) -> None:
+        self.user = (user, home, shell, tuple(sorted(groups)))
+
+    def _server_reboot(self, **_kw: Any) -> None:
+        self.cmdline += " " + " ".join(paths.KERNEL_ARGS)  # the GRUB drop-in's arguments, after update-grub
+
+    def _loads(self, unit: str) -> None:
+        if unit == paths.FIREWALL_UNIT and paths.FIREWALL_FILE in self.files:  # its ExecStart and ExecReload
+            self.tables.add(paths.FIREWALL_TABLE)
+
+    def _systemd_service(
+        self,
+        service: str,
+        running: bool | None = True,
+        restarted: bool = False,
+        reloaded: bool = False,
+        command: str | None = None,
+        enabled: bool | None = None,
+        **_kw: Any,
+    ) -> None:
+        unit = service.removesuffix(".service")
+        if running is False:
+            self.active.discard(unit)
+            self.tables.discard(paths.FIREWALL_TABLE) if unit == paths.FIREWALL_UNIT else None
+        if running or command == "restart" or (restarted and unit in self.active):
+            self.active.add(unit)
+            self._loads(unit)
+        if reloaded and unit in self.active:
+            self._loads(unit)
+        if enabled is not None:
+            (self.enabled.add if enabled else self.enabled.discard)(unit)
+
+    def _operations_image_present(self, image: str, **_kw: Any) -> None:
+        self.images.add(image)
+
+    def _operations_weights_downloaded(self, revision: str, repo: str, **_kw: Any) -> None:
+        self.weights[repo] = (f"{revision} 0123abc", self.weights.get(repo, ("", ""))[1])
+
+    def _operations_weights_staged(self, source: str, **_kw: Any) -> None:
+        self.weights[source] = (self.weights[source][0], self.weights[source][0])
+
+    def _operations_generation_saved(self, number: int, healthy: bool, **_kw: Any) -> None:
+        self.generations[number] = self.serving_files()
+        if healthy:
+            self.healthy_generation = number
+
+    def _operations_generation_restored(self, number: int, **_kw: Any) -> None:
+        for path in self.serving_files():
+            self.files.pop(path)
+        for path, data in self.generations[number].items():
+            self.files[path] = (data, "600" if path.endswith(".env") else "644", "root", "root")
+
+    def _apt_packages(self, **_kw: Any) -> None:
         self.commands |= {"nft", "cpupower"}  # what the runtime stage's packages install
 
 
@@ -178,6 +226,16 @@ class _Recorded:
         return self.ran
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """An operation that ran: its name, where it comes from, and its arguments (for :meth:`SimHost.replay`)."""
+
+    name: str
+    module: str
+    op: str
+    kwargs: dict[str, Any]
+
+
 RECORDED = {
     files: ("put", "file", "directory"),
     server: ("sysctl", "shell", "reboot", "group", "user"),
@@ -199,10 +257,10 @@ RECORDED = {
 
 
 @contextmanager
-def recording(monkeypatch: pytest.MonkeyPatch, sick: dict[str, int]) -> Iterator[list[str]]:
+def recording(monkeypatch: pytest.MonkeyPatch, sick: dict[str, int]) -> Iterator[list[Recorded]]:
     """Every pyinfra operation (and this tool's own) replaced by one that records its name; ``sick``: per
     unit, how many of its health gates fail (a gate that may hold the host, for a rollback, then does)."""
-    names: list[str] = []
+    names: list[Recorded] = []
     failed: list[str] = []
 
     def recorder(module: str, op: str) -> Any:
@@ -213,7 +271,7 @@ def recording(monkeypatch: pytest.MonkeyPatch, sick: dict[str, int]) -> Iterator
             conditions = _if if isinstance(_if, list) else [_if] if _if is not None else []
             ran = all(condition() for condition in conditions)
             if ran:
-                names.append(name or f"{module}.{op}")
+                names.append(Recorded(name or f"{module}.{op}", module, op, kwargs))
                 failed.extend(["h1"] if op == "fail" else [])
                 if op == "healthy" and sick.get(kwargs["unit"], 0) > 0:  # this gate fails, as the fact would say
                     sick[kwargs["unit"]] -= 1
@@ -229,6 +287,26 @@ def recording(monkeypatch: pytest.MonkeyPatch, sick: dict[str, int]) -> Iterator
     yield names
 
 
+def run_stage(
+    monkeypatch: pytest.MonkeyPatch,
+    stage: str,
+    host_plan: HostPlan,
+    interrupted: str | None = None,
+    sick: dict[str, int] | None = None,
+) -> list[Recorded]:
+    """The operations ``tasks/<stage>.py`` emits for this host (h1), in order; ``interrupted``: a signal that
+    arrived before the stage ran; ``sick``: failing health gates per unit (:func:`recording`)."""
+    fleet = FleetPlan({"h1": host_plan}, plan_roll({"h1": host_plan}))
+    fleet.roll.interrupted = interrupted
+    done: AsyncResult = AsyncResult()
+    done.set(fleet)
+    state = SimpleNamespace(instinct_fleet_plan=done, failed_hosts=set())
+    host = SimpleNamespace(name="h1", state=state, data=SimpleNamespace(), loop=lambda items: items)
+    with monkeypatch.context() as patched, recording(patched, dict(sick or {})) as ops, ctx_host.use(host):
+        runpy.run_path(str(ROOT / "tasks" / f"{stage}.py"))
+    return ops
+
+
 def emitted(
     monkeypatch: pytest.MonkeyPatch,
     stage: str,
@@ -236,14 +314,15 @@ def emitted(
     interrupted: str | None = None,
     sick: dict[str, int] | None = None,
 ) -> list[str]:
-    """The names of the operations ``tasks/<stage>.py`` emits for this host (h1), in order; ``interrupted``:
-    a signal that arrived before the stage ran; ``sick``: failing health gates per unit (:func:`recording`)."""
-    fleet = FleetPlan({"h1": host_plan}, plan_roll({"h1": host_plan}))
-    fleet.roll.interrupted = interrupted
-    done: AsyncResult = AsyncResult()
-    done.set(fleet)
-    state = SimpleNamespace(instinct_fleet_plan=done, failed_hosts=set())
-    host = SimpleNamespace(name="h1", state=state, data=SimpleNamespace(), loop=lambda items: items)
-    with recording(monkeypatch, dict(sick or {})) as names, ctx_host.use(host):
-        runpy.run_path(str(ROOT / "tasks" / f"{stage}.py"))
-    return names
+    """The names of the operations :func:`run_stage` records."""
+    return [op.name for op in run_stage(monkeypatch, stage, host_plan, interrupted, sick)]
+
+
+def deploy(monkeypatch: pytest.MonkeyPatch, host_plan: HostPlan, sim: SimHost) -> list[Recorded]:
+    """One deploy of h1: every stage of deploy.py in order, what they emit replayed on ``sim``; a host that
+    fails preflight stops there, as deploy.py stops it."""
+    ops: list[Recorded] = []
+    for stage in STAGES if host_plan.ok else STAGES[:1]:
+        ops += run_stage(monkeypatch, stage, host_plan)
+    sim.replay(ops, host_plan.desired.endpoints)
+    return ops

@@ -215,7 +215,7 @@ def test_targets_list_every_exporter_and_only_head_vllm_endpoints() -> None:
 def test_prometheus_allow_from_opens_the_scraped_ports_and_closes_the_exporter_to_everyone_else() -> None:
     report = preflight.parse_report(pf.mi300x_host())
     plan = pf.plan({"metrics_exporter": True, "prometheus_allow_from": ["10.9.0.0/24"]}, report)
-    rules = content.firewall(plan)
+    rules = content.firewall(plan.host)
     assert rules is not None
     port = plan.spec.services[0].port
     assert "elements = { 10.9.0.0/24 }" in rules

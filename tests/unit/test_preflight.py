@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet import content, managed, paths, preflight, roll
+from instinct_fleet import content, managed, paths, preflight, roll, state
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData
 from instinct_fleet.run import plan_inventory
@@ -148,7 +148,7 @@ def test_plan_reports_warnings_packages_and_stale_units() -> None:
     assert plan_.stale_units == ["ray-worker", "vllm-old"]  # this host left its cluster too
     assert {w.rule for w in plan_.warnings} == {"host-reboot-required", "host-hf-token"}
     assert any("reboot required" in w.message for w in plan_.warnings)
-    assert plan_.group_ids == [44, 993]
+    assert plan_.host.group_ids == [44, 993]
 
 
 def test_invalid_input_stops_the_plan_before_the_host_is_judged() -> None:
@@ -185,12 +185,12 @@ def test_cluster_members_learn_addresses_from_facts() -> None:
     )
     assert worker.serves == () and head.serves == head.spec.services
     assert worker.stale_units == ["vllm-old"]  # its own ray-worker unit stays
-    assert worker.env(worker.spec.services[0])["VLLM_HOST_IP"] == "172.17.0.6"
-    assert "--address=172.17.0.5:6379" in content.ray_argv(worker) and "--num-gpus=8" in content.ray_argv(worker)
-    assert len(head.devices(head.spec.services[0])) == 8  # Ray gets the whole node
-    unit = content.unit_vars(head, head.spec.services[0])
+    assert worker.host.env(worker.spec.services[0])["VLLM_HOST_IP"] == "172.17.0.6"
+    assert "--address=172.17.0.5:6379" in content.ray_argv(worker.host) and "--num-gpus=8" in content.ray_argv(worker.host)
+    assert len(head.host.devices(head.spec.services[0])) == 8  # Ray gets the whole node
+    unit = content.unit_vars(head.host, head.spec.services[0])
     assert unit["ray_unit"] == "ray-head" and "python3 - 2 16 600" in unit["ray_ready"]
-    firewall = content.firewall(worker)
+    firewall = content.firewall(worker.host)
     assert firewall is not None and "172.17.0.5, 172.17.0.6" in firewall
 
 
@@ -225,6 +225,7 @@ def as_found(plan_: HostPlan) -> str:
     stat += [f"{d.mode or '1777'}|{d.owner}|{d.group}|directory|{d.path}" for d in want.directories]
     running = [u.name for u in want.units if u.running]
     user = want.user
+    assert user is not None
     return mi300x_host(
         numa_balancing="0",
         cmdline="ro iommu=pt pci=realloc=off",
@@ -233,9 +234,10 @@ def as_found(plan_: HostPlan) -> str:
         active="\n".join(f"{paths.service(u)} loaded active running" for u in running),
         enabled="\n".join(f"{paths.service(u.name)} enabled enabled" for u in want.units if u.enabled),
         user=f"{user.name}:x:999:999::{user.home}:{user.shell}\n{user.name} {' '.join(user.groups)}",
-        image="sha256:" + "a" * 64,
+        images="\n".join(f"{i.ref}|sha256:" + "a" * 64 for i in want.images),
         healthy=" ".join(str(e.port) for e in want.endpoints),
-        nft="loaded",
+        tables="\n".join(t.name for t in want.tables),
+        sysctls="\n".join(f"{s.key}|{s.value}" for s in want.sysctls),
         units="\n".join(paths.unit_path(n) for n in unit_files(plan_)),
     )
 
@@ -248,7 +250,8 @@ def test_a_host_exactly_as_desired_has_nothing_to_do(data: dict[str, object]) ->
     assert [f.path for f in want.files if again.drifted(f.path)] == []
     assert [d.path for d in want.directories if again.drifted(d.path)] == []
     assert [u.name for u in want.units if again.unit_drifted(u.name)] == []
-    assert not again.user_drifted() and again.report.image_id and again.report.firewall_loaded
+    assert want.user is not None and not state.user_drifts(want.user, again.report)
+    assert again.report.image_ids and again.report.tables == tuple(t.name for t in want.tables) and not again.pulls_image
     assert all(again.serving_in_place(unit) for unit in unit_files(again)) and roll.kind(again) == "unchanged"
     # ...and each kind of drift is seen.
     moved = preflight.parse_report(

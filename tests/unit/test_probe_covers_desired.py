@@ -40,4 +40,6 @@ def test_everything_desired_is_probed(data: dict[str, Any]) -> None:
         assert [u for u in units if u not in probe.units and not any(fnmatch.fnmatch(u, p) for p in paths.UNIT_PATTERNS)] == []
         assert {(e.port, e.served, e.generates) for e in want.endpoints} <= set(probe.endpoints)
         assert {(w.source, w.local) for w in want.weights} == set(probe.weights)
-        assert want.exporter_image == probe.exporter_image and want.image in (probe.image, None)
+        assert {i.ref for i in want.images} == set(probe.images)
+        assert {t.name for t in want.tables} <= set(probe.tables) and {s.key for s in want.sysctls} <= set(probe.sysctls)
+        assert want.user is not None and want.user.name == probe.user

@@ -13,7 +13,7 @@ import pytest
 from instinct_fleet import preflight
 from instinct_fleet import roll as rolling
 from instinct_fleet.hostplan import HostPlan
-from instinct_fleet.inventory import HostData
+from instinct_fleet.inventory import HostData, plan_hosts
 from instinct_fleet.roll import Roll, ServingUnit, batch_size, batches, format_summary, plan_roll
 from instinct_fleet.run import image_seeds, interrupt_handler, plan_inventory
 from tests.unit.files import docker_files, unit_files
@@ -201,7 +201,8 @@ def test_control_hooks_run_with_the_roll_env_and_fail_their_host_with_its_words(
 def test_one_host_per_missing_image_pulls_first() -> None:
     """The seed fills a pull-through cache; hosts that have the image, or failed preflight, are never seeds."""
     report = preflight.parse_report(mi300x_host())
-    have = preflight.parse_report(mi300x_host(image="sha256:" + "b" * 64))
+    (spec, _), *_ = plan_hosts([HostData("gpu-1", (), DATA)])
+    have = preflight.parse_report(mi300x_host(images=f"{spec.services[0].image}|sha256:" + "b" * 64))
     hosts = [HostData(n, (), DATA) for n in ("gpu-3", "gpu-1", "gpu-2")]
     hosts.append(HostData("other", (), {**DATA, "vllm_image": "vllm/vllm-openai-rocm:v0.22.0-rc2"}))
     reports = {"gpu-1": have, "gpu-2": report, "gpu-3": report, "other": report}

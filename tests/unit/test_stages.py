@@ -14,17 +14,16 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 
 from instinct_fleet import paths
-from tests.unit.stages import SimHost, emitted, plan
+from tests.unit.stages import STAGES, SimHost, deploy, emitted, plan
 from tests.unit.test_consumers import CLUSTER, EXAMPLES, host_data
 
-STAGES = ("preflight", "tuning", "runtime", "weights", "cluster", "firewall", "exporter", "services", "health")
 DATA: dict[str, Any] = {"vllm_allow_from": ["10.0.0.0/8"], "metrics_exporter": True}
 GRUB = f"GRUB drop-in: {' '.join(paths.KERNEL_ARGS)}"
 
 # After a unit's files are written: what brings vllm-main back and ends the host's turn in the roll.
 RESTART = [
     "Reload systemd (serving units)",
-    "Restart vllm-main for its new unit, env or image",
+    "Restart vllm-main for its new configuration",
     "vllm-main running and enabled",
     "vllm-main healthy",
 ]
@@ -38,51 +37,54 @@ def restart(generation: int) -> list[str]:
 FRESH = {
     "preflight": [],
     "tuning": [
-        "NUMA balancing off now",
-        GRUB,
-        "Regenerate the GRUB configuration",
-        "NUMA balancing off at boot",
-        "Report: reboot required",
-        "CPU idle unit",
-        "Reload systemd (CPU idle unit)",
-        "Enable the CPU idle unit",
-        "Apply the CPU idle setting now",
         "render group",
         "video group",
         "Service user vllm",
+        "NUMA balancing off now",
+        GRUB,
+        "NUMA balancing off at boot",
+        "Report: reboot required",
+        "CPU idle unit",
+        f"{paths.CPU_IDLE_UNIT} passes systemd-analyze verify",
+        "Reload systemd (host tuning)",
+        "Regenerate the GRUB configuration",
+        f"Restart {paths.CPU_IDLE_UNIT} for its new configuration",
+        f"{paths.CPU_IDLE_UNIT} enabled",
     ],
     "runtime": [
         "Install missing packages",
         f"docker settings {paths.DAEMON_JSON}",
         f"docker settings {paths.DOCKER_DROP_IN}",
-        "Reload systemd (dockerd limits)",
+        "Reload systemd (dockerd settings)",
+        "Restart docker for its new configuration",
         "docker running and enabled",
-        "Restart docker for its new settings",
         "vLLM image present",
         "Image: the first pull of each image is done",
     ],
     "weights": [],
     "cluster": [],
     "firewall": [
-        f"nftables table {paths.FIREWALL_TABLE}",
+        f"nftables ruleset {paths.FIREWALL_FILE}",
         "Firewall unit",
-        "Reload systemd (firewall unit)",
-        "Load the new firewall rules",
-        "Firewall loaded and enabled",
+        f"{paths.FIREWALL_UNIT} passes systemd-analyze verify",
+        "Reload systemd (firewall)",
+        f"Reload {paths.FIREWALL_UNIT}",
+        f"{paths.FIREWALL_UNIT} running and enabled",
     ],
     "exporter": [
-        "Metrics exporter image present",
         f"Metrics exporter {paths.unit_path(paths.EXPORTER_UNIT)}",
         f"Metrics exporter {paths.EXPORTER_CONFIG}",
-        "Metrics exporter unit passes systemd-analyze verify",
+        "Metrics exporter image present",
+        f"{paths.EXPORTER_UNIT} passes systemd-analyze verify",
         "Reload systemd (metrics exporter)",
-        "Restart amd-metrics-exporter for its new unit, env or image",
-        "amd-metrics-exporter running and enabled",
+        f"Restart {paths.EXPORTER_UNIT} for its new configuration",
+        f"{paths.EXPORTER_UNIT} running and enabled",
     ],
     "services": [
         "Config directory",
         "Generations directory",
         "Hugging Face cache",
+        f"Operator's README {paths.HOST_README}",
         "Roll: batch 0",
         "Roll: mark the host as rolling",
         "vllm-main unit",
@@ -94,9 +96,10 @@ FRESH = {
 }
 
 
-def converged(data: dict[str, Any]) -> SimHost:
+def converged(monkeypatch: pytest.MonkeyPatch, data: dict[str, Any]) -> SimHost:
+    """A host after one deploy of ``data`` succeeded: what every stage emitted, replayed."""
     sim = SimHost()
-    sim.converge(plan(data, sim).desired)
+    deploy(monkeypatch, plan(data, sim), sim)
     return sim
 
 
@@ -108,7 +111,7 @@ def test_a_fresh_host_gets_the_whole_stage(monkeypatch: pytest.MonkeyPatch, stag
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_converged_host_gets_nothing(monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
     """Read back through the probe: a managed path the probe missed would show here as drift."""
-    again = plan(DATA, converged(DATA))
+    again = plan(DATA, converged(monkeypatch, DATA))
     assert emitted(monkeypatch, stage, again) == (["Roll: batch 0"] if stage == "services" else [])
 
 
@@ -120,7 +123,7 @@ def only(monkeypatch: pytest.MonkeyPatch, data: dict[str, Any], sim: SimHost, **
 
 
 def test_tuning_repairs_the_sysctl_file_and_the_live_value(monkeypatch: pytest.MonkeyPatch) -> None:
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     content, _, owner, group = sim.files[paths.SYSCTL_FILE]
     sim.files[paths.SYSCTL_FILE] = (content, "600", owner, group)
     sim.numa_balancing = "1"
@@ -128,28 +131,27 @@ def test_tuning_repairs_the_sysctl_file_and_the_live_value(monkeypatch: pytest.M
 
 
 def test_tuning_enables_a_disabled_cpu_idle_unit_without_rewriting_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     sim.enabled.discard(paths.CPU_IDLE_UNIT)
-    assert only(monkeypatch, DATA, sim) == {"tuning": ["Enable the CPU idle unit"]}
+    assert only(monkeypatch, DATA, sim) == {"tuning": [f"{paths.CPU_IDLE_UNIT} enabled"]}
 
 
 def test_runtime_restarts_docker_for_new_settings_on_a_host_that_serves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     sim.active.discard("vllm-main")
     sim.healthy.clear()
     sim.files[paths.DAEMON_JSON] = (b"{}\n", "644", "root", "root")
     found = only(monkeypatch, DATA, sim)
-    assert found["runtime"] == [
+    assert found["runtime"] == [  # daemon.json is no unit file: systemd has nothing to reload
         f"docker settings {paths.DAEMON_JSON}",
-        "Reload systemd (dockerd limits)",
+        "Restart docker for its new configuration",
         "docker running and enabled",
-        "Restart docker for its new settings",
     ]
-    assert "Restart vllm-main for its new unit, env or image" in found["services"]  # started in batch 0, after docker
+    assert "Restart vllm-main for its new configuration" in found["services"]  # started in batch 0, after docker
 
 
 def test_new_docker_settings_on_a_serving_host_wait_for_its_roll_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     sim.files[paths.DAEMON_JSON] = (b"{}\n", "644", "root", "root")
     found = only(monkeypatch, DATA, sim)
     assert "runtime" not in found  # restarting dockerd now would stop every container before the roll
@@ -158,10 +160,9 @@ def test_new_docker_settings_on_a_serving_host_wait_for_its_roll_batch(monkeypat
         "Roll: batch 1",
         "Roll: mark the host as rolling",
         f"docker settings {paths.DAEMON_JSON}",
-        "Reload systemd (dockerd limits)",
+        "Restart docker for its new configuration",
         "docker running and enabled",
-        "Restart docker for its new settings",
-        "Restart vllm-main for its new unit, env or image",
+        "Restart vllm-main for its new configuration",
         "vllm-main running and enabled",
         "vllm-main healthy",
         "Roll: done on this host",
@@ -174,45 +175,43 @@ def test_cluster_rewrites_a_lost_readiness_script(monkeypatch: pytest.MonkeyPatc
     sim = SimHost()
     fresh = plan(worker, sim, head)
     assert fresh.ok and emitted(monkeypatch, "cluster", fresh) == ["Shared Ray session directory", "Ray readiness script"]
-    sim.converge(fresh.desired)
+    deploy(monkeypatch, fresh, sim)
     assert emitted(monkeypatch, "cluster", plan(worker, sim, head)) == []
     del sim.files[paths.RAY_READY_SCRIPT]
     assert emitted(monkeypatch, "cluster", plan(worker, sim, head)) == ["Ray readiness script"]
 
 
 def test_firewall_reloads_a_table_flushed_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
-    sim = converged(DATA)
-    sim.firewall_loaded = False
-    assert only(monkeypatch, DATA, sim) == {"firewall": ["Load the new firewall rules", "Firewall loaded and enabled"]}
+    sim = converged(monkeypatch, DATA)
+    sim.tables.clear()
+    assert only(monkeypatch, DATA, sim) == {"firewall": [f"Reload {paths.FIREWALL_UNIT}", f"{paths.FIREWALL_UNIT} running and enabled"]}
 
 
 def test_exporter_restarts_for_a_new_config_and_is_removed_when_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     content, mode, owner, group = sim.files[paths.EXPORTER_CONFIG]
     sim.files[paths.EXPORTER_CONFIG] = (content + b" ", mode, owner, group)
     assert only(monkeypatch, DATA, sim) == {
-        "exporter": [
+        "exporter": [  # the unit file is as it was: nothing to verify, nothing for systemd to reload
             f"Metrics exporter {paths.EXPORTER_CONFIG}",
-            "Metrics exporter unit passes systemd-analyze verify",
-            "Reload systemd (metrics exporter)",
-            "Restart amd-metrics-exporter for its new unit, env or image",
-            "amd-metrics-exporter running and enabled",
+            f"Restart {paths.EXPORTER_UNIT} for its new configuration",
+            f"{paths.EXPORTER_UNIT} running and enabled",
         ]
     }
     off = {**DATA, "metrics_exporter": False}
-    assert only(monkeypatch, off, converged(DATA))["exporter"] == [
-        "Stop the metrics exporter (metrics_exporter is off)",
+    assert only(monkeypatch, off, converged(monkeypatch, DATA))["exporter"] == [
+        f"Stop {paths.EXPORTER_UNIT} (metrics_exporter is off)",
         f"Metrics exporter {paths.unit_path(paths.EXPORTER_UNIT)}",
         f"Metrics exporter {paths.EXPORTER_CONFIG}",
-        "Reload systemd (metrics exporter removed)",
+        "Reload systemd (metrics exporter)",
     ]
-    gone = converged(DATA)
-    gone.converge(plan(off, gone).desired)
+    gone = converged(monkeypatch, DATA)
+    deploy(monkeypatch, plan(off, gone), gone)
     assert only(monkeypatch, off, gone) == {}
 
 
 def test_services_rolls_an_edited_unit_and_removes_a_stale_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     unit = paths.unit_path("vllm-main")
     content, mode, owner, group = sim.files[unit]
     sim.files[unit] = (content + b"# hand edit\n", mode, owner, group)
@@ -226,8 +225,8 @@ def test_services_rolls_an_edited_unit_and_removes_a_stale_one(monkeypatch: pyte
             "Roll: mark the host as rolling",
             "Roll: keep the serving files as generation 2 (healthy)",
             "Stop vllm-ghost (no longer in the inventory)",
-            "Remove vllm-ghost",
             "vllm-main unit",
+            "Remove vllm-ghost",
             "vllm-main passes systemd-analyze verify",
             *restart(3),
         ]
@@ -235,14 +234,14 @@ def test_services_rolls_an_edited_unit_and_removes_a_stale_one(monkeypatch: pyte
 
 
 def test_a_marker_left_by_a_failed_roll_goes_once_the_host_is_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     sim.files[paths.ROLL_MARKER] = (b"roll batch 1 started\n", "644", "root", "root")
     assert only(monkeypatch, DATA, sim) == {"services": ["Roll: batch 0", "Roll: done on this host"]}
 
 
 def test_weights_copies_a_model_lost_from_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     data = {**DATA, "weights_source": "/mnt/models"}
-    sim = converged(data)
+    sim = converged(monkeypatch, data)
     assert only(monkeypatch, data, sim) == {}
     (source,) = sim.weights
     sim.weights[source] = (sim.weights[source][0], "")
@@ -250,14 +249,14 @@ def test_weights_copies_a_model_lost_from_the_cache(monkeypatch: pytest.MonkeyPa
 
 
 def test_health_waits_for_an_instance_that_did_not_answer(monkeypatch: pytest.MonkeyPatch) -> None:
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     sim.healthy.clear()
     found = only(monkeypatch, DATA, sim)
     assert found["health"] == ["vllm-main healthy"]
 
 
 def test_preflight_fails_a_host_without_its_driver_and_nothing_else_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    host_plan = plan(DATA, converged(DATA), kfd="")
+    host_plan = plan(DATA, converged(monkeypatch, DATA), kfd="")
     assert emitted(monkeypatch, "preflight", host_plan) == ["Preflight"]
     assert [e.rule for e in host_plan.errors] == ["host-driver"]
 
@@ -282,7 +281,7 @@ def test_every_accepted_spec_converges_to_a_no_op(monkeypatch: pytest.MonkeyPatc
         event("refused")
         return
     event("accepted")
-    sim.converge(fresh.desired)
+    deploy(monkeypatch, fresh, sim)
     again = plan(data, sim, peers, api_key="600|root|33")
     quiet = {"services": ["Roll: batch 0"]}
     assert {s: ops for s in STAGES if (ops := emitted(monkeypatch, s, again)) != quiet.get(s, [])} == {}
@@ -290,7 +289,7 @@ def test_every_accepted_spec_converges_to_a_no_op(monkeypatch: pytest.MonkeyPatc
 
 def test_an_interrupt_before_the_host_s_batch_rolls_nothing_and_fails_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGINT before the roll: no batch opens, nothing restarts, and the host fails as interrupted (a non-zero exit)."""
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     unit = paths.unit_path("vllm-main")
     content, mode, owner, group = sim.files[unit]
     sim.files[unit] = (content + b"# changed\n", mode, owner, group)
@@ -309,7 +308,7 @@ ROLLED = ["Roll: batch 0", "Roll: batch 1", "Roll: mark the host as rolling", "v
 def test_a_retune_that_fails_its_gate_goes_back_to_the_healthy_generation(monkeypatch: pytest.MonkeyPatch) -> None:
     """The files running now are generation 1 (healthy): nothing is kept before the change, and a gate that
     fails puts generation 1 back, gates it again, then fails the host; the new files are never kept."""
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     assert sim.healthy_generation == 1
     assert emitted(monkeypatch, "services", plan(RETUNE, sim), sick={"vllm-main.service": 1}) == [
         *ROLLED,
@@ -325,7 +324,7 @@ def test_a_retune_that_fails_its_gate_goes_back_to_the_healthy_generation(monkey
 def test_files_changed_since_the_healthy_generation_are_kept_first_and_are_where_a_rollback_goes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     unit = paths.unit_path("vllm-main")
     content, mode, owner, group = sim.files[unit]
     sim.files[unit] = (content + b"# tuned by hand, and answering\n", mode, owner, group)
@@ -335,7 +334,7 @@ def test_files_changed_since_the_healthy_generation_are_kept_first_and_are_where
 
 
 def test_a_failed_gate_with_no_healthy_generation_fails_and_stop_mode_rolls_nothing_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     sim.generations.clear()  # deployed before generations existed, and not answering now
     sim.healthy_generation = None
     sim.healthy.clear()
@@ -343,21 +342,21 @@ def test_a_failed_gate_with_no_healthy_generation_fails_and_stop_mode_rolls_noth
     assert "Roll: keep the serving files as generation 1 (not healthy at preflight)" in ops
     assert ops[-2:] == ["vllm-main healthy", "Roll: roll back"]
     stop = {**RETUNE, "rolling_on_failure": "stop"}
-    ops = emitted(monkeypatch, "services", plan(stop, converged(DATA)), sick={"vllm-main.service": 1})
+    ops = emitted(monkeypatch, "services", plan(stop, converged(monkeypatch, DATA)), sick={"vllm-main.service": 1})
     assert not any(op.startswith(("Roll: back", "Roll: roll", "Roll: rolled")) for op in ops), ops
 
 
 def test_a_rollback_puts_the_previous_generation_back_through_the_roll(monkeypatch: pytest.MonkeyPatch) -> None:
     """instinct-fleet rollback after a re-tune: generation 1's files are what the roll writes, behind the gate;
     then the old inventory is a no-op (the host is byte for byte what it deployed)."""
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     before = dict(sim.files)
-    sim.converge(plan(RETUNE, sim).desired)  # the re-tune passed: generation 2 is the healthy one
+    deploy(monkeypatch, plan(RETUNE, sim), sim)  # the re-tune passed: generation 2 is the healthy one
     assert (sim.healthy_generation, sorted(sim.generations)) == (2, [1, 2])
     back = plan(RETUNE, sim, restore="previous")
     assert back.ok, back.errors
     assert emitted(monkeypatch, "services", back) == [*ROLLED, *restart(3)]
-    sim.converge(back.desired)
+    deploy(monkeypatch, back, sim)
     assert {p: c for p, (c, *_r) in sim.files.items()} == {p: c for p, (c, *_r) in before.items()}
     assert {
         s: ops for s in STAGES if (ops := emitted(monkeypatch, s, plan(DATA, sim))) != ([] if s != "services" else ["Roll: batch 0"])
@@ -365,7 +364,7 @@ def test_a_rollback_puts_the_previous_generation_back_through_the_roll(monkeypat
 
 
 def test_a_rollback_to_a_generation_the_host_lacks_fails_that_host_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    sim = converged(DATA)
+    sim = converged(monkeypatch, DATA)
     (problem,) = plan(DATA, sim, restore="7").errors
     assert problem.rule == "host-generation" and "no generation 7 on this host (generations: 1; healthy: 1)" in problem.message
     # Without an older generation that passed the gate (a host the change did not touch), "previous"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet import paths, render
+from instinct_fleet import managed, paths, render
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData
 from instinct_fleet.paths import DOCKER_DROP_IN
@@ -123,7 +123,7 @@ def test_no_drop_in_when_memlock_is_left_alone() -> None:
 
 @pytest.mark.parametrize("name", ["firewall.service.j2", "cpu-idle.service.j2"])
 def test_static_units_parse_and_install(name: str) -> None:
-    text = render.template(name, cpupower="/usr/bin/cpupower")
+    text = {"firewall.service.j2": render.firewall_unit, "cpu-idle.service.j2": render.cpu_idle_unit}[name]()
     unit = parse_unit(text)
     assert dict(unit["Service"])["Type"] == "oneshot" and dict(unit["Service"])["RemainAfterExit"] == "yes"
     assert unit["Install"] == [("WantedBy", "multi-user.target")]
@@ -157,3 +157,18 @@ def test_the_metrics_exporter_unit_runs_the_pinned_image_with_the_gpus_and_its_c
     assert config["ServerPort"] == 5050 and "GPU_GFX_ACTIVITY" in config["GPUConfig"]["Fields"]
     assert {"GPU_UUID", "CARD_SERIES", "HOSTNAME"} <= set(config["GPUConfig"]["Labels"])
     assert exporter_files(pf.plan({}, report)) == {}
+
+
+def test_the_host_readme_names_every_managed_unit_and_file() -> None:
+    """host-readme.j2: what an operator on the host reads lists the declaration's units and files, with mode and owner."""
+    report = pf.preflight.parse_report(pf.mi300x_host())
+    plan = pf.plan({"metrics_exporter": True, "vllm_allow_from": ["10.0.0.0/8"]}, report)
+    text = plan.desired.file(paths.HOST_README).text
+    assert text.startswith("# Managed by instinct-fleet")
+    declared = managed.declare(plan.spec)
+    for entry in declared:
+        if isinstance(entry, managed.FileEntry):
+            assert f"  {entry.path}  {entry.mode or '-'} {entry.owner}:{entry.group}\n" in text, entry.path
+        elif isinstance(entry, managed.UnitEntry):
+            assert f"  {paths.service(entry.name)}\n" in text, entry.name
+    assert paths.GENERATIONS_DIR in text and "{{" not in text

@@ -114,7 +114,9 @@ def test_every_point_is_validated_as_a_deploy_would_and_invalid_ones_are_skipped
 def test_what_deploy_accepts_for_a_point_is_what_the_sweep_runs() -> None:
     """The point's data is the inventory's with the instance's args and env extended; it plans without errors."""
     (point,) = [p for p in tune.grid(sweep()) if p.flags() == {"max-num-seqs": 32, "max-num-batched-tokens": 16384}]
-    data = tune.apply({"vllm_instances": [{"name": "main", "args": {"max-model-len": 16384}}, {"name": "b", "gpus": [1]}]}, "main", point)
+    data = tune.with_point(
+        {"vllm_instances": [{"name": "main", "args": {"max-model-len": 16384}}, {"name": "b", "gpus": [1]}]}, "main", point
+    )
     (spec, findings), *_ = plan_hosts([HostData("s1", ("staging",), data)])
     assert not [f for f in findings if f.severity == "error"], findings
     main = spec.services[0]

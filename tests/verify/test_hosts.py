@@ -116,9 +116,9 @@ def test_metrics_exporter_serves_gpu_metrics(target: Target) -> None:
 def _containers(target: Target) -> list[tuple[str, list[str], str]]:
     """(container, the docker run argv the unit holds, its env file text) for every container of the host."""
     plan = target.plan
-    found = [(paths.vllm_unit(svc.name), content.vllm_argv(plan, svc), content.env_text(plan, svc)) for svc in plan.serves]
+    found = [(paths.vllm_unit(svc.name), content.vllm_argv(plan.host, svc), content.env_text(plan.host, svc)) for svc in plan.serves]
     if plan.role is not None:
-        found.append((paths.ray_unit(plan.role), content.ray_argv(plan), content.env_text(plan, plan.spec.services[0])))
+        found.append((paths.ray_unit(plan.role), content.ray_argv(plan.host), content.env_text(plan.host, plan.spec.services[0])))
     return found
 
 
