@@ -1,4 +1,4 @@
-"""Stage 3, container runtime and image: docker from the distribution, its settings, the pinned image pre-pulled.
+"""Stage 3, container runtime and image: docker's settings and the pinned image pre-pulled (docker itself comes from the distribution, in stage 2).
 
 The image is pulled here, on every host at once, before any batch of the roll
 stops anything. New docker settings on a host that is serving wait for its
@@ -7,17 +7,12 @@ Like every stage, it acts only where the host differs from instinct_fleet/manage
 """
 
 from pyinfra.context import host
-from pyinfra.operations import apt
 
-from instinct_fleet import apply, content, operations, roll
+from instinct_fleet import apply, operations, roll
 from instinct_fleet.run import fleet_plan
 
 fleet = fleet_plan(host.state)
 plan = fleet.plans[host.name]
-
-missing = content.missing_packages(plan)
-if missing:
-    apt.packages(name="Install missing packages", packages=missing, update=True, no_recommends=True)
 
 apply.converge(plan, "runtime")  # registry CA certificates and credentials
 

@@ -30,7 +30,7 @@ from gevent.event import AsyncResult
 from pyinfra.context import ctx_host
 from pyinfra.operations import apt, files, server, systemd
 
-from instinct_fleet import managed, operations, paths, preflight
+from instinct_fleet import managed, operations, paths, preflight, state
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData
 from instinct_fleet.roll import plan_roll
@@ -316,6 +316,18 @@ def emitted(
 ) -> list[str]:
     """The names of the operations :func:`run_stage` records."""
     return [op.name for op in run_stage(monkeypatch, stage, host_plan, interrupted, sick)]
+
+
+def drifted(host_plan: HostPlan) -> list[str]:
+    """Every declared thing that differs on the host from the plan's desired state, as the preflight fact read it."""
+    want, report = host_plan.desired, host_plan.report
+    found = [f.path for f in want.files if state.file_drifts(f, report)]
+    found += [d.path for d in want.directories if state.directory_drifts(d, report)]
+    found += [u.name for u in want.units if state.unit_drifts(u, report)]
+    found += [s.key for s in want.sysctls if state.sysctl_drifts(s, report)]
+    found += [t.name for t in want.tables if state.table_drifts(t, report)]
+    found += [i.ref for i in want.images if state.image_drifts(i, report)]
+    return found + ([want.user.name] if want.user is not None and state.user_drifts(want.user, report) else [])
 
 
 def deploy(monkeypatch: pytest.MonkeyPatch, host_plan: HostPlan, sim: SimHost) -> list[Recorded]:

@@ -8,13 +8,14 @@ repairs, with exactly the operations the repair needs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast, get_args
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
-from instinct_fleet import paths
-from tests.unit.stages import STAGES, SimHost, deploy, emitted, plan
+from instinct_fleet import managed, paths
+from instinct_fleet.state import Action, Roll, Run, Stage
+from tests.unit.stages import STAGES, SimHost, deploy, drifted, emitted, plan
 from tests.unit.test_consumers import CLUSTER, EXAMPLES, host_data
 
 DATA: dict[str, Any] = {"vllm_allow_from": ["10.0.0.0/8"], "metrics_exporter": True}
@@ -37,6 +38,7 @@ def restart(generation: int) -> list[str]:
 FRESH = {
     "preflight": [],
     "tuning": [
+        "Install missing packages",
         "render group",
         "video group",
         "Service user vllm",
@@ -52,7 +54,6 @@ FRESH = {
         f"{paths.CPU_IDLE_UNIT} enabled",
     ],
     "runtime": [
-        "Install missing packages",
         f"docker settings {paths.DAEMON_JSON}",
         f"docker settings {paths.DOCKER_DROP_IN}",
         "Reload systemd (dockerd settings)",
@@ -97,9 +98,11 @@ FRESH = {
 
 
 def converged(monkeypatch: pytest.MonkeyPatch, data: dict[str, Any]) -> SimHost:
-    """A host after one deploy of ``data`` succeeded: what every stage emitted, replayed."""
+    """A host after one deploy of ``data`` succeeded: what every stage emitted, replayed. Read back, nothing
+    declared differs: an entry that no stage converges would (the stages run from tasks/, as deploy.py runs them)."""
     sim = SimHost()
     deploy(monkeypatch, plan(data, sim), sim)
+    assert drifted(plan(data, sim)) == []
     return sim
 
 
@@ -283,6 +286,7 @@ def test_every_accepted_spec_converges_to_a_no_op(monkeypatch: pytest.MonkeyPatc
     event("accepted")
     deploy(monkeypatch, fresh, sim)
     again = plan(data, sim, peers, api_key="600|root|33")
+    assert drifted(again) == []
     quiet = {"services": ["Roll: batch 0"]}
     assert {s: ops for s in STAGES if (ops := emitted(monkeypatch, s, again)) != quiet.get(s, [])} == {}
 
@@ -374,3 +378,28 @@ def test_a_rollback_to_a_generation_the_host_lacks_fails_that_host_before_anythi
     more = {**DATA, "vllm_instances": [{"name": "main"}, {"name": "other", "port": 8001, "gpus": [1]}]}
     (problem,) = plan(more, sim, restore="1").errors
     assert "generation 1 holds vllm-main.env, vllm-main.service, the inventory's serving units need" in problem.message
+
+
+@pytest.mark.parametrize("stage", [s for s in get_args(Stage) if s != "pull"])
+def test_a_new_entry_is_converged_by_the_stage_it_names_with_no_other_edit(monkeypatch: pytest.MonkeyPatch, stage: Stage) -> None:
+    """Adding a managed file is its entry (and its template): the stage it names writes it, runs what it asks
+    for, and the next run leaves it alone. No task file, harness or list of expected operations changes."""
+    then: tuple[Action, ...] = (Roll("vllm-main"),) if stage == "roll" else (Run("Tell the operator", "true"),)
+    extra = managed.FileEntry(f"{paths.CONFIG_DIR}/extra-{stage}", stage, f"extra file of {stage}", lambda _r: b"x\n", then=then)
+    declare = managed.declare
+    monkeypatch.setattr(managed, "declare", lambda spec: (*declare(spec), extra))
+    first = STAGES[STAGES.index({"docker": "runtime", "roll": "services"}.get(stage, stage))]
+    ops = emitted(monkeypatch, first, plan(DATA, SimHost()))
+    assert extra.label in ops and ("Restart vllm-main for its new configuration" if stage == "roll" else "Tell the operator") in ops
+    sim = converged(monkeypatch, DATA)
+    assert sim.files[extra.path][0] == b"x\n"
+    assert only(monkeypatch, DATA, sim) == {}
+
+
+def test_an_entry_no_stage_converges_fails_the_harness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check the test above relies on has teeth: an entry of a stage no task converges stays drifted."""
+    orphan = managed.FileEntry(f"{paths.CONFIG_DIR}/orphan", cast(Stage, "nowhere"), "orphan", lambda _r: b"x\n")
+    declare = managed.declare
+    monkeypatch.setattr(managed, "declare", lambda spec: (*declare(spec), orphan))
+    with pytest.raises(AssertionError, match="orphan"):
+        converged(monkeypatch, DATA)

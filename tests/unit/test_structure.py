@@ -1,4 +1,5 @@
-"""The package's shape, as issue 19 set it: no import circle, and every host path written once, in paths.py.
+"""The package's shape: no import circle, every host path written once, in paths.py (templates included), and a
+host plan made whole.
 
 The import graph counts every import, including those under TYPE_CHECKING and
 inside functions: an edge that only type checkers see still ties two modules'
@@ -9,10 +10,13 @@ messages may name a path; code that uses one reads it from paths.py).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
+
+from instinct_fleet import paths
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "instinct_fleet"
@@ -106,3 +110,33 @@ def test_the_literal_finder_sees_a_path(tmp_path: Path) -> None:
         '"""Docs may name /etc/x.conf."""\nX = "/etc/instinct-fleet/y.env"\nY = f"{X}:/tmp/ray"\nZ = "see /run/a/b"\nW = f"/run/{X}"\n'
     )
     assert literals(source) == [(2, "/etc/instinct-fleet/y.env"), (5, "/run/")]
+
+
+TEMPLATES = ROOT / "templates"
+HOST_PATH_IN_TEXT = re.compile(r"(?<![\w{/])/(?:etc|run|var|dev|usr|root|opt|srv)(?:/[\w.@*+-]+)+")
+
+
+def template_literals(text: str) -> list[str]:
+    """Host paths and this tool's nftables table written out in a template, instead of handed in by the plan."""
+    return HOST_PATH_IN_TEXT.findall(text) + ([paths.FIREWALL_TABLE] if paths.FIREWALL_TABLE in text else [])
+
+
+@pytest.mark.parametrize("path", sorted(TEMPLATES.iterdir()), ids=lambda p: p.name)
+def test_templates_take_every_host_path_and_table_name_from_the_plan(path: Path) -> None:
+    """A path a template writes out is a second copy of paths.py: pointing paths.py elsewhere would leave it behind."""
+    assert template_literals(path.read_text()) == []
+
+
+def test_the_template_check_sees_a_literal_path_and_table() -> None:
+    text = "ExecStart=/usr/sbin/nft -f /etc/instinct-fleet/firewall.nft\nExecStop={{ nft }} delete table inet instinct_fleet\n# {{ env_path }}"
+    assert template_literals(text) == ["/usr/sbin/nft", "/etc/instinct-fleet/firewall.nft", paths.FIREWALL_TABLE]
+
+
+def test_a_host_plan_is_made_whole_and_never_changed() -> None:
+    """HostPlan and what it carries are frozen: every field is given when the plan is made (run.plan_inventory)."""
+    from instinct_fleet import hostfacts, hostplan, state
+
+    for cls in (hostplan.HostPlan, hostfacts.HostFacts, hostfacts.ClusterView, state.Desired):
+        params = getattr(cls, "__dataclass_params__", None)
+        assert params is not None and params.frozen, f"{cls.__name__} is not a frozen dataclass"
+        assert all(f.init for f in dataclasses.fields(cls)), f"{cls.__name__} has a field made after construction"
