@@ -1,6 +1,6 @@
 """pyinfra facts: each keeps its command apart from how its output is read.
 
-The parsing lives in :mod:`instinct_fleet.preflight` and :mod:`instinct_fleet.health`,
+The parsing lives in :mod:`instinct_fleet.preflight` (the probe's command in :mod:`instinct_fleet.probe`) and :mod:`instinct_fleet.health`,
 pure functions that unit tests run on captured output.
 """
 
@@ -12,13 +12,14 @@ from typing import Any
 from pyinfra.api.facts import FactBase
 
 from instinct_fleet import bench, health, preflight
+from instinct_fleet.probe import Probe, script
 
 
 class HostReport(FactBase[preflight.HostReport]):
-    """Everything preflight needs, in one SSH round trip (see ``preflight.SCRIPT``)."""
+    """Everything preflight needs, in one SSH round trip (see :mod:`instinct_fleet.probe`)."""
 
-    def command(self, token_path: str, probe: preflight.Probe) -> str:
-        return preflight.script(token_path, probe)
+    def command(self, token_path: str, probe: Probe) -> str:
+        return script(token_path, probe)
 
     def process(self, output: list[str]) -> preflight.HostReport:
         return preflight.parse_report("\n".join(output))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from instinct_fleet import content, paths, render
 from instinct_fleet.hostfacts import HostFacts
-from instinct_fleet.preflight import Probe
+from instinct_fleet.probe import Probe
 from instinct_fleet.spec import HostSpec
 from instinct_fleet.state import (
     Action,

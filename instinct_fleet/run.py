@@ -22,7 +22,7 @@ from typing import Any
 
 from pyinfra.api.state import BaseStateCallback
 
-from instinct_fleet import managed, preflight, watchdog
+from instinct_fleet import hostchecks, managed, preflight, watchdog
 from instinct_fleet.facts import HostReport as HostReportFact
 from instinct_fleet.hostfacts import ClusterView, HostFacts
 from instinct_fleet.hostplan import HostPlan
@@ -40,12 +40,12 @@ def _checked(spec: HostSpec, findings: list[Finding], report: HostReport, restor
     errors = [f for f in findings if f.severity == "error"]
     warnings = [f for f in findings if f.severity == "warning"]
     if not errors:
-        errors += preflight.hard_problems(report, spec)
+        errors += hostchecks.hard_problems(report, spec)
     if not errors and restore is not None and spec.serving_units:
-        errors += preflight.restore_problems(report, spec, restore)
+        errors += hostchecks.restore_problems(report, spec, restore)
     kept = report.generations
     restoring = kept.restore_files if restore is not None and kept.restore is not None and not errors else None
-    return Checked(spec, report, errors, warnings + preflight.host_findings(report, spec), restoring)
+    return Checked(spec, report, errors, warnings + hostchecks.host_findings(report, spec), restoring)
 
 
 @dataclass(frozen=True)

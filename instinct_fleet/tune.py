@@ -48,7 +48,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import apply, bench, canary, health, managed, paths, preflight, remote, render, report
+from instinct_fleet import apply, bench, canary, health, managed, paths, preflight, probe, remote, render, report
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData, plan_hosts
 from instinct_fleet.rules import Finding
@@ -477,7 +477,7 @@ class HostTuner:
     def prepare(self) -> str | None:
         """Read the host's facts; refuse a host that cannot serve, or whose instance is not as its deploy left it."""
         ((spec, _),) = plan_hosts([self.host])
-        done = self.runner.run(self.name, preflight.script(spec.vars.hf_token_path, managed.probe(spec)), spec.vars.command_timeout)
+        done = self.runner.run(self.name, probe.script(spec.vars.hf_token_path, managed.probe(spec)), spec.vars.command_timeout)
         if done.error is not None:
             return done.error
         self.report = preflight.parse_report(done.stdout)

@@ -33,6 +33,7 @@ from pyinfra.operations import apt, files, server, systemd
 from instinct_fleet import managed, operations, paths, preflight, state
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData
+from instinct_fleet.probe import Probe
 from instinct_fleet.roll import plan_roll
 from instinct_fleet.run import FleetPlan, plan_inventory
 from instinct_fleet.state import Endpoint
@@ -80,7 +81,7 @@ class SimHost:
                     lines += [f"file: {path}", base64.b64encode(content).decode()]
         return "\n".join(lines)
 
-    def read(self, probe: preflight.Probe, **sections: str) -> str:
+    def read(self, probe: Probe, **sections: str) -> str:
         """The fact's output for ``probe``: only what it names (and the unit globs the fact always reads)."""
         read = [p for p in self.files if p in probe.paths or any(fnmatch.fnmatch(p, g) for g in paths.RESTART_FILES)]
         units = [

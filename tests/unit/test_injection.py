@@ -58,7 +58,7 @@ def files(p: HostPlan) -> dict[str, str]:
     out = {path: text for path, text in docker_files(p).items() if text is not None}
     for unit in unit_files(p).values():
         out.update(unit)
-    ruleset = content.firewall(p)
+    ruleset = content.firewall(p.host)
     if ruleset is not None:
         out["firewall"] = ruleset
     return out

@@ -15,6 +15,7 @@ from instinct_fleet import bench, content, health, monitoring, paths, preflight,
 from instinct_fleet.inventory import HostData
 from instinct_fleet.managed import probe
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
+from instinct_fleet.probe import script as probe_script
 from instinct_fleet.remote import Result
 from instinct_fleet.run import plan_inventory, weight_seeds
 
@@ -222,7 +223,7 @@ def test_prometheus_allow_from_opens_the_scraped_ports_and_closes_the_exporter_t
     assert f"tcp dport {{ {min(port, 5000)}, {max(port, 5000)} }} ip saddr @scrapers_v4 accept" in rules
     assert 'tcp dport 5000 counter drop comment "metrics exporter: prometheus_allow_from only"' in rules
     assert rules.index("@scrapers_v4 accept") < rules.index("tcp dport 5000 counter drop")
-    assert content.firewall(pf.plan({"metrics_exporter": True}, report)) is None  # nothing asks for a firewall
+    assert content.firewall(pf.plan({"metrics_exporter": True}, report).host) is None  # nothing asks for a firewall
 
 
 def weights_output(source: str, complete: str, staged: str) -> str:
@@ -234,7 +235,7 @@ def test_weights_are_probed_and_judged_by_their_markers() -> None:
     spec = pf.spec(**data)
     (want,) = probe(spec).weights  # type: ignore[arg-type]
     assert want == ("/mnt/models/hub/models--openai--gpt-oss-120b", "/var/lib/instinct-fleet/huggingface/hub/models--openai--gpt-oss-120b")
-    script = preflight.script("/t", probe(spec))  # type: ignore[arg-type]
+    script = probe_script("/t", probe(spec))  # type: ignore[arg-type]
     assert f"{want[0]}/{WEIGHTS_COMPLETE}" in script and f"{want[1]}/{WEIGHTS_STAGED}" in script
     fresh = pf.plan(data, preflight.parse_report(weights_output(want[0], "", "")))
     (w,) = fresh.desired.weights

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet import content, managed, paths, preflight, roll, state
+from instinct_fleet import content, hostchecks, managed, paths, preflight, probe, roll, state
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData
 from instinct_fleet.run import plan_inventory
@@ -28,8 +28,8 @@ def body(path: str) -> str:
 
 
 def output(**sections: str) -> str:
-    """What preflight.SCRIPT prints on a host, section by section (amd-smi JSON has no final newline)."""
-    return "".join(f"\n{preflight.MARK}{name.replace('_', '-')}\n{text}" for name, text in sections.items())
+    """What probe.SCRIPT prints on a host, section by section (amd-smi JSON has no final newline)."""
+    return "".join(f"\n{probe.MARK}{name.replace('_', '-')}\n{text}" for name, text in sections.items())
 
 
 def mi300x_host(**changes: str) -> str:
@@ -74,7 +74,7 @@ def test_captured_mi300x_host_parses_completely() -> None:
     assert report.group_ids == {"render": 993, "video": 44}
     assert report.is_debian_family and report.hf_token and report.kfd and report.amdgpu_loaded
     assert report.managed_units == ("vllm-old", "ray-worker")
-    assert preflight.hard_problems(report, spec()) == []  # type: ignore[arg-type]
+    assert hostchecks.hard_problems(report, spec()) == []  # type: ignore[arg-type]
 
 
 def test_render_nodes_follow_the_pci_address_not_the_listing_order() -> None:
@@ -90,7 +90,7 @@ def test_without_by_path_links_render_nodes_follow_pci_order() -> None:
 
 def test_amd_smi_without_root_says_so() -> None:
     report = preflight.parse_report(mi300x_host(amd_smi_static=body("amd-smi-static-json-nonroot_mi300x-x8_rocm7.2.1_amdsmi26.2.2.txt")))
-    problems = preflight.hard_problems(report, spec())  # type: ignore[arg-type]
+    problems = hostchecks.hard_problems(report, spec())  # type: ignore[arg-type]
     assert [(p.rule, p.message) for p in problems] == [
         ("host-gpu", "amd-smi answered N/A for every GPU: it needs root (run pyinfra with --sudo or as root)")
     ]
@@ -101,13 +101,13 @@ def test_rocm_smi_is_the_fallback() -> None:
     report = preflight.parse_report(text)
     assert report.smi == "rocm-smi"
     assert [(g.model, g.render_node) for g in report.gpus] == [("MI300X", "renderD128")]
-    problems = preflight.hard_problems(report, spec(gpu_count=1))  # type: ignore[arg-type]
+    problems = hostchecks.hard_problems(report, spec(gpu_count=1))  # type: ignore[arg-type]
     assert problems == []
 
 
 def test_host_without_gpu_fails_with_how_to_fix() -> None:
     report = preflight.parse_report(output(os_release="ID=debian", cmdline="ro quiet"))
-    problems = preflight.hard_problems(report, spec())  # type: ignore[arg-type]
+    problems = hostchecks.hard_problems(report, spec())  # type: ignore[arg-type]
     assert problems[0].message.startswith("no AMD GPU found: neither amd-smi nor rocm-smi is installed. Install ROCm")
     assert problems[1].message.startswith("/dev/kfd is missing")
     assert [p.rule for p in problems] == ["host-gpu", "host-driver"] and all(p.host == "h1" for p in problems)
@@ -124,13 +124,13 @@ def test_host_without_gpu_fails_with_how_to_fix() -> None:
 def test_mismatched_hosts_fail_with_the_variable_to_change(data: dict[str, object], fragment: str, rule: str, key: str) -> None:
     report = preflight.parse_report(mi300x_host())
     host, _ = resolve_host("h1", data)
-    problems = preflight.hard_problems(report, host)
+    problems = hostchecks.hard_problems(report, host)
     assert any(fragment in p.message and p.rule == rule and p.key == key for p in problems), problems
 
 
 def test_other_distributions_are_refused_plainly() -> None:
     report = preflight.parse_report(mi300x_host(os_release='ID="ol"\nID_LIKE="fedora"'))
-    problems = preflight.hard_problems(report, spec())  # type: ignore[arg-type]
+    problems = hostchecks.hard_problems(report, spec())  # type: ignore[arg-type]
     assert [(p.rule, p.message) for p in problems] == [
         ("host-os", "the host runs ol; instinct-fleet installs packages and regenerates GRUB on Debian and Ubuntu only")
     ]
@@ -197,7 +197,7 @@ def test_cluster_members_learn_addresses_from_facts() -> None:
 def test_cluster_member_with_more_gpus_than_gpu_count_is_refused() -> None:
     report = preflight.parse_report(mi300x_host(interfaces=interfaces("172.17.0.6")))
     host, _ = resolve_host("w1", {**CLUSTER, "ray_role": "worker", "gpu_count": 4, "vllm_args": {"tensor-parallel-size": 4}})
-    assert any("8 GPUs visible but gpu_count is 4" in p.message for p in preflight.hard_problems(report, host))
+    assert any("8 GPUs visible but gpu_count is 4" in p.message for p in hostchecks.hard_problems(report, host))
 
 
 def test_cluster_member_without_the_nic_fails_with_its_interfaces() -> None:
@@ -211,7 +211,7 @@ def test_cluster_member_without_the_nic_fails_with_its_interfaces() -> None:
 
 def test_script_probes_the_configured_token_path_and_what_the_deploy_manages() -> None:
     host, _ = resolve_host("h1", {"hf_cache_dir": "/data/hf cache"})
-    text = preflight.script("/secrets/hf token", managed.probe(host))
+    text = probe.script("/secrets/hf token", managed.probe(host))
     assert "test -r '/secrets/hf token'" in text
     assert "stat -c '%a|%U|%G|%F|%n'" in text and "'/data/hf cache'" in text and "/etc/systemd/system/vllm-main.service" in text
     assert "http://127.0.0.1:8080/health" in text and "grep -qF '\"openai/gpt-oss-120b\"'" in text
@@ -269,7 +269,7 @@ def test_a_host_exactly_as_desired_has_nothing_to_do(data: dict[str, object]) ->
 @settings(max_examples=300, deadline=None)
 def test_any_probe_output_parses_without_raising(sections: dict[str, str]) -> None:
     report = preflight.parse_report(output(**sections))
-    assert isinstance(preflight.hard_problems(report, spec()), list)  # type: ignore[arg-type]
+    assert isinstance(hostchecks.hard_problems(report, spec()), list)  # type: ignore[arg-type]
 
 
 @given(st.recursive(st.none() | st.text() | st.integers(), lambda kids: st.lists(kids) | st.dictionaries(st.text(), kids)))
@@ -305,15 +305,15 @@ def test_the_api_key_file_must_be_roots_alone(api_key: str | None, says: str) ->
     """host-api-key: a key file that is missing, readable by others or empty fails its host before anything changes."""
     key = {"vllm_api_key_path": "/etc/instinct-fleet/api-key"}
     changes = {} if api_key is None else {"api_key": api_key}
-    problems = preflight.hard_problems(preflight.parse_report(mi300x_host(**changes)), spec(**key))  # type: ignore[arg-type]
+    problems = hostchecks.hard_problems(preflight.parse_report(mi300x_host(**changes)), spec(**key))  # type: ignore[arg-type]
     assert [p.rule for p in problems] == ["host-api-key"] and says in problems[0].message and problems[0].key == "vllm_api_key_path"
     good = preflight.parse_report(mi300x_host(api_key="600|root|33"))
-    assert preflight.hard_problems(good, spec(**key)) == []  # type: ignore[arg-type]
-    assert preflight.hard_problems(preflight.parse_report(mi300x_host()), spec()) == []  # type: ignore[arg-type]
+    assert hostchecks.hard_problems(good, spec(**key)) == []  # type: ignore[arg-type]
+    assert hostchecks.hard_problems(preflight.parse_report(mi300x_host()), spec()) == []  # type: ignore[arg-type]
 
 
 def test_the_fact_reads_v1_with_the_key_from_its_file_never_in_argv() -> None:
-    probe = managed.probe(spec(vllm_api_key_path="/etc/instinct-fleet/api-key"))  # type: ignore[arg-type]
-    text = preflight.script("/etc/instinct-fleet/hf-token", probe)
+    reads = managed.probe(spec(vllm_api_key_path="/etc/instinct-fleet/api-key"))  # type: ignore[arg-type]
+    text = probe.script("/etc/instinct-fleet/hf-token", reads)
     assert "cat /etc/instinct-fleet/api-key" in text and "-K -" in text and "Authorization: Bearer %s" in text
     assert "stat -c '%a|%U|%s' /etc/instinct-fleet/api-key" in text

@@ -128,7 +128,9 @@ def test_templates_take_every_host_path_and_table_name_from_the_plan(path: Path)
 
 
 def test_the_template_check_sees_a_literal_path_and_table() -> None:
-    text = "ExecStart=/usr/sbin/nft -f /etc/instinct-fleet/firewall.nft\nExecStop={{ nft }} delete table inet instinct_fleet\n# {{ env_path }}"
+    text = (
+        "ExecStart=/usr/sbin/nft -f /etc/instinct-fleet/firewall.nft\nExecStop={{ nft }} delete table inet instinct_fleet\n# {{ env_path }}"
+    )
     assert template_literals(text) == ["/usr/sbin/nft", "/etc/instinct-fleet/firewall.nft", paths.FIREWALL_TABLE]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import testinfra
 
-from instinct_fleet import managed, preflight
+from instinct_fleet import managed, preflight, probe
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData, load_inventory, select
 from instinct_fleet.run import plan_inventory
@@ -75,7 +75,7 @@ def _plan_all() -> None:
     connections = {h.name: _connect(h) for h in _ALL}
 
     def report_of(name: str, spec: HostSpec) -> preflight.HostReport | None:
-        result = connections[name].run(preflight.script(spec.vars.hf_token_path, managed.probe(spec)))
+        result = connections[name].run(probe.script(spec.vars.hf_token_path, managed.probe(spec)))
         return preflight.parse_report(result.stdout) if result.rc == 0 else None
 
     def read_reports(specs: dict[str, HostSpec]) -> dict[str, preflight.HostReport | None]:

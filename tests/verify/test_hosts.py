@@ -180,7 +180,7 @@ def test_api_key_never_leaves_its_file(target: Target) -> None:
     """With vllm_api_key_path, the key is only in that file and, mounted, in each vLLM container: no unit, env file, argv or inspect."""
     path = target.plan.spec.vars.vllm_api_key_path
     if path is None:
-        assert not [s for s in target.plan.serves if paths.API_KEY_IN_CONTAINER in render.exec_line(content.vllm_argv(target.plan, s))]
+        assert not [s for s in target.plan.serves if paths.API_KEY_IN_CONTAINER in render.exec_line(content.vllm_argv(target.plan.host, s))]
         return
     key = target.sh(f"cat {shlex.quote(path)}").strip()
     assert key and target.sh(f"stat -c '%a %U' {shlex.quote(path)}").strip() == "600 root"
