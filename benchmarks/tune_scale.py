@@ -5,7 +5,7 @@
 The inventory is benchmarks/plan_scale.py's (8 x TP1 gpt-oss-120b per host, a Ray
 cluster in every eighth pair); the sweep varies --max-num-seqs, --max-num-batched-tokens
 (and, in the larger grid, one AITER switch) of instance gpt-oss-0 on 4 hosts at once (--max-out 4). Prints
-hosts, points and seconds for ``tune.check`` (inventory planning and every point).
+hosts, points and seconds for ``sweeps.check`` (inventory planning and every point).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 
 from plan_scale import inventory
 
-from instinct_fleet import tune
+from instinct_fleet import sweeps
 
 
 def main() -> None:
@@ -29,11 +29,11 @@ def main() -> None:
     for size in [int(a) for a in sys.argv[1:]] or [10, 100, 1000]:
         hosts = inventory(size)
         for vary, env in grids:
-            sweep = tune.Sweep.from_json({"instance": "gpt-oss-0", "vary": vary, "vary_env": env, "max_out": 4})
+            sweep = sweeps.Sweep.from_json({"instance": "gpt-oss-0", "vary": vary, "vary_env": env, "max_out": 4})
             started = time.perf_counter()
-            checked = tune.check(hosts, {h.name for h in hosts}, sweep)
+            checked = sweeps.check(hosts, {h.name for h in hosts}, sweep)
             elapsed = time.perf_counter() - started
-            print(f"{size:5d} hosts  {len(tune.grid(sweep)):4d} points  {elapsed:6.2f} s  {len(checked.skipped)} skipped")
+            print(f"{size:5d} hosts  {len(sweeps.grid(sweep)):4d} points  {elapsed:6.2f} s  {len(checked.skipped)} skipped")
 
 
 if __name__ == "__main__":

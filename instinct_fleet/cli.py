@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import bench, knowledge, managed, monitoring, paths, remote, status
+from instinct_fleet import bench, knowledge, managed, monitoring, paths, remote, status, sweeps, trials, tunereport
 from instinct_fleet.defaults import DEFAULTS, default_image
 from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts, select, with_cluster_peers
 from instinct_fleet.recipes import all_recipes
@@ -438,36 +438,38 @@ def cmd_tune(opts: argparse.Namespace) -> int:
             if given:
                 raise UsageError(f"--resume takes the sweep from DIR/sweep.json; drop --{given[0].replace('_', '-')}")
             directory = Path(opts.resume)
-            sweep = tune.Results.sweep_of(directory)
+            definition = trials.Results.sweep_of(directory)
         else:
-            sweep = tune.Sweep.from_json(_tune_settings(opts, tune))
+            definition = sweeps.Sweep.from_json(_tune_settings(opts))
             directory = Path(opts.output or Path("results") / f"tune-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}")
             if (directory / "sweep.json").exists():
-                raise tune.TuneError(f"{directory} holds an earlier sweep: go on with --resume {directory}, or choose another --output")
-        results = tune.Results(directory)
-        opts.limit = sweep.limit
+                raise sweeps.TuneError(f"{directory} holds an earlier sweep: go on with --resume {directory}, or choose another --output")
+        results = trials.Results(directory)
+        opts.limit = definition.limit
         planned, chosen = _plan_scope(opts)
         if refused((f for _, fs in planned for f in fs), "nothing was tuned and no host was contacted"):
             return EXIT_INVALID
         hosts = load_inventory(opts.inventory, opts.project_dir)
-        checked = tune.check(hosts, chosen, sweep)
-    except tune.TuneError as exc:
+        checked = sweeps.check(hosts, chosen, definition)
+    except sweeps.TuneError as exc:
         raise UsageError(f"{exc}; no host was contacted") from exc
     specs = {str(spec.host): spec for spec, _ in planned if str(spec.host) in checked.hosts}
-    print(tune.plan_text(checked, sweep, specs, results.done()), flush=True)
+    print(sweeps.plan_text(checked, definition, specs, results.done()), flush=True)
     if opts.dry_run:
         return EXIT_OK
     if not opts.resume:
-        results.start(sweep)
+        results.start(definition)
     print(f"results in {directory}", flush=True)
     started = time.monotonic()
-    outcome = tune.run(remote.Hosts(opts.inventory, opts.project_dir), hosts, checked, sweep, results, lambda line: print(line, flush=True))
+    outcome = tune.run(
+        remote.Hosts(opts.inventory, opts.project_dir), hosts, checked, definition, results, lambda line: print(line, flush=True)
+    )
     wall = time.monotonic() - started
     speed = (
         f"{len(outcome.ran)} trial(s) on {len(checked.hosts)} host(s) took {wall:.0f} s, restores included; "
         f"one after another the trials alone take {sum(t.seconds or 0 for t in outcome.ran):.0f} s."
     )
-    tune.write_report(results, hosts, sweep, checked, speed)
+    tunereport.write_report(results, hosts, definition, checked, speed)
     print(f"{speed}\nwrote {directory / 'tune.md'}, pareto.png, trials.json" + (", best.py" if (directory / "best.py").exists() else ""))
     for host, why in outcome.unprepared.items():
         print(f"instinct-fleet: {host} ran nothing: {why}", file=sys.stderr)
@@ -480,15 +482,15 @@ def cmd_tune(opts: argparse.Namespace) -> int:
     return EXIT_INVALID if outcome.unprepared or outcome.not_restored else EXIT_OK
 
 
-def _tune_settings(opts: argparse.Namespace, tune: Any) -> dict[str, Any]:
+def _tune_settings(opts: argparse.Namespace) -> dict[str, Any]:
     """The sweep's settings: the config file's, then each option given on the command line over it."""
-    data: dict[str, Any] = tune.load_config(Path(opts.config)) if opts.config else {}
+    data: dict[str, Any] = sweeps.load_config(Path(opts.config)) if opts.config else {}
     if opts.instance:
         data["instance"] = opts.instance
     if opts.vary:
-        data["vary"] = {name: list(values) for name, values in (tune.parse_vary(v, False) for v in opts.vary)}
+        data["vary"] = {name: list(values) for name, values in (sweeps.parse_vary(v, False) for v in opts.vary)}
     if opts.vary_env:
-        data["vary_env"] = {name: list(values) for name, values in (tune.parse_vary(v, True) for v in opts.vary_env)}
+        data["vary_env"] = {name: list(values) for name, values in (sweeps.parse_vary(v, True) for v in opts.vary_env)}
     for key in ("profile", "num_prompts", "concurrency", "limit", "max_out"):
         if getattr(opts, key) is not None:
             data[key] = getattr(opts, key)

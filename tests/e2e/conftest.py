@@ -31,6 +31,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Modules that leave the fleet on another inventory run after those on inventories/local.py (FLEET_LAST):
+    # each switch of inventory rolls units, and a module's ``converged`` would roll them back.
+    items.sort(key=lambda item: bool(getattr(item.module, "FLEET_LAST", False)))  # type: ignore[attr-defined]
     share = config.getoption("--fleet-share")
     if share is None:
         return

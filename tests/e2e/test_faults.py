@@ -24,6 +24,7 @@ from fleetctl import (
 )
 
 FLEET_SHARE = 0  # make test runs this module on fleet share 0, beside test_roll on share 1 (conftest.py)
+FLEET_LAST = True  # it leaves the fleet on BASELINE: after the modules on inventories/local.py (conftest.py)
 
 
 def test_an_unreachable_host_is_one_clear_line_and_the_rest_converge(baseline: str, tmp_path: Path) -> None:

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet import bench, preflight, tune
+from instinct_fleet import bench, preflight, sweeps, trials, tune, tunereport
 from instinct_fleet.inventory import HostData, plan_hosts
 from instinct_fleet.remote import Result
 from instinct_fleet.rules import RULES
-from instinct_fleet.tune import BASELINE, Slo, Sweep, Trial, TuneError
+from instinct_fleet.sweeps import BASELINE, Slo, Sweep, TuneError
+from instinct_fleet.trials import Trial
 from tests.unit.test_preflight import mi300x_host
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,10 +42,10 @@ HOSTS = [
 
 
 def test_values_are_typed_as_group_data_holds_them() -> None:
-    assert tune.parse_vary("--max-num-seqs=64,128", env=False) == ("max-num-seqs", (64, 128))
-    assert tune.parse_vary("gpu-memory-utilization=0.9,0.95", env=False) == ("gpu-memory-utilization", (0.9, 0.95))
-    assert tune.parse_vary("enforce-eager=true,false", env=False) == ("enforce-eager", (True, False))
-    assert tune.parse_vary("VLLM_ROCM_USE_AITER=0,1", env=True) == ("VLLM_ROCM_USE_AITER", ("0", "1"))
+    assert sweeps.parse_vary("--max-num-seqs=64,128", env=False) == ("max-num-seqs", (64, 128))
+    assert sweeps.parse_vary("gpu-memory-utilization=0.9,0.95", env=False) == ("gpu-memory-utilization", (0.9, 0.95))
+    assert sweeps.parse_vary("enforce-eager=true,false", env=False) == ("enforce-eager", (True, False))
+    assert sweeps.parse_vary("VLLM_ROCM_USE_AITER=0,1", env=True) == ("VLLM_ROCM_USE_AITER", ("0", "1"))
 
 
 @pytest.mark.parametrize(
@@ -58,22 +59,22 @@ def test_values_are_typed_as_group_data_holds_them() -> None:
 )
 def test_a_wrong_vary_says_what_is_wrong(text: str, env: bool, says: str) -> None:
     with pytest.raises(TuneError, match=says):
-        tune.parse_vary(text, env)
+        sweeps.parse_vary(text, env)
 
 
 def test_slos_name_vllms_own_result_fields() -> None:
-    assert tune.parse_slo("median_tpot_ms<=25") == Slo("median_tpot_ms", "<=", 25.0)
-    assert tune.parse_slo("output_throughput >= 1000").met({"output_throughput": 1200.0})
-    assert not tune.parse_slo("p99_ttft_ms<=100").met({"p99_ttft_ms": 101.0})
-    assert not tune.parse_slo("p99_ttft_ms<=100").met({})  # a figure that is not there does not meet it
+    assert sweeps.parse_slo("median_tpot_ms<=25") == Slo("median_tpot_ms", "<=", 25.0)
+    assert sweeps.parse_slo("output_throughput >= 1000").met({"output_throughput": 1200.0})
+    assert not sweeps.parse_slo("p99_ttft_ms<=100").met({"p99_ttft_ms": 101.0})
+    assert not sweeps.parse_slo("p99_ttft_ms<=100").met({})  # a figure that is not there does not meet it
     with pytest.raises(TuneError, match="not a field of vLLM's benchmark result"):
-        tune.parse_slo("median_tpot<=25")
+        sweeps.parse_slo("median_tpot<=25")
     with pytest.raises(TuneError, match="METRIC<=VALUE"):
-        tune.parse_slo("median_tpot_ms=25")
+        sweeps.parse_slo("median_tpot_ms=25")
 
 
 def test_the_grid_is_every_combination_in_the_order_given() -> None:
-    points = tune.grid(sweep(vary_env={"VLLM_ROCM_USE_AITER": ["0", "1"]}))
+    points = sweeps.grid(sweep(vary_env={"VLLM_ROCM_USE_AITER": ["0", "1"]}))
     assert [p.label() for p in points][:3] == [
         "--max-num-seqs=4 --max-num-batched-tokens=2048 VLLM_ROCM_USE_AITER=0",
         "--max-num-seqs=4 --max-num-batched-tokens=2048 VLLM_ROCM_USE_AITER=1",
@@ -95,7 +96,7 @@ def test_a_sweep_with_nothing_to_vary_or_a_bad_setting_is_refused() -> None:
 
 
 def test_every_point_is_validated_as_a_deploy_would_and_invalid_ones_are_skipped_with_their_rule() -> None:
-    checked = tune.check(HOSTS, {"s1", "s2", "s3"}, sweep())
+    checked = sweeps.check(HOSTS, {"s1", "s2", "s3"}, sweep())
     assert checked.hosts == ("s1", "s2")
     assert checked.idle == (("s3", "has no instance 'main'"),)
     # chunked prefill is off in the recipe, so a budget below --max-model-len 8192 cannot start
@@ -106,15 +107,15 @@ def test_every_point_is_validated_as_a_deploy_would_and_invalid_ones_are_skipped
     assert {f.rule for _, f in checked.skipped} == {"scheduler-batched-below-model-len"}
     assert all(f.host == "s1" and f.rule in RULES for _, f in checked.skipped)
     # an env var this vLLM does not read, and a flag it does not have, are refused the same way
-    odd = tune.check(HOSTS, {"s1"}, sweep(vary={"max-num-seqs": [8, 16]}, vary_env={"VLLM_ROCM_USE_AITERR": ["1"]}))
+    odd = sweeps.check(HOSTS, {"s1"}, sweep(vary={"max-num-seqs": [8, 16]}, vary_env={"VLLM_ROCM_USE_AITERR": ["1"]}))
     assert not odd.points and {f.key for _, f in odd.skipped} == {"main.env.VLLM_ROCM_USE_AITERR"}
-    assert not tune.check(HOSTS, {"s1"}, sweep(vary={"max-num-seqz": [8]})).points
+    assert not sweeps.check(HOSTS, {"s1"}, sweep(vary={"max-num-seqz": [8]})).points
 
 
 def test_what_deploy_accepts_for_a_point_is_what_the_sweep_runs() -> None:
     """The point's data is the inventory's with the instance's args and env extended; it plans without errors."""
-    (point,) = [p for p in tune.grid(sweep()) if p.flags() == {"max-num-seqs": 32, "max-num-batched-tokens": 16384}]
-    data = tune.with_point(
+    (point,) = [p for p in sweeps.grid(sweep()) if p.flags() == {"max-num-seqs": 32, "max-num-batched-tokens": 16384}]
+    data = sweeps.with_point(
         {"vllm_instances": [{"name": "main", "args": {"max-model-len": 16384}}, {"name": "b", "gpus": [1]}]}, "main", point
     )
     (spec, findings), *_ = plan_hosts([HostData("s1", ("staging",), data)])
@@ -125,32 +126,32 @@ def test_what_deploy_accepts_for_a_point_is_what_the_sweep_runs() -> None:
 
 
 def test_max_out_bounds_the_hosts_that_leave_their_configuration() -> None:
-    checked = tune.check(HOSTS, {"s1", "s2"}, sweep(max_out=1))
+    checked = sweeps.check(HOSTS, {"s1", "s2"}, sweep(max_out=1))
     assert checked.hosts == ("s1",)
     assert checked.idle[0][0] == "s2" and "--max-out 1" in checked.idle[0][1]
 
 
 def test_hosts_that_cannot_tune_the_instance_are_named() -> None:
     with pytest.raises(TuneError, match="s3 has no instance 'main'"):
-        tune.check(HOSTS, {"s3"}, sweep())
+        sweeps.check(HOSTS, {"s3"}, sweep())
     cluster = {"ray_cluster": "c", "cluster_nic": "eth0", "nccl_ib_hca": "mlx5_0", "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2}
     members = [HostData("c1", ("c",), {**cluster, "ray_role": "head"}), HostData("c2", ("c",), {**cluster, "ray_role": "worker"})]
     with pytest.raises(TuneError, match="spans a Ray cluster"):
-        tune.check(members, {"c1"}, sweep(vary={"max-num-seqs": [8]}))
+        sweeps.check(members, {"c1"}, sweep(vary={"max-num-seqs": [8]}))
 
 
 def test_a_profile_the_instance_cannot_run_is_refused_before_any_host() -> None:
     short = [HostData("s1", ("staging",), {"vllm_args": {"max-model-len": 2048}})]
     with pytest.raises(TuneError, match="sends 4096 \\+ 1024 tokens, more than s1/main's --max-model-len 2048"):
-        tune.check(short, {"s1"}, sweep(profile="seed-001-gpt-oss"))
+        sweeps.check(short, {"s1"}, sweep(profile="seed-001-gpt-oss"))
     with pytest.raises(TuneError, match="runs 5 concurrencies; a trial measures one: give --concurrency N"):
-        tune.check(HOSTS, {"s1"}, sweep(profile="sweep"))
-    assert tune.check(HOSTS, {"s1"}, sweep(profile="sweep", concurrency=8)).points
+        sweeps.check(HOSTS, {"s1"}, sweep(profile="sweep"))
+    assert sweeps.check(HOSTS, {"s1"}, sweep(profile="sweep", concurrency=8)).points
 
 
 def test_points_go_round_robin_after_each_hosts_baseline() -> None:
-    points = tune.grid(sweep(vary={"max-num-seqs": [1, 2, 3, 4, 5]}))
-    queues = tune.assign(points, ("a", "b"))
+    points = sweeps.grid(sweep(vary={"max-num-seqs": [1, 2, 3, 4, 5]}))
+    queues = sweeps.assign(points, ("a", "b"))
     assert queues["a"] == [BASELINE, points[0], points[2], points[4]]
     assert queues["b"] == [BASELINE, points[1], points[3]]
 
@@ -159,7 +160,7 @@ def trial(seqs: int, tput: float, tpot: float, ttft: float, host: str = "s1", ba
     figures = {"output_throughput": tput, "median_tpot_ms": tpot, "median_ttft_ms": ttft}
     settings: dict[str, Any] = {} if baseline else {"--max-num-seqs": seqs}
     return Trial(
-        settings, host, "measured", baseline=baseline, figures=figures, meets_slo=tune.judge(figures, (Slo("median_tpot_ms", "<=", 8.0),))
+        settings, host, "measured", baseline=baseline, figures=figures, meets_slo=trials.judge(figures, (Slo("median_tpot_ms", "<=", 8.0),))
     )
 
 
@@ -170,32 +171,32 @@ FAILED = Trial({"--max-num-seqs": 128}, "s2", "failed", why="vllm-main: not heal
 
 
 def test_the_pareto_front_keeps_what_nothing_beats_on_both() -> None:
-    trials = [A, B, C, D, BASE, FAILED]
-    assert tune.pareto(trials) == [B, A]
+    ran = [A, B, C, D, BASE, FAILED]
+    assert trials.pareto(ran) == [B, A]
     # against TTFT, more sequences also win: 64 has the lowest TTFT and is on that front
-    assert tune.pareto(trials, "median_ttft_ms") == [B, D]
+    assert trials.pareto(ran, "median_ttft_ms") == [B, D]
 
 
 def test_the_best_point_is_the_fastest_that_meets_every_slo() -> None:
-    assert tune.best([A, B, C, D, BASE, FAILED]) is A
-    assert tune.best([B, D]) is None
-    assert tune.best([trial(4, 100, 1, 1), trial(8, 200, 2, 2)]) == trial(8, 200, 2, 2)
+    assert trials.best([A, B, C, D, BASE, FAILED]) is A
+    assert trials.best([B, D]) is None
+    assert trials.best([trial(4, 100, 1, 1), trial(8, 200, 2, 2)]) == trial(8, 200, 2, 2)
 
 
 def test_the_report_sorts_by_throughput_and_gives_the_gain_over_the_deployed_configuration(tmp_path: Path) -> None:
-    text = tune.markdown([A, B, C, D, BASE, FAILED], sweep(slos=["median_tpot_ms<=8"]), (), "2 trials.")
+    text = tunereport.markdown([A, B, C, D, BASE, FAILED], sweep(slos=["median_tpot_ms<=8"]), (), "2 trials.")
     rows = [line for line in text.splitlines() if line.startswith("| --") or line.startswith("| deployed")]
     assert [r.split(" | ")[2] for r in rows] == ["2000.0", "1900.0", "1800.0", "1000.0", "900.0"]
     assert "**--max-num-seqs=4** on s1: 1000.0 output tok/s" in text
     assert "output throughput -44.4% (1800.0 -> 1000.0 tok/s), median TPOT -68.0% (12.5 -> 4.0 ms)" in text
     assert "--max-num-seqs=128 on s2: vllm-main: not healthy" in text
-    tune.plot([A, B, C, D, BASE], tmp_path / "pareto.png")
+    tunereport.plot([A, B, C, D, BASE], tmp_path / "pareto.png")
     assert (tmp_path / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_best_py_is_group_data_that_deploys_the_winner(tmp_path: Path) -> None:
     hosts = [HostData("s1", ("staging",), {"vllm_instances": [{"name": "main", "port": 8000}, {"name": "b", "gpus": [1]}]})]
-    text = tune.best_fragment(hosts, "s1", sweep(), A)
+    text = tunereport.best_fragment(hosts, "s1", sweep(), A)
     (tmp_path / "best.py").write_text(text)
     data = runpy.run_path(str(tmp_path / "best.py"))
     (spec, findings), *_ = plan_hosts([HostData("s1", ("staging",), {"vllm_instances": data["vllm_instances"]})])
@@ -204,22 +205,22 @@ def test_best_py_is_group_data_that_deploys_the_winner(tmp_path: Path) -> None:
 
 
 def test_results_are_kept_after_each_trial_and_a_resumed_sweep_skips_them(tmp_path: Path) -> None:
-    results = tune.Results(tmp_path)
+    results = trials.Results(tmp_path)
     results.start(sweep())
     results.record(A)
     results.record(BASE)
     results.record(FAILED)
-    again = tune.Results(tmp_path)
+    again = trials.Results(tmp_path)
     assert again.trials == [A, BASE, FAILED]
     assert again.done() == {A.key, "deployed@s1", FAILED.key}
-    assert tune.Results.sweep_of(tmp_path) == sweep()
+    assert trials.Results.sweep_of(tmp_path) == sweep()
     again.record(trial(4, 1100, 4.0, 900))  # the same point measured again replaces the first
-    assert [t.figures["output_throughput"] for t in tune.Results(tmp_path).trials if t.key == A.key] == [1100]
+    assert [t.figures["output_throughput"] for t in trials.Results(tmp_path).trials if t.key == A.key] == [1100]
     (tmp_path / "trials.json").write_text("[{")
     with pytest.raises(TuneError, match="cannot be read back"):
-        tune.Results(tmp_path)
+        trials.Results(tmp_path)
     with pytest.raises(TuneError, match=r"holds no sweep\.json"):
-        tune.Results.sweep_of(tmp_path / "elsewhere")
+        trials.Results.sweep_of(tmp_path / "elsewhere")
 
 
 def inventory(tmp_path: Path) -> Path:
@@ -265,7 +266,7 @@ def test_a_dry_run_prints_the_whole_plan_and_touches_nothing(tmp_path: Path) -> 
 )
 def test_a_sweep_that_cannot_run_fails_before_any_host_with_why(tmp_path: Path, argv: list[str], says: str) -> None:
     earlier = tmp_path / "earlier"
-    tune.Results(earlier).start(sweep())
+    trials.Results(earlier).start(sweep())
     argv = [a.replace("{earlier}", str(earlier)) for a in argv]
     done = cli(str(inventory(tmp_path)), *argv)
     assert done.returncode == 2, done.stdout
@@ -301,7 +302,7 @@ def test_a_benchmark_that_lost_requests_fails_its_trial_and_keeps_its_result(tmp
     """vLLM computes the figures from the requests that succeeded: a run that lost some would flatter its point."""
     seed = json.loads((ROOT / "tests" / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json").read_text())
     lost = {**seed, "completed": 70, "failed": 10, "errors": [""] * 70 + ["Internal Server Error"] * 10}
-    results = tune.Results(tmp_path)
+    results = trials.Results(tmp_path)
     results.start(sweep(profile="seed-001-gpt-oss"))
     runner = Answers(f"============ Serving Benchmark Result ============\n{bench.RESULT_MARK}\n{json.dumps(lost)}")
     tuner = tune.HostTuner(runner, HOSTS[0], sweep(profile="seed-001-gpt-oss"), results)  # type: ignore[arg-type]
