@@ -24,7 +24,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from instinct_fleet import bench
+from instinct_fleet import bench, workload
 from instinct_fleet.spec import HostSpec, ServiceSpec
 
 # vLLM's result fields the canary compares, and which way is better.
@@ -36,16 +36,16 @@ METRICS: tuple[tuple[str, str, str, bool], ...] = (
 RESULTS = Path("results")
 
 
-def runs(spec: HostSpec, svc: ServiceSpec, profile: str) -> list[tuple[bench.Job, int]]:
+def runs(spec: HostSpec, svc: ServiceSpec, profile: str) -> list[tuple[workload.Job, int]]:
     """The canary's runs of one instance: each of the profile's jobs, ``canary_runs`` times (job, repeat)."""
-    return [(job, repeat) for job in bench.jobs(spec, svc, profile, None, None) for repeat in range(spec.vars.canary_runs)]
+    return [(job, repeat) for job in workload.jobs(spec, svc, profile, None, None) for repeat in range(spec.vars.canary_runs)]
 
 
 def stamp(phase: str) -> str:
     return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-canary-{phase}"
 
 
-def store(results: Path, job: bench.Job, run: int, data: dict[str, Any]) -> None:
+def store(results: Path, job: workload.Job, run: int, data: dict[str, Any]) -> None:
     """One run's JSON and the instance's config.json, where ``bench`` puts them (``run``: the repeat)."""
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     bench.save(results, job, data, bench.config(job, dict(job.svc.env), "", None, started), run)

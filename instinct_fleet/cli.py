@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import bench, knowledge, managed, monitoring, paths, remote, status, sweeps, trials, tunereport
+from instinct_fleet import bench, knowledge, managed, monitoring, paths, remote, status, sweeps, trials, tunereport, workload
 from instinct_fleet.defaults import DEFAULTS, default_image
 from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts, select, with_cluster_peers
 from instinct_fleet.recipes import all_recipes
@@ -367,14 +367,14 @@ def cmd_bench(opts: argparse.Namespace) -> int:
         if opts.client not in everyone:
             raise UsageError(f"--client {opts.client!r} is not a host of {opts.inventory}")
         client = everyone[opts.client]
-    todo: list[bench.Job] = []
+    todo: list[workload.Job] = []
     try:
-        concurrency = bench.concurrencies(opts.concurrency)
+        concurrency = workload.concurrencies(opts.concurrency)
         for spec in specs:
             for svc in spec.serves:
                 if not opts.instance or fnmatch.fnmatch(svc.name, opts.instance):
-                    todo += bench.jobs(spec, svc, opts.profile, opts.num_prompts, concurrency)
-    except bench.BenchRequestError as exc:
+                    todo += workload.jobs(spec, svc, opts.profile, opts.num_prompts, concurrency)
+    except workload.BenchRequestError as exc:
         raise UsageError(f"{exc}; no host was contacted") from exc
     if not todo:
         raise UsageError("no vLLM instance matches --limit and --instance")
@@ -401,7 +401,7 @@ def cmd_bench(opts: argparse.Namespace) -> int:
     out_dir = Path(opts.output) / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     image_ids = {key: row.image_id for key, row in rows.items()}
     print(f"benchmarking {len(ready)} run(s) with profile {opts.profile}; results in {out_dir}", flush=True)
-    outcomes = bench.run(hosts, ready, client, out_dir, bench.time_limit(ready), lambda line: print(line, flush=True), image_ids)
+    outcomes = bench.run(hosts, ready, client, out_dir, workload.time_limit(ready), lambda line: print(line, flush=True), image_ids)
     failed = [o for o in outcomes if o.problem]
     for o in failed:
         print(f"{o.job.label()}: {o.problem}", file=sys.stderr)

@@ -7,11 +7,10 @@ pure functions that unit tests run on captured output.
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from pyinfra.api.facts import FactBase
 
-from instinct_fleet import bench, health, preflight
+from instinct_fleet import health, preflight
 from instinct_fleet.probe import Probe, script
 
 
@@ -54,16 +53,3 @@ class UnitProblems(FactBase[list[str]]):
 
     def process(self, output: list[str]) -> list[str]:
         return [line for line in output if line.strip()]
-
-
-class BenchRun(FactBase[tuple[dict[str, Any] | None, str]]):
-    """One ``vllm bench serve`` run (bench.command): vLLM's result JSON, or None and the output's last lines.
-
-    ``run`` tells repeats of the same command apart in pyinfra's log.
-    """
-
-    def command(self, script: str, run: int) -> str:
-        return f": run {int(run)}; {{ {script}; }} 2>&1; true"
-
-    def process(self, output: list[str]) -> tuple[dict[str, Any] | None, str]:
-        return bench.result_of("\n".join(output)), " | ".join(line for line in output[-3:] if line.strip())

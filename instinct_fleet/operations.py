@@ -7,7 +7,6 @@ import posixpath
 import shlex
 import subprocess
 from collections.abc import Callable, Generator
-from pathlib import Path
 from typing import Any
 
 from pyinfra import logger
@@ -15,12 +14,12 @@ from pyinfra.api.command import FunctionCommand
 from pyinfra.api.operation import operation
 from pyinfra.context import host
 
-from instinct_fleet import bench, canary, generations, health, paths, report
-from instinct_fleet.facts import BenchRun, DockerImageId, InstanceHealth, UnitProblems
+from instinct_fleet import generations, health, paths
+from instinct_fleet.facts import DockerImageId, InstanceHealth, UnitProblems
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
 
-def _failure(message: str) -> str:
+def failure(message: str) -> str:
     """A command that fails this host, and only this host, with ``message`` on stderr."""
     return f"printf '%s\\n' {shlex.quote('instinct-fleet: ' + message)} >&2; exit 1"
 
@@ -29,7 +28,7 @@ def _failure(message: str) -> str:
 def fail(message: str | Callable[[], str]) -> Generator[str, None, None]:
     """Fail this host with a message that says what is wrong and how to fix it (a function: the message
     is made when the operation runs, from what the run found out by then)."""
-    yield _failure(message() if callable(message) else message)
+    yield failure(message() if callable(message) else message)
 
 
 @operation(is_idempotent=False)
@@ -125,47 +124,7 @@ def healthy(
     else:
         if record is not None:
             record(host.name, problem)
-        yield _failure(problem)
-
-
-@operation(is_idempotent=False)
-def canary_measured(
-    phase: str,
-    runs: list[tuple[bench.Job, int]],
-    measure: Callable[[str, str, str, list[dict[str, Any]]], str | None],
-    hold: Callable[[str, str], None] | None = None,
-) -> Generator[str, None, None]:
-    """Benchmark the canary's instances (``phase``: "before" the stop, "after" the gate), store the runs under
-    results/ as ``bench`` does, and hand them to ``measure``. Whatever stops the canary from passing (a
-    benchmark that failed, requests that failed, a regression) is held for the rollback (``hold``: after the
-    change, with rolling_on_failure rollback) or fails the host. Changes nothing, so it never counts as a change."""
-    if not host.state.is_executing:
-        return
-    folder = Path(host.state.cwd or os.getcwd()) / canary.RESULTS / canary.stamp(phase)
-    by_instance: dict[str, list[dict[str, Any]]] = {}
-    problem = None
-    for index, (job, repeat) in enumerate(runs):
-        data, tail = host.get_fact(BenchRun, script=bench.command(job, folder.name, None), run=index)
-        if data is None:
-            problem = f"canary: vllm bench serve failed {phase} the change ({job.label()}): {tail or 'no output'}"
-            break
-        canary.store(folder, job, repeat, data)
-        failed = report.failed_requests(data)
-        if failed is not None:  # its figures count only the requests that succeeded: they measure nothing
-            problem = f"canary: {failed} {phase} the change ({job.label()}; the run is kept in {folder})"
-            break
-        by_instance.setdefault(job.svc.name, []).append(data)
-    if problem is None:
-        found = [p for name, runs_of in by_instance.items() if (p := measure(host.name, phase, name, runs_of)) is not None]
-        problem = "; ".join(found) or None
-    if problem is None:
-        host.noop(f"canary measured {phase} the change: {folder}")
-    elif hold is not None:
-        hold(host.name, problem)
-        logger.error(f"{host.print_prefix}{problem}")
-        host.noop("canary failed: its batch rolls back")
-    else:
-        yield _failure(problem)
+        yield failure(problem)
 
 
 @operation()
@@ -177,7 +136,7 @@ def unit_verified(path: str) -> Generator[str, None, None]:
     if problems:
         # Moved aside, so that the next run sees the unit as changed and checks it again.
         yield f"mv -f {shlex.quote(path)} {shlex.quote(path + '.rejected')}"
-        yield _failure(f"{path} fails systemd-analyze verify (kept as {path}.rejected): " + " | ".join(problems[:10]))
+        yield failure(f"{path} fails systemd-analyze verify (kept as {path}.rejected): " + " | ".join(problems[:10]))
     else:
         host.noop(f"{path} passes systemd-analyze verify")
 
@@ -226,7 +185,7 @@ def weights_staged(model: str, source: str, local: str, owner: str) -> Generator
     """
     q = shlex.quote
     complete = q(f"{source}/{WEIGHTS_COMPLETE}")
-    missing = _failure(
+    missing = failure(
         f"{model} is not complete in weights_source ({source}): is weights_source a mount every host shares? "
         "Download it there (or set weights_download = True) and deploy again"
     )

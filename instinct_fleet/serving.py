@@ -16,7 +16,7 @@ from io import StringIO
 from pyinfra.operations import files
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet import apply, bench, canary, operations, paths, render, roll
+from instinct_fleet import apply, canary, measure, operations, paths, render, roll, workload
 from instinct_fleet.defaults import Hook
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.run import FleetPlan
@@ -69,14 +69,14 @@ def _canary(plan: HostPlan, fleet: FleetPlan, phase: str, gate: Callable[[], boo
     profile = plan.spec.vars.canary_profile
     assert profile is not None  # validate_canary and plan_roll: a canary host has a profile
     runs = [run for svc in plan.serves for run in canary.runs(plan.spec, svc, profile)]
-    operations.canary_measured(
+    measure.canary_measured(
         name=f"Canary: {profile} {phase} the change",
         phase=phase,
         runs=runs,
         measure=fleet.roll.measure,
         hold=hold,
         _if=gate,
-        _timeout=bench.time_limit([job for job, _ in runs]) * len(runs),
+        _timeout=workload.time_limit([job for job, _ in runs]) * len(runs),
     )
 
 

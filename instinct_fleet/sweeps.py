@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import bench, paths
+from instinct_fleet import paths, workload
 from instinct_fleet.inventory import HostData, plan_hosts
 from instinct_fleet.rules import Finding
 from instinct_fleet.spec import HostSpec
@@ -34,8 +34,8 @@ Value = bool | int | float | str
 THROUGHPUTS = ("output_throughput", "request_throughput", "total_token_throughput")
 RESULT_FIELDS = THROUGHPUTS + tuple(
     f"{stat}_{metric}_ms"
-    for metric in bench.PERCENTILE_METRICS
-    for stat in ("mean", "median", "std", *(f"p{p}" for p in bench.METRIC_PERCENTILES))
+    for metric in workload.PERCENTILE_METRICS
+    for stat in ("mean", "median", "std", *(f"p{p}" for p in workload.METRIC_PERCENTILES))
 )
 
 
@@ -275,8 +275,8 @@ def check(hosts: list[HostData], chosen: set[str], sweep: Sweep) -> Checked:
     for name in used:  # the profile must fit the deployed instance (its --max-model-len)
         svc = next(s for s in planned[name].services if s.name == sweep.instance)
         try:
-            jobs = bench.jobs(planned[name], svc, sweep.profile, sweep.num_prompts, [sweep.concurrency] if sweep.concurrency else None)
-        except bench.BenchRequestError as exc:
+            jobs = workload.jobs(planned[name], svc, sweep.profile, sweep.num_prompts, [sweep.concurrency] if sweep.concurrency else None)
+        except workload.BenchRequestError as exc:
             raise TuneError(str(exc)) from None
         if len(jobs) != 1:
             raise TuneError(f"profile {sweep.profile!r} runs {len(jobs)} concurrencies; a trial measures one: give --concurrency N")
@@ -317,7 +317,7 @@ def plan_text(checked: Checked, sweep: Sweep, specs: dict[str, HostSpec], done: 
     for host, why in checked.idle:
         lines.append(f"  {host}: not used: {why}")
     rounds = max(len(q) - 1 for q in queues.values())
-    bound = max(s.vars.health_timeout + s.vars.command_timeout * bench.RUN_LIMIT_FACTOR for s in specs.values())
+    bound = max(s.vars.health_timeout + s.vars.command_timeout * workload.RUN_LIMIT_FACTOR for s in specs.values())
     lines.append(
         f"  {len(checked.hosts)} host(s) at once, never more than --max-out {sweep.max_out} away from their deployed configuration; "
         f"{rounds} restart round(s) plus the baselines and a restore: each round takes one start-up, health gate and benchmark "

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from instinct_fleet import apply, bench, canary, health, managed, paths, preflight, probe, remote, render, report
+from instinct_fleet import apply, bench, canary, health, managed, paths, preflight, probe, remote, render, report, workload
 from instinct_fleet.hostplan import HostPlan
 from instinct_fleet.inventory import HostData, plan_hosts
 from instinct_fleet.spec import ServiceSpec
@@ -147,9 +147,9 @@ class HostTuner:
     def bench(self, plan: HostPlan, point: Point, trial: Trial) -> None:
         svc = self.service(plan)
         concurrency = [self.sweep.concurrency] if self.sweep.concurrency else None
-        (job,) = bench.jobs(plan.spec, svc, self.sweep.profile, self.sweep.num_prompts, concurrency)
+        (job,) = workload.jobs(plan.spec, svc, self.sweep.profile, self.sweep.num_prompts, concurrency)
         stamp = f"tune-{self.results.dir.name}"
-        done = self.runner.run(self.name, bench.command(job, stamp, None), bench.time_limit([job]))
+        done = self.runner.run(self.name, bench.command(job, stamp, None), workload.time_limit([job]))
         data = bench.result_of(done.stdout) if done.ok else None
         if data is None:
             trial.why = f"vllm bench serve failed: {done.error or (done.stderr or done.stdout).strip()[-500:]}"

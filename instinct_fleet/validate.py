@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from instinct_fleet import bench, knowledge, startup
+from instinct_fleet import knowledge, startup, workload
 from instinct_fleet.crosscheck import member, unpinned_image, validate_crossings
 from instinct_fleet.defaults import default_image, image_tag
 from instinct_fleet.inputs import validate_inputs
@@ -502,15 +502,15 @@ def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
 
 
 def validate_canary(spec: HostSpec) -> list[Finding]:
-    """``canary_profile`` names a profile every instance of this host can run (bench.jobs' own refusals)."""
+    """``canary_profile`` names a profile every instance of this host can run (workload.jobs' own refusals)."""
     name = spec.vars.canary_profile
     if name is None:
         return []
     found = []
     for svc in spec.serves:
         try:
-            bench.jobs(spec, svc, name, None, None)
-        except bench.BenchRequestError as exc:
+            workload.jobs(spec, svc, name, None, None)
+        except workload.BenchRequestError as exc:
             found.append(finding("canary-profile", spec.host, "canary_profile", str(exc)))
             break
     return found

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet import content, paths, render
+from instinct_fleet import content, paths, render, workload
 from instinct_fleet.crosscheck import listeners
 from tests.unit.files import unit_files
 
@@ -171,7 +171,7 @@ def test_bench_sends_the_key_as_vllm_bench_serve_reads_it() -> None:
     from instinct_fleet import bench
 
     spec, _ = check({**G, "vllm_api_key_path": "/etc/instinct-fleet/api-key"})
-    (job,) = bench.jobs(spec, spec.services[0], "latency", None, None)
+    (job,) = workload.jobs(spec, spec.services[0], "latency", None, None)
     text = bench.command(job, "T", None)
     assert "-v /etc/instinct-fleet/api-key:/run/secrets/vllm-api-key:ro" in text
     assert """--entrypoint /bin/sh""" in text and 'OPENAI_API_KEY="$(cat /run/secrets/vllm-api-key)" exec vllm "$@"' in text

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet import bench, content, health, monitoring, paths, preflight, status
+from instinct_fleet import bench, content, health, monitoring, paths, preflight, status, workload
 from instinct_fleet.inventory import HostData
 from instinct_fleet.managed import probe
 from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
@@ -94,7 +94,7 @@ def test_bench_command_runs_the_instance_image_with_vllm_flag_names() -> None:
         }
     )
     svc = spec.services[0]
-    (seed,) = bench.jobs(spec, svc, "seed-001-gpt-oss", 16, None)
+    (seed,) = workload.jobs(spec, svc, "seed-001-gpt-oss", 16, None)
     argv = shlex.split(bench.command(seed, "T", None).split(" && ", 1)[1].split(" && printf")[0])
     entry = argv.index("--entrypoint")
     assert argv[entry + 1 : entry + 5] == ["vllm", svc.image, "bench", "serve"]
@@ -108,9 +108,9 @@ def test_bench_command_runs_the_instance_image_with_vllm_flag_names() -> None:
         and "--ignore-eos" in argv
         and ["--env-file", paths.unit_env_path(paths.vllm_unit(svc.name))] == argv[argv.index("--env-file") : argv.index("--env-file") + 2]
     )
-    long = bench.jobs(spec, svc, "long", None, None)
+    long = workload.jobs(spec, svc, "long", None, None)
     assert [(j.concurrency, j.num_prompts, j.filename) for j in long] == [(2, 10, "long-c2.json"), (4, 10, "long-c4.json")]
-    assert set(bench.BUILTIN_PROFILES) <= set(bench.profiles(spec))
+    assert set(workload.BUILTIN_PROFILES) <= set(workload.profiles(spec))
 
 
 @pytest.mark.parametrize(
@@ -127,8 +127,8 @@ def test_a_bench_request_that_cannot_run_is_refused_before_any_host(
     profile: str, num_prompts: int | None, concurrency: str | None, says: str
 ) -> None:
     spec, _ = check({"bench_profiles": {"long": {"input_len": 32768, "output_len": 512}}})
-    with pytest.raises(bench.BenchRequestError, match=re.escape(says)):
-        bench.jobs(spec, spec.services[0], profile, num_prompts, bench.concurrencies(concurrency))
+    with pytest.raises(workload.BenchRequestError, match=re.escape(says)):
+        workload.jobs(spec, spec.services[0], profile, num_prompts, workload.concurrencies(concurrency))
 
 
 def test_ipv6_scrape_addresses_are_bracketed_for_prometheus_and_the_bench_client() -> None:
@@ -136,14 +136,14 @@ def test_ipv6_scrape_addresses_are_bracketed_for_prometheus_and_the_bench_client
     assert not [f for f in findings if f.severity == "error"]
     assert [g["targets"] for g in monitoring.file_sd([spec])] == [["[fd00::7]:5000"], ["[fd00::7]:8080"]]
     client, _ = check({}, host="loadgen")
-    (job,) = bench.jobs(spec, spec.services[0], "latency", None, None)
+    (job,) = workload.jobs(spec, spec.services[0], "latency", None, None)
     assert "--base-url 'http://[fd00::7]:8080'" in bench.command(job, "T", client)
 
 
 def test_bench_from_a_client_reaches_the_instance_at_its_scrape_address_and_checks_the_dataset() -> None:
     spec, _ = check({"scrape_address": "10.0.0.7"})
     client, _ = check({}, host="loadgen")
-    (job,) = bench.jobs(spec, spec.services[0], "sharegpt-chat", None, None)
+    (job,) = workload.jobs(spec, spec.services[0], "sharegpt-chat", None, None)
     text = bench.command(job, "T", client)
     assert f"--base-url http://10.0.0.7:{spec.services[0].port}" in text and "--env-file" not in text
     assert text.startswith("test -f /var/lib/instinct-fleet/datasets/ShareGPT_V3_unfiltered_cleaned_split.json ||")
@@ -174,7 +174,7 @@ class Printed:
 
 def test_a_run_that_lost_requests_is_saved_and_reported_as_not_measuring_the_instance(tmp_path: Path) -> None:
     spec, _ = check({})
-    (job,) = bench.jobs(spec, spec.services[0], "seed-001-gpt-oss", None, None)
+    (job,) = workload.jobs(spec, spec.services[0], "seed-001-gpt-oss", None, None)
     lost = {**json.loads(FIXTURE.read_text()), "completed": 76, "failed": 4, "errors": [""] * 76 + ["Internal Server Error"] * 4}
     said: list[str] = []
     printed = Printed(f"report\n{bench.RESULT_MARK}\n{json.dumps(lost)}")
