@@ -2,7 +2,7 @@
 
 * Every chosen host is validated before pyinfra connects to the first one, so
   plain ``pyinfra inventories/prod.py deploy.py`` refuses an invalid inventory
-  exactly as ``instinct-fleet deploy`` does (instinct_fleet/gate.py).
+  exactly as ``instinct-fleet deploy`` does (instinct_fleet/model/gate.py).
 * A host that accepts TCP but never sends the SSH banner (hung, or paused) makes
   paramiko log two Python tracebacks; pyinfra already reports that host in one
   line, so paramiko's own log is kept to critical messages.
@@ -12,7 +12,7 @@ import logging
 
 from pyinfra.context import ctx_state
 
-from instinct_fleet import gate
+from instinct_fleet.model import gate
 
 logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 gate.install(ctx_state.get())

@@ -11,11 +11,11 @@ instinct_fleet package.
 from pyinfra import local
 from pyinfra.context import host
 
-from instinct_fleet.run import plan_for
+from instinct_fleet.fleet.run import plan_for
 
 plan = plan_for(host)
 # pyinfra takes an operation's _timeout from host data: every command gets command_timeout
-# (image pulls and health waits set their own), and instinct_fleet/watchdog.py cuts a host
+# (image pulls and health waits set their own), and instinct_fleet/converge/watchdog.py cuts a host
 # whose operation outlives it, so a hung host fails alone instead of stalling the run.
 host.data._timeout = plan.spec.vars.command_timeout
 

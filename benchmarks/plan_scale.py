@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from instinct_fleet.inventory import HostData, plan_hosts
+from instinct_fleet.model.inventory import HostData, plan_hosts
 
 CLUSTER = {"vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2, "cluster_nic": "eth0", "nccl_ib_hca": "mlx5_0"}
 

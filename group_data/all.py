@@ -2,7 +2,7 @@
 
 pyinfra reads this file for every host; group files (group_data/<group>.py) and
 host data in the inventory override it. The README table lists the same
-variables; instinct_fleet/defaults.py is where their defaults are defined.
+variables; instinct_fleet/model/defaults.py is where their defaults are defined.
 """
 
 # Built-in recipe each instance starts from (`instinct-fleet recipes` lists them); `None` starts

@@ -23,15 +23,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import bench, knowledge, managed, monitoring, paths, remote, status, sweeps, trials, tunereport, workload
-from instinct_fleet.defaults import DEFAULTS, default_image
-from instinct_fleet.inventory import InventoryError, load_inventory, plan_hosts, select, with_cluster_peers
-from instinct_fleet.recipes import all_recipes
-from instinct_fleet.render import render_args, service_json
-from instinct_fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
-from instinct_fleet.rules import Finding, refused
-from instinct_fleet.spec import HostSpec, ServiceSpec, resolve_host, unknown_recipe_message
-from instinct_fleet.validate import validate_host
+from instinct_fleet.converge import managed
+from instinct_fleet.fleet import bench, monitoring, remote, status, sweeps, trials, tunereport
+from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
+from instinct_fleet.model import knowledge, paths, workload
+from instinct_fleet.model.defaults import DEFAULTS, default_image
+from instinct_fleet.model.inventory import InventoryError, load_inventory, plan_hosts, select, with_cluster_peers
+from instinct_fleet.model.recipes import all_recipes
+from instinct_fleet.model.render import render_args, service_json
+from instinct_fleet.model.rules import Finding, refused
+from instinct_fleet.model.spec import HostSpec, ServiceSpec, resolve_host, unknown_recipe_message
+from instinct_fleet.model.validate import validate_host
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
@@ -91,9 +93,11 @@ def _clusters(planned: list[tuple[HostSpec, list[Finding]]]) -> list[dict[str, A
 
 
 def _explain_managed(spec: HostSpec) -> None:
-    """What the deploy may write, remove, run, load or pull on this host: the entries of instinct_fleet/managed.py,
+    """What the deploy may write, remove, run, load or pull on this host: the entries of instinct_fleet/converge/managed.py,
     from the spec alone, each with the stage that converges it and what its change runs."""
-    print(f"{spec.host or 'every host'} manages (instinct_fleet/managed.py; whether each applies may also depend on the host's facts):")
+    print(
+        f"{spec.host or 'every host'} manages (instinct_fleet/converge/managed.py; whether each applies may also depend on the host's facts):"
+    )
     for line in managed.explain(spec):
         print(f"  {line}")
 
@@ -255,7 +259,7 @@ def _generation(text: str) -> int:
 
 
 def cmd_rollback(opts: argparse.Namespace) -> int:
-    """A deploy whose serving files come from an earlier generation on each host (instinct_fleet/generations.py)."""
+    """A deploy whose serving files come from an earlier generation on each host (instinct_fleet/converge/generations.py)."""
     if refused((f for _, fs in _plan_limited(opts) for f in fs), "nothing was rolled back and no host was contacted", warnings=True):
         return EXIT_INVALID
     os.environ[ROLLBACK_ENV] = "previous" if opts.to is None else str(opts.to)
@@ -270,7 +274,7 @@ def cmd_rollback(opts: argparse.Namespace) -> int:
 
 def _pyinfra(argv: list[str], cwd: Path, env: dict[str, str], capture: bool) -> tuple[int, str]:
     """Run pyinfra in its own session and hand it each SIGINT and SIGTERM this command gets, once: the deploy
-    decides what an interrupt means (instinct_fleet/run.py: finish the open roll batch, then stop non-zero)."""
+    decides what an interrupt means (instinct_fleet/fleet/run.py: finish the open roll batch, then stop non-zero)."""
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE if capture else None, text=True, start_new_session=True)
 
     def forward(signum: int, _frame: object) -> None:
@@ -411,8 +415,8 @@ def cmd_bench(opts: argparse.Namespace) -> int:
 
 
 def cmd_tune(opts: argparse.Namespace) -> int:
-    """Sweep one instance's settings over the chosen hosts at once (instinct_fleet/tune.py), then restore them."""
-    from instinct_fleet import tune
+    """Sweep one instance's settings over the chosen hosts at once (instinct_fleet/fleet/tune.py), then restore them."""
+    from instinct_fleet.fleet import tune
 
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError("tune draws pareto.png with matplotlib, which is not installed: pip install 'instinct-fleet[report]'")
@@ -503,7 +507,7 @@ def cmd_report(opts: argparse.Namespace) -> int:
     """Write report.md and PNG plots from a directory of vLLM benchmark results, and print the fleet table."""
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError("report draws its plots with matplotlib, which is not installed: pip install 'instinct-fleet[report]'")
-    from instinct_fleet import report
+    from instinct_fleet.fleet import report
 
     try:
         path, terminal = report.write(Path(opts.results))

@@ -5,7 +5,7 @@ Why: validation must not guess which names a pinned vLLM accepts. vLLM keeps its
 env vars in one registry (``vllm/envs.py``: ``environment_variables``) and builds
 the ``vllm serve`` parser from ``add_argument`` calls and config dataclasses. This
 script reads those files with ``ast`` (it never imports vLLM, which needs a GPU
-stack) and writes ``instinct_fleet/knowledge/vllm-<version>.json``.
+stack) and writes ``instinct_fleet/model/knowledge/vllm-<version>.json``.
 
 Usage, from the repository root (pip fetches the wheel from the package registry):
 
@@ -27,7 +27,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-OUT_DIR = Path(__file__).resolve().parent.parent / "instinct_fleet" / "knowledge"
+OUT_DIR = Path(__file__).resolve().parent.parent / "instinct_fleet" / "model" / "knowledge"
 
 
 def env_var_names(envs_source: str) -> list[str]:
@@ -596,7 +596,7 @@ def mx_architectures(modules: dict[str, str]) -> list[str]:
 
 
 # Start-up checks between settings that live in code, not in declarations: each is
-# written once in instinct_fleet/startup.py and anchored here to the source text that
+# written once in instinct_fleet/model/startup.py and anchored here to the source text that
 # raises it, so a version carries a check only where its source still has the anchor.
 ANCHORS: dict[str, tuple[str, str]] = {
     "scheduler-batched-below-seqs": ("vllm/config/scheduler.py", r"must be greater than or equal to max_num_seqs"),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Rewrite the README's table of validation rules from instinct_fleet/rules.py, the one rules table.
+"""Rewrite the README's table of validation rules from instinct_fleet/model/rules.py, the one rules table.
 
 Why: the README lists every rule id with its severity and reason; written by hand, it
 drifted from the table the CLI and the tests read. Run from the repository root.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from instinct_fleet.rules import RULES
+from instinct_fleet.model.rules import RULES
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 ROW = re.compile(r"^\| `[a-z0-9-]+` \| (?:error|warning) \| .* \|$")

@@ -13,15 +13,15 @@ import sys
 import textwrap
 from pathlib import Path
 
-from instinct_fleet.defaults import VARIABLES
-from instinct_fleet.rules import RULES
+from instinct_fleet.model.defaults import VARIABLES
+from instinct_fleet.model.rules import RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = '''"""Fleet-wide defaults: every instinct-fleet variable, at its default.
 
 pyinfra reads this file for every host; group files (group_data/<group>.py) and
 host data in the inventory override it. The README table lists the same
-variables; instinct_fleet/defaults.py is where their defaults are defined.
+variables; instinct_fleet/model/defaults.py is where their defaults are defined.
 """
 '''
 

@@ -5,7 +5,7 @@ The ray-head / ray-worker units themselves roll with the vLLM units (tasks/servi
 
 from pyinfra.context import host
 
-from instinct_fleet import apply
-from instinct_fleet.run import plan_for
+from instinct_fleet.converge import apply
+from instinct_fleet.fleet.run import plan_for
 
 apply.converge(plan_for(host), "cluster")

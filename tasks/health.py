@@ -6,7 +6,7 @@ final word for the others: every instance that did not answer at preflight.
 
 from pyinfra.context import host
 
-from instinct_fleet import serving
-from instinct_fleet.run import plan_for
+from instinct_fleet.fleet import serving
+from instinct_fleet.fleet.run import plan_for
 
 serving.healthy(plan_for(host))

@@ -3,8 +3,8 @@
 from pyinfra import logger
 from pyinfra.context import host
 
-from instinct_fleet import operations
-from instinct_fleet.run import plan_for
+from instinct_fleet.converge import operations
+from instinct_fleet.fleet.run import plan_for
 
 plan = plan_for(host)
 logger.info(f"{host.name}: {plan.summary()}")

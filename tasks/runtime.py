@@ -2,14 +2,15 @@
 
 The image is pulled here, on every host at once, before any batch of the roll
 stops anything. New docker settings on a host that is serving wait for its
-batch instead (restarting dockerd stops its containers): see instinct_fleet/serving.py.
-Like every stage, it acts only where the host differs from instinct_fleet/managed.py.
+batch instead (restarting dockerd stops its containers): see instinct_fleet/fleet/serving.py.
+Like every stage, it acts only where the host differs from instinct_fleet/converge/managed.py.
 """
 
 from pyinfra.context import host
 
-from instinct_fleet import apply, operations, roll
-from instinct_fleet.run import fleet_plan
+from instinct_fleet.converge import apply, operations
+from instinct_fleet.fleet import roll
+from instinct_fleet.fleet.run import fleet_plan
 
 fleet = fleet_plan(host.state)
 plan = fleet.plans[host.name]

@@ -2,14 +2,15 @@
 
 Every host walks the same batches; each batch starts with a barrier that every
 host shares, so pyinfra finishes one batch (health gate included) before the
-next begins. A host acts only in its own batch (instinct_fleet/roll.py says
-which); instinct_fleet/serving.py holds what it does there.
+next begins. A host acts only in its own batch (instinct_fleet/fleet/roll.py says
+which); instinct_fleet/fleet/serving.py holds what it does there.
 """
 
 from pyinfra.context import host
 
-from instinct_fleet import apply, operations, serving
-from instinct_fleet.run import fleet_plan
+from instinct_fleet.converge import apply, operations
+from instinct_fleet.fleet import serving
+from instinct_fleet.fleet.run import fleet_plan
 
 fleet = fleet_plan(host.state)
 plan = fleet.plans[host.name]
@@ -27,7 +28,7 @@ for batch in host.loop(range(len(fleet.roll.batches))):
     if batch == mine:
         serving.converge(plan, fleet, batch, failed)
 # After the last batch (on every host at once): the roll is over; a host whose batch an interrupt
-# (SIGINT, SIGTERM) kept from opening fails, so that the run exits non-zero (instinct_fleet/run.py).
+# (SIGINT, SIGTERM) kept from opening fails, so that the run exits non-zero (instinct_fleet/fleet/run.py).
 operations.fail(
     name="Roll: interrupted before this host's batch",
     message="the run was interrupted before this host's roll batch: it keeps its old configuration; deploy again to roll it",

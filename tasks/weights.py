@@ -2,13 +2,13 @@
 
 A model missing from weights_source is downloaded there once per fleet, by one
 host, with the instance's own image; a barrier holds the other hosts until it is
-there, then every host copies it (instinct_fleet/run.py:weight_seeds).
+there, then every host copies it (instinct_fleet/fleet/run.py:weight_seeds).
 """
 
 from pyinfra.context import host
 
-from instinct_fleet import operations
-from instinct_fleet.run import fleet_plan
+from instinct_fleet.converge import operations
+from instinct_fleet.fleet.run import fleet_plan
 
 fleet = fleet_plan(host.state)
 plan = fleet.plans[host.name]

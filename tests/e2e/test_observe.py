@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from fleetctl import CLI, FIGURES, INVENTORY, ROOT, Run, deploy, ssh
 
-from instinct_fleet import paths
+from instinct_fleet.model import paths
 
 INSTANCES = {("sim-gpu-1", "main"), ("sim-gpu-1", "batch"), ("sim-gpu-2", "llama-a"), ("sim-gpu-2", "llama-b"), ("sim-c1", "llama-405b")}
 EXPORTERS = {"sim-gpu-1", "sim-c1", "sim-c2"}

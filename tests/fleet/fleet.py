@@ -349,7 +349,7 @@ def content_tag(repo: str, inputs: tuple[Path, ...], extra: str) -> str:
 def build_standin(ray: bool = True) -> str:
     """The stand-in vLLM image with the real flag table of the vLLM it stands in for; ``ray`` False leaves
     Ray out (the slim image of a light fleet's single-node hosts). Returns its local reference."""
-    knowledge = ROOT / "instinct_fleet" / "knowledge"
+    knowledge = ROOT / "instinct_fleet" / "model" / "knowledge"
     inputs = (HERE / "standin" / "vllm", knowledge / f"vllm-{STANDIN_VERSION}.json", knowledge / "checkpoints.toml")
     local = content_tag("standin-vllm", inputs, f"{BASE_IMAGE} ray={RAY_VERSION if ray else 'none'}")
     if image_exists(local):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from instinct_fleet.inventory import HostData, plan_hosts
-from instinct_fleet.rules import Finding
-from instinct_fleet.spec import HostSpec
+from instinct_fleet.model.inventory import HostData, plan_hosts
+from instinct_fleet.model.rules import Finding
+from instinct_fleet.model.spec import HostSpec
 
 
 def check(data: dict[str, Any], host: str = "h1") -> tuple[HostSpec, list[Finding]]:

@@ -115,8 +115,8 @@ def standin(version: str = STANDIN_VERSION) -> ModuleType:
     context = Path(tempfile.mkdtemp(prefix="instinct-fleet-standin-"))
     atexit.register(shutil.rmtree, context, True)
     shutil.copy(ROOT / "tests" / "fleet" / "standin" / "vllm" / "vllm_standin.py", context / "vllm_standin.py")
-    shutil.copy(ROOT / "instinct_fleet" / "knowledge" / f"vllm-{version}.json", context / "vllm-knowledge.json")
-    shutil.copy(ROOT / "instinct_fleet" / "knowledge" / "checkpoints.toml", context / "checkpoints.toml")
+    shutil.copy(ROOT / "instinct_fleet" / "model" / "knowledge" / f"vllm-{version}.json", context / "vllm-knowledge.json")
+    shutil.copy(ROOT / "instinct_fleet" / "model" / "knowledge" / "checkpoints.toml", context / "checkpoints.toml")
     spec = importlib.util.spec_from_file_location("vllm_standin", context / "vllm_standin.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

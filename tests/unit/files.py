@@ -1,8 +1,8 @@
-"""The managed files of a plan, grouped as the tests read them, from its desired state (instinct_fleet/managed.py)."""
+"""The managed files of a plan, grouped as the tests read them, from its desired state (instinct_fleet/converge/managed.py)."""
 
 from __future__ import annotations
 
-from instinct_fleet.hostplan import HostPlan
+from instinct_fleet.converge.hostplan import HostPlan
 
 
 def unit_files(plan: HostPlan) -> dict[str, dict[str, str]]:

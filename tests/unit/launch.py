@@ -12,8 +12,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from instinct_fleet import knowledge
-from instinct_fleet.recipes import ArgValue
+from instinct_fleet.model import knowledge
+from instinct_fleet.model.recipes import ArgValue
 
 ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 

@@ -30,13 +30,14 @@ from gevent.event import AsyncResult
 from pyinfra.context import ctx_host
 from pyinfra.operations import apt, files, server, systemd
 
-from instinct_fleet import managed, operations, paths, preflight, state
-from instinct_fleet.hostplan import HostPlan
-from instinct_fleet.inventory import HostData
-from instinct_fleet.probe import Probe
-from instinct_fleet.roll import plan_roll
-from instinct_fleet.run import FleetPlan, plan_inventory
-from instinct_fleet.state import Endpoint
+from instinct_fleet.converge import managed, operations, preflight, state
+from instinct_fleet.converge.hostplan import HostPlan
+from instinct_fleet.converge.probe import Probe
+from instinct_fleet.converge.state import Endpoint
+from instinct_fleet.fleet.roll import plan_roll
+from instinct_fleet.fleet.run import FleetPlan, plan_inventory
+from instinct_fleet.model import paths
+from instinct_fleet.model.inventory import HostData
 from tests.unit.test_preflight import mi300x_host
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +61,7 @@ class SimHost:
     cmdline: str = "BOOT_IMAGE=/vmlinuz-6.8.0-107-generic root=/dev/sda1 ro quiet iommu=pt"
     weights: dict[str, tuple[str, str]] = field(default_factory=dict)
     commands: set[str] = field(default_factory=lambda: {"curl"})
-    # Generations (instinct_fleet/generations.py): number -> the serving files it keeps; and the healthy one.
+    # Generations (instinct_fleet/converge/generations.py): number -> the serving files it keeps; and the healthy one.
     generations: dict[int, dict[str, bytes]] = field(default_factory=dict)
     healthy_generation: int | None = None
 

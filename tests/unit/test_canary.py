@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from instinct_fleet import canary
-from instinct_fleet.inventory import resolve_host
-from instinct_fleet.roll import Roll, ServingUnit, batches
-from instinct_fleet.validate import validate_canary
+from instinct_fleet.fleet import canary
+from instinct_fleet.fleet.roll import Roll, ServingUnit, batches
+from instinct_fleet.model.inventory import resolve_host
+from instinct_fleet.model.validate import validate_canary
 
 # vLLM's result fields, as the stand-in's bench (and vLLM's) writes them: one run of a 16-prompt profile.
 BEFORE = {"output_throughput": 1500.0, "median_tpot_ms": 2.6, "median_ttft_ms": 45.0, "completed": 16}

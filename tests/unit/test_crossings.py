@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet import content, paths, render, workload
-from instinct_fleet.crosscheck import listeners
+from instinct_fleet.converge import content
+from instinct_fleet.model import paths, render, workload
+from instinct_fleet.model.crosscheck import listeners
 from tests.unit.files import unit_files
 
 from .conftest import CLUSTER, check, check_cluster
@@ -114,7 +115,7 @@ def test_the_port_map_holds_every_listener_of_a_cluster_node() -> None:
 )
 def test_cluster_members_agree_on_everything_a_member_runs(worker: dict[str, Any], key: str, tmp_path: Path) -> None:
     """A worker that differs from its head in anything it runs is named, with what the head has; its own cache path may differ."""
-    from instinct_fleet.inventory import HostData, plan_hosts
+    from instinct_fleet.model.inventory import HostData, plan_hosts
 
     hosts = [
         HostData("h1", ("all",), {**CLUSTER, **L405, "ray_role": "head"}),
@@ -168,7 +169,7 @@ def consumers_units(unit: str) -> str:
 
 
 def test_bench_sends_the_key_as_vllm_bench_serve_reads_it() -> None:
-    from instinct_fleet import bench
+    from instinct_fleet.fleet import bench
 
     spec, _ = check({**G, "vllm_api_key_path": "/etc/instinct-fleet/api-key"})
     (job,) = workload.jobs(spec, spec.services[0], "latency", None, None)
@@ -178,7 +179,7 @@ def test_bench_sends_the_key_as_vllm_bench_serve_reads_it() -> None:
 
 
 def test_a_worker_may_keep_its_cache_elsewhere() -> None:
-    from instinct_fleet.inventory import HostData, plan_hosts
+    from instinct_fleet.model.inventory import HostData, plan_hosts
 
     worker = {**CLUSTER, **L405, "ray_role": "worker", "hf_cache_dir": "/nvme/hf-cache"}
     planned = plan_hosts([HostData("h1", ("all",), {**CLUSTER, **L405, "ray_role": "head"}), HostData("h2", ("all",), worker)])

@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
-from instinct_fleet.defaults import DEFAULTS, VARIABLES
-from instinct_fleet.rules import RULES
+from instinct_fleet.model.defaults import DEFAULTS, VARIABLES
+from instinct_fleet.model.rules import RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
-from instinct_fleet import generations, paths
-from instinct_fleet.generations import GenerationPlan, Generations
+from instinct_fleet.converge import generations
+from instinct_fleet.converge.generations import GenerationPlan, Generations
+from instinct_fleet.model import paths
 
 UNIT = paths.unit_path("vllm-main")
 ENV = paths.unit_env_path("vllm-main")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet import health
+from instinct_fleet.converge import health
 
 MODELS = '{"object": "list", "data": [{"id": "openai/gpt-oss-120b", "object": "model"}]}'
 

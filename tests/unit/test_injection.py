@@ -17,9 +17,10 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet import content, knowledge, preflight
-from instinct_fleet.hostplan import HostPlan
-from instinct_fleet.rules import RULES
+from instinct_fleet.converge import content, preflight
+from instinct_fleet.converge.hostplan import HostPlan
+from instinct_fleet.model import knowledge
+from instinct_fleet.model.rules import RULES
 from tests.unit.files import docker_files, unit_files
 
 from .test_preflight import interfaces, mi300x_host, plan

@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from instinct_fleet import knowledge, startup
+from instinct_fleet.model import knowledge, startup
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,13 +11,15 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet import bench, content, health, monitoring, paths, preflight, status, workload
-from instinct_fleet.inventory import HostData
-from instinct_fleet.managed import probe
-from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
-from instinct_fleet.probe import script as probe_script
-from instinct_fleet.remote import Result
-from instinct_fleet.run import plan_inventory, weight_seeds
+from instinct_fleet.converge import content, health, preflight
+from instinct_fleet.converge.managed import probe
+from instinct_fleet.converge.probe import script as probe_script
+from instinct_fleet.fleet import bench, monitoring, status
+from instinct_fleet.fleet.remote import Result
+from instinct_fleet.fleet.run import plan_inventory, weight_seeds
+from instinct_fleet.model import paths, workload
+from instinct_fleet.model.inventory import HostData
+from instinct_fleet.model.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
 from . import test_preflight as pf
 from .conftest import check, check_cluster, rules_of

@@ -9,11 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet import content, hostchecks, managed, paths, preflight, probe, roll, state
-from instinct_fleet.hostplan import HostPlan
-from instinct_fleet.inventory import HostData
-from instinct_fleet.run import plan_inventory
-from instinct_fleet.spec import resolve_host
+from instinct_fleet.converge import content, hostchecks, managed, preflight, probe, state
+from instinct_fleet.converge.hostplan import HostPlan
+from instinct_fleet.fleet import roll
+from instinct_fleet.fleet.run import plan_inventory
+from instinct_fleet.model import paths
+from instinct_fleet.model.inventory import HostData
+from instinct_fleet.model.spec import resolve_host
 from tests.unit.files import unit_files
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

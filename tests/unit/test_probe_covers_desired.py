@@ -14,8 +14,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
-from instinct_fleet import managed, paths, probe
-from instinct_fleet.paths import RESTART_FILES
+from instinct_fleet.converge import managed, probe
+from instinct_fleet.model import paths
+from instinct_fleet.model.paths import RESTART_FILES
 
 from .test_consumers import host_data, plans
 

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from instinct_fleet.cli import main
-from instinct_fleet.defaults import DEFAULTS
-from instinct_fleet.recipes import all_recipes
-from instinct_fleet.rules import RULES
+from instinct_fleet.model.defaults import DEFAULTS
+from instinct_fleet.model.recipes import all_recipes
+from instinct_fleet.model.rules import RULES
 
 from .conftest import check
 

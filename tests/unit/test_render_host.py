@@ -10,8 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from instinct_fleet import render
-from instinct_fleet.spec import resolve_host
+from instinct_fleet.model import render
+from instinct_fleet.model.spec import resolve_host
 
 
 def host(**data: object):  # type: ignore[no-untyped-def]
@@ -94,8 +94,8 @@ def test_settings_types_are_checked() -> None:
 
 
 def test_ray_start_pins_every_port() -> None:
-    from instinct_fleet.defaults import RAY_PORTS
-    from instinct_fleet.spec import ClusterSpec
+    from instinct_fleet.model.defaults import RAY_PORTS
+    from instinct_fleet.model.spec import ClusterSpec
 
     head = ClusterSpec("c", "head", dict(RAY_PORTS), 600, "eth0", None, None, None, 112, False)
     argv = render.ray_start(head, "10.0.0.1", "10.0.0.1", 8)

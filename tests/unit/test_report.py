@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet import report
 from instinct_fleet.cli import main
+from instinct_fleet.fleet import report
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json"
 GPT_OSS_TP1 = {"model": "openai/gpt-oss-120b", "gpus": [0]}  # what bench's config.json says of 001's configuration

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from instinct_fleet import preflight
-from instinct_fleet import roll as rolling
-from instinct_fleet.hostplan import HostPlan
-from instinct_fleet.inventory import HostData, plan_hosts
-from instinct_fleet.roll import Roll, ServingUnit, batch_size, batches, format_summary, plan_roll
-from instinct_fleet.run import image_seeds, interrupt_handler, plan_inventory
+from instinct_fleet.converge import preflight
+from instinct_fleet.converge.hostplan import HostPlan
+from instinct_fleet.fleet import roll as rolling
+from instinct_fleet.fleet.roll import Roll, ServingUnit, batch_size, batches, format_summary, plan_roll
+from instinct_fleet.fleet.run import image_seeds, interrupt_handler, plan_inventory
+from instinct_fleet.model.inventory import HostData, plan_hosts
 from tests.unit.files import docker_files, unit_files
 
 from .test_preflight import mi300x_host
@@ -184,7 +184,7 @@ def test_plan_roll_makes_a_cluster_one_serving_unit_with_the_head_first() -> Non
 
 
 def test_control_hooks_run_with_the_roll_env_and_fail_their_host_with_its_words(tmp_path: Path) -> None:
-    from instinct_fleet import operations
+    from instinct_fleet.converge import operations
 
     # pyinfra hands state and host to a FunctionCommand only when both parameters are named so.
     assert inspect.getfullargspec(operations._control_hook).args[:2] == ["state", "host"]

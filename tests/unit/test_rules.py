@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet.inventory import HostData, plan_hosts
-from instinct_fleet.rules import RULES
+from instinct_fleet.model.inventory import HostData, plan_hosts
+from instinct_fleet.model.rules import RULES
 
 from .conftest import CLUSTER, check, check_cluster, rules_of
 
@@ -66,7 +66,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"vllm_env": {"VLLM_ROCM_QUICK_REDUCE_QUANTIZATION": "INT4"}},
         {"vllm_recipe": "llama-3.1-70b", "vllm_env": {"VLLM_ROCM_QUICK_REDUCE_QUANTIZATION": "INT4"}},
     ),
-    # vLLM's start-up checks (instinct_fleet/startup.py), on the default 0.22.0 tables.
+    # vLLM's start-up checks (instinct_fleet/model/startup.py), on the default 0.22.0 tables.
     "quantization-unknown": ({"vllm_args": {"quantization": "ptpc_fp8"}, **L8B}, {"vllm_args": {"quantization": "fp8"}, **L8B}),
     "quantization-rocm": ({"vllm_args": {"quantization": "experts_int8"}, **L8B}, {"vllm_args": {"quantization": "fp8"}, **L8B}),
     "quantization-deprecated": (
@@ -169,7 +169,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"vllm_instances": [{"name": "a", "gpus": [0]}, {"name": "b", "gpus": [1]}]},
     ),
     "allow-from": ({"vllm_allow_from": ["10.0.0.0/33"]}, {"vllm_allow_from": ["10.0.0.0/8", "192.168.1.5", "fd00::/8"]}),
-    # Where features meet (instinct_fleet/crosscheck.py).
+    # Where features meet (instinct_fleet/model/crosscheck.py).
     "port-conflict": (
         {"metrics_exporter": True, "vllm_instances": [{"name": "main", "port": 5000}]},
         {"metrics_exporter": True, "vllm_instances": [{"name": "main", "port": 8000}]},
@@ -201,7 +201,7 @@ CLUSTER_CASES: dict[str, tuple[tuple[dict[str, Any], int, dict[str, Any]], tuple
 
 
 def test_inventory_conflict_trips_and_passes() -> None:
-    # What instinct_fleet.inventory.hosts_of finds in pyinfra's groups as written.
+    # What instinct_fleet.model.inventory.hosts_of finds in pyinfra's groups as written.
     two = {"ray_cluster": (("c1", "a"), ("c2", "b"))}
     ((_, findings),) = plan_hosts([HostData("h1", ("c1", "c2"), {"ray_cluster": "b", "ray_role": "head", **CLUSTER}, two)])
     (hit,) = [f for f in findings if f.rule == "inventory-conflict"]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from instinct_fleet import knowledge
-from instinct_fleet.defaults import DEFAULTS
-from instinct_fleet.recipes import all_recipes
-from instinct_fleet.render import render_args, service_json
-from instinct_fleet.spec import canonical_arg
+from instinct_fleet.model import knowledge
+from instinct_fleet.model.defaults import DEFAULTS
+from instinct_fleet.model.recipes import all_recipes
+from instinct_fleet.model.render import render_args, service_json
+from instinct_fleet.model.spec import canonical_arg
 from tests.unit.launch import LaunchCommand, parse_launch_command
 
 from .conftest import check, check_cluster

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet import knowledge
-from instinct_fleet.recipes import all_recipes
-from instinct_fleet.render import render_args
-from instinct_fleet.spec import ServiceSpec, canonical_arg, parallel_size
+from instinct_fleet.model import knowledge
+from instinct_fleet.model.recipes import all_recipes
+from instinct_fleet.model.render import render_args
+from instinct_fleet.model.spec import ServiceSpec, canonical_arg, parallel_size
 from tests.unit.launch import LaunchCommand, parse_launch_command
 
 from .conftest import check, check_cluster

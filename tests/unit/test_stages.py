@@ -13,8 +13,9 @@ from typing import Any, cast, get_args
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
-from instinct_fleet import managed, paths
-from instinct_fleet.state import Action, Roll, Run, Stage
+from instinct_fleet.converge import managed
+from instinct_fleet.converge.state import Action, Roll, Run, Stage
+from instinct_fleet.model import paths
 from tests.unit.stages import STAGES, SimHost, deploy, drifted, emitted, plan
 from tests.unit.test_consumers import CLUSTER, EXAMPLES, host_data
 

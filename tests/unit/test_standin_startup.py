@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet import startup
-from instinct_fleet.recipes import all_recipes
-from instinct_fleet.render import render_args
+from instinct_fleet.model import startup
+from instinct_fleet.model.recipes import all_recipes
+from instinct_fleet.model.render import render_args
 
 from . import consumers
 from .conftest import check, check_cluster

@@ -16,25 +16,39 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet import paths
+from instinct_fleet.model import paths
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "instinct_fleet"
-MODULES = {p.stem: p for p in PACKAGE.glob("*.py")}
+
+
+def dotted(path: Path) -> str:
+    """A module's name below the package: ``model.spec``, ``cli``."""
+    return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+
+
+MODULES = {dotted(p): p for p in sorted(PACKAGE.rglob("*.py")) if p.name != "__init__.py"}
+# The folders, lowest first: a module imports only from its own folder and the folders below it.
+LAYERS = ("model", "converge", "fleet", "")  # "": the command line, at the package's root
 HOST_PATH = re.compile(r"^/(etc|run|var|dev|usr|root|opt|srv)(/[\w.@*+-]*)+$")
 
 
 def imports(path: Path) -> set[str]:
+    """The package's modules this one imports (dotted below the package), however it spells the import."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "instinct_fleet":
-                found |= {a.name for a in node.names if a.name in MODULES}
-            elif node.module.startswith("instinct_fleet."):
-                found.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom) and node.module and (node.module + ".").startswith("instinct_fleet."):
+            base = node.module.removeprefix("instinct_fleet").lstrip(".")
+            for alias in node.names:
+                name = f"{base}.{alias.name}".lstrip(".")
+                found.add(name if name in MODULES else base)
         elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("instinct_fleet.")}
-    return found - {path.stem}
+            found |= {a.name.removeprefix("instinct_fleet.") for a in node.names if a.name.startswith("instinct_fleet.")}
+    return found - {dotted(path), ""}
+
+
+def layer(module: str) -> int:
+    return LAYERS.index(module.split(".")[0] if "." in module else "")
 
 
 def cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -62,7 +76,20 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_import_graph_has_no_circle() -> None:
     graph = {name: imports(path) for name, path in MODULES.items()}
+    assert [m for deps in graph.values() for m in deps if m not in MODULES] == [], "an import names no module of the package"
     assert cycle(graph) is None, f"import circle: {' -> '.join(cycle(graph) or [])}"
+
+
+def test_every_module_sits_in_a_layer_and_no_arrow_runs_back_up() -> None:
+    """model (what a host should be) < converge (how it gets there) < fleet (a live fleet) < the command line."""
+    assert sorted(m for m in MODULES if "." not in m) == ["__main__", "cli"]
+    upward = [(m, dep) for m, path in MODULES.items() for dep in imports(path) if layer(dep) > layer(m)]
+    assert upward == []
+
+
+def test_the_import_reader_sees_every_spelling() -> None:
+    module = PACKAGE / "converge" / "apply.py"
+    assert {"converge.state", "converge.operations", "model.paths"} <= imports(module)
 
 
 def test_the_cycle_finder_finds_a_circle() -> None:
@@ -94,7 +121,7 @@ def literals(path: Path) -> list[tuple[int, str]]:
     "path",
     [
         p
-        for p in sorted([*PACKAGE.glob("*.py"), *(ROOT / "tasks").glob("*.py"), ROOT / "deploy.py"])
+        for p in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tasks").glob("*.py"), ROOT / "deploy.py"])
         if p.name not in ("paths.py", "defaults.py")
     ],
     ids=lambda p: str(p.relative_to(ROOT)),
@@ -136,7 +163,7 @@ def test_the_template_check_sees_a_literal_path_and_table() -> None:
 
 def test_a_host_plan_is_made_whole_and_never_changed() -> None:
     """HostPlan and what it carries are frozen: every field is given when the plan is made (run.plan_inventory)."""
-    from instinct_fleet import hostfacts, hostplan, state
+    from instinct_fleet.converge import hostfacts, hostplan, state
 
     for cls in (hostplan.HostPlan, hostfacts.HostFacts, hostfacts.ClusterView, state.Desired):
         params = getattr(cls, "__dataclass_params__", None)

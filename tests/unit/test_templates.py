@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet import managed, paths, render
-from instinct_fleet.hostplan import HostPlan
-from instinct_fleet.inventory import HostData
-from instinct_fleet.paths import DOCKER_DROP_IN
-from instinct_fleet.run import plan_inventory
+from instinct_fleet.converge import managed
+from instinct_fleet.converge.hostplan import HostPlan
+from instinct_fleet.fleet.run import plan_inventory
+from instinct_fleet.model import paths, render
+from instinct_fleet.model.inventory import HostData
+from instinct_fleet.model.paths import DOCKER_DROP_IN
 from tests.unit.files import docker_files, exporter_files, unit_files
 
 from . import test_preflight as pf

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet import bench, preflight, sweeps, trials, tune, tunereport
-from instinct_fleet.inventory import HostData, plan_hosts
-from instinct_fleet.remote import Result
-from instinct_fleet.rules import RULES
-from instinct_fleet.sweeps import BASELINE, Slo, Sweep, TuneError
-from instinct_fleet.trials import Trial
+from instinct_fleet.converge import preflight
+from instinct_fleet.fleet import bench, sweeps, trials, tune, tunereport
+from instinct_fleet.fleet.remote import Result
+from instinct_fleet.fleet.sweeps import BASELINE, Slo, Sweep, TuneError
+from instinct_fleet.fleet.trials import Trial
+from instinct_fleet.model.inventory import HostData, plan_hosts
+from instinct_fleet.model.rules import RULES
 from tests.unit.test_preflight import mi300x_host
 
 ROOT = Path(__file__).resolve().parents[2]

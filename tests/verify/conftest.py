@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import testinfra
 
-from instinct_fleet import managed, preflight, probe
-from instinct_fleet.hostplan import HostPlan
-from instinct_fleet.inventory import HostData, load_inventory, select
-from instinct_fleet.run import plan_inventory
-from instinct_fleet.spec import HostSpec
+from instinct_fleet.converge import managed, preflight, probe
+from instinct_fleet.converge.hostplan import HostPlan
+from instinct_fleet.fleet.run import plan_inventory
+from instinct_fleet.model.inventory import HostData, load_inventory, select
+from instinct_fleet.model.spec import HostSpec
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

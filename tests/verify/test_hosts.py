@@ -8,15 +8,16 @@ import shlex
 import pytest
 from conftest import Target
 
-from instinct_fleet import content, health, paths, render
-from instinct_fleet.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
+from instinct_fleet.converge import content, health
+from instinct_fleet.model import paths, render
+from instinct_fleet.model.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 
 
 def test_preflight_passes(target: Target) -> None:
     assert target.plan.ok, f"{target.name} fails preflight: {[e.brief for e in target.plan.errors]}"
 
 
-# What the host must hold comes from instinct_fleet/managed.py, the description the deploy acts on;
+# What the host must hold comes from instinct_fleet/converge/managed.py, the description the deploy acts on;
 # this module reads the host with testinfra, independently of the deploy's preflight fact.
 
 

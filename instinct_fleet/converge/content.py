@@ -1,0 +1,149 @@
+"""What the files a host's deploy writes contain, from its plan (spec plus preflight facts).
+
+Each function renders one kind of managed content; :mod:`instinct_fleet.converge.managed`
+names where it goes, with which mode, and what a change of it restarts. The
+verify module renders through the same functions, so the deploy and the check
+cannot disagree about a flag.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from instinct_fleet.converge.hostfacts import HostFacts
+from instinct_fleet.converge.hostplan import HostPlan
+from instinct_fleet.model import paths, render
+from instinct_fleet.model.spec import ServiceSpec
+
+BASE_PACKAGES = {"curl": "curl"}  # command -> Debian package; curl runs the health checks
+CPUPOWER_PACKAGES = {"debian": ("linux-cpupower",), "ubuntu": ("linux-tools-common", "linux-tools-generic")}
+
+
+def env_text(plan: HostFacts, svc: ServiceSpec) -> str:
+    return render.env_file(plan.env(svc), plan.report.hf_token)
+
+
+def vllm_argv(plan: HostFacts, svc: ServiceSpec) -> list[str]:
+    cluster, v = plan.spec.cluster, plan.spec.vars
+    mounts = [f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}"] if plan.role == "head" else []
+    container = render.vllm_container(
+        svc,
+        plan.devices(svc),
+        v.rolling_drain_timeout,
+        mounts,
+        infiniband=cluster is not None and cluster.infiniband,
+        api_key_path=v.vllm_api_key_path,
+    )
+    return render.docker_run(container, v, plan.group_ids, plan.report.hf_token)
+
+
+def ray_argv(plan: HostFacts) -> list[str]:
+    cluster = plan.spec.cluster
+    assert cluster is not None and plan.cluster is not None
+    svc = plan.spec.services[0]
+    # --num-gpus from amd-smi; preflight has checked it equals gpu_count on every member.
+    entrypoint, command = render.ray_node(render.ray_start(cluster, plan.cluster.node_ip, plan.cluster.head_ip, len(plan.report.gpus)))
+    container = render.Container(
+        name=paths.ray_unit(cluster.role),
+        image=svc.image,
+        entrypoint=entrypoint,
+        command=command,
+        env_path=paths.RAY_ENV,
+        devices=plan.devices(svc),
+        mounts=[f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}"],
+        infiniband=cluster.infiniband,
+    )
+    return render.docker_run(container, plan.spec.vars, plan.group_ids, plan.report.hf_token)
+
+
+def unit_vars(plan: HostFacts, svc: ServiceSpec) -> dict[str, Any]:
+    """Everything templates/vllm.service.j2 reads."""
+    cluster = plan.spec.cluster
+    ready = None
+    if cluster is not None and plan.role == "head":
+        nodes, gpus = svc.nodes, svc.nodes * plan.spec.gpu_count
+        ready = render.exec_line(render.ray_ready_command(nodes, gpus, cluster.ready_timeout))
+    unit = paths.vllm_unit(svc.name)
+    return {
+        "unit": unit,
+        "model": svc.model,
+        "recipe": svc.recipe,
+        "port": svc.port,
+        "gpus": ",".join(map(str, svc.gpus)),
+        "env_path": paths.unit_env_path(unit),
+        "docker": paths.DOCKER,
+        "exec_start": render.exec_line(vllm_argv(plan, svc)),
+        "stop_seconds": render.stop_seconds(svc, plan.spec.vars.rolling_drain_timeout),
+        "ray_unit": paths.ray_unit("head") if ready else None,
+        "ray_ready": ready,
+        "start_timeout": render.start_seconds(cluster, ready is not None),
+    }
+
+
+def ray_unit_vars(plan: HostFacts) -> dict[str, Any]:
+    cluster = plan.spec.cluster
+    assert cluster is not None
+    return {
+        "unit": paths.ray_unit(cluster.role),
+        "role": cluster.role,
+        "cluster": cluster.name,
+        "docker": paths.DOCKER,
+        "env_path": paths.RAY_ENV,
+        "exec_start": render.exec_line(ray_argv(plan)),
+    }
+
+
+def serving_units(plan: HostFacts) -> dict[str, tuple[str, str]]:
+    """Per serving unit this host runs (ray-* first): its unit file's and env file's content."""
+    units = {
+        paths.vllm_unit(svc.name): (render.template("vllm.service.j2", **unit_vars(plan, svc)), env_text(plan, svc)) for svc in plan.serves
+    }
+    if plan.role is not None:
+        ray = render.template("ray.service.j2", **ray_unit_vars(plan))
+        units[paths.ray_unit(plan.role)] = (ray, env_text(plan, plan.spec.services[0]))
+    return {unit: units[unit] for unit in plan.spec.serving_units}  # in start order
+
+
+def docker_drop_in(plan: HostFacts) -> str | None:
+    """dockerd's limits drop-in (None: must be absent)."""
+    memlock = render.memlock_systemd(plan.spec.vars.tune_memlock)
+    return render.template("docker-limits.conf.j2", memlock=memlock) if memlock else None
+
+
+def exporter_unit(plan: HostFacts) -> str:
+    v = plan.spec.vars
+    return render.template(
+        "amd-metrics-exporter.service.j2",
+        unit=paths.EXPORTER_UNIT,
+        docker=paths.DOCKER,
+        port=v.metrics_exporter_port,
+        config_dir=paths.EXPORTER_DIR,
+        exec_start=render.exec_line(render.exporter_argv(v.metrics_exporter_image)),
+    )
+
+
+def firewall(plan: HostFacts) -> str | None:
+    """The nftables ruleset for this host, or None when the firewall is not needed or switched off."""
+    v, cluster = plan.spec.vars, plan.spec.cluster
+    allow, scrapers = v.vllm_allow_from, v.prometheus_allow_from
+    if not v.firewall or (cluster is None and allow is None and scrapers is None):
+        return None
+    members = list(plan.cluster.member_ips) if plan.cluster else []
+    ray = render.ray_ports(cluster) if cluster else []
+    exporter = v.metrics_exporter_port if v.metrics_exporter else None
+    ports = [s.port for s in plan.serves]
+    return render.firewall_ruleset(
+        members, ray, ports, None if allow is None else tuple(allow), None if scrapers is None else tuple(scrapers), exporter
+    )
+
+
+def missing_packages(plan: HostPlan) -> list[str]:
+    """Debian packages the stages need that the host lacks: docker, curl, nft with a firewall, cpupower."""
+    report = plan.report
+    missing = [] if report.docker_version else ["docker.io"]
+    missing += [pkg for cmd, pkg in BASE_PACKAGES.items() if cmd not in report.commands]
+    if plan.desired.firewall and "nft" not in report.commands:
+        missing.append("nftables")
+    if plan.spec.vars.tune_cpu_idle and "cpupower" not in report.commands:
+        missing += CPUPOWER_PACKAGES.get(report.os_id, CPUPOWER_PACKAGES["debian"])
+    return missing

@@ -1,0 +1,486 @@
+"""The one declaration of what a host's deploy manages: every file, directory, unit, kernel setting, user,
+image and firewall table, once, with how a change of it converges.
+
+Each entry says what it is, where, with which mode and owner, which stage
+converges it, what runs after it changed (its actions: restart or reload a
+unit, run a command, reboot, or leave the restart to the roll), and how its
+content is made. The entries a host has follow from its spec alone
+(:func:`declare`); their content may also need the preflight facts, and is
+made only when the plan is evaluated. Everyone reads this table:
+
+- the preflight fact reads the state of exactly the declared things
+  (:func:`probe`, the table's spec-only projection);
+- the host plan's desired state is the table evaluated (:func:`desired`);
+- the one applier (:mod:`instinct_fleet.converge.apply`) writes what drifted, stage by
+  stage, and runs the actions; the roll restarts what a drifted entry leaves to it;
+- the verify module and ``plan --explain`` compare a host with the same entries.
+
+Adding a managed file is one entry here and its template, nowhere else: the
+stage named in the entry converges it (README, Adding a managed thing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from instinct_fleet.converge import content
+from instinct_fleet.converge.hostfacts import HostFacts
+from instinct_fleet.converge.probe import Probe
+from instinct_fleet.converge.state import (
+    Action,
+    Desired,
+    Directory,
+    Endpoint,
+    File,
+    Image,
+    Reboot,
+    Reload,
+    Restart,
+    Roll,
+    Run,
+    Stage,
+    Sysctl,
+    Table,
+    Unit,
+    User,
+    Weights,
+)
+from instinct_fleet.model import paths, render
+from instinct_fleet.model.spec import HostSpec
+
+
+class _Skip:
+    """Content of an entry this host does not manage in its current state (neither written nor removed)."""
+
+
+SKIP = _Skip()
+Made = bytes | None | _Skip  # bytes: the file's content; None: must be absent; SKIP: not managed here
+
+
+class Rendered:
+    """A host's rendered content, each piece made once per evaluation of the table."""
+
+    def __init__(self, facts: HostFacts, declared: tuple[Entry, ...]) -> None:
+        self.facts = facts
+        self.declared = declared
+
+    @cached_property
+    def units(self) -> dict[str, tuple[str, str]]:
+        """Per serving unit, its unit and env file: rendered, or a generation's (``instinct-fleet rollback``)."""
+        kept = self.facts.restoring
+        if kept is None:
+            return content.serving_units(self.facts)
+        units = self.facts.spec.serving_units
+        return {u: (kept[paths.unit_path(u)].decode(), kept[paths.unit_env_path(u)].decode()) for u in units}
+
+    @cached_property
+    def firewall(self) -> str | None:
+        return content.firewall(self.facts)
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One managed file (``directory`` False) or directory; ``make`` gives its content from the rendered plan."""
+
+    path: str
+    stage: Stage
+    label: str
+    make: Callable[[Rendered], Made]
+    mode: str | None = "644"
+    owner: str = "root"
+    group: str = "root"
+    then: tuple[Action, ...] = ()
+    directory: bool = False
+
+
+@dataclass(frozen=True)
+class UnitEntry:
+    """One managed unit; ``want`` gives its wanted state from the rendered plan (None: not managed here)."""
+
+    name: str
+    stage: Stage
+    want: Callable[[Rendered], Unit | None]
+
+
+@dataclass(frozen=True)
+class SysctlEntry:
+    """A kernel setting's live value; ``want`` gives it (None: not managed here)."""
+
+    key: str
+    stage: Stage
+    label: str
+    want: Callable[[Rendered], str | None]
+
+
+@dataclass(frozen=True)
+class UserEntry:
+    """The service user and its groups."""
+
+    user: User
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """An nftables table that must be loaded while ``want`` says so; ``then`` loads it."""
+
+    name: str
+    stage: Stage
+    label: str
+    want: Callable[[Rendered], bool]
+    then: tuple[Action, ...] = ()
+
+
+@dataclass(frozen=True)
+class ImageEntry:
+    """A pinned image the host must hold; ``then`` runs after a pull."""
+
+    ref: str
+    stage: Stage
+    label: str
+    then: tuple[Action, ...] = ()
+
+
+Entry = FileEntry | UnitEntry | SysctlEntry | UserEntry | TableEntry | ImageEntry
+
+
+def _text(value: str | None) -> bytes | None:
+    return None if value is None else value.encode()
+
+
+def _local(path: str) -> bytes:
+    return Path(path).read_bytes()  # validation (local-file) has checked it exists
+
+
+def _read(source: str) -> Callable[[Rendered], Made]:
+    return lambda _r: _local(source)
+
+
+def _serving_file(unit: str, which: int) -> Callable[[Rendered], Made]:
+    """A serving unit's unit file (0) or env file (1)."""
+    return lambda r: r.units[unit][which].encode()
+
+
+def _running(unit: str) -> Callable[[Rendered], Unit | None]:
+    return lambda _r: Unit(unit, "roll")
+
+
+def _when(condition: bool, make: Callable[[Rendered], Made]) -> Callable[[Rendered], Made]:
+    return make if condition else (lambda _r: SKIP)
+
+
+def _removed_when_off(on: bool, path: str, make: Callable[[Rendered], Made]) -> Callable[[Rendered], Made]:
+    """Written while ``on``; switched off, removed if an earlier deploy left it, else not managed."""
+    return make if on else (lambda r: None if path in r.facts.report.stats else SKIP)
+
+
+def _host_readme(r: Rendered) -> bytes:
+    """What an operator on the host reads in paths.HOST_README: the units and files of this declaration."""
+    files = [(e.path, e.mode or "-", f"{e.owner}:{e.group}") for e in r.declared if isinstance(e, FileEntry)]
+    units = [e.name for e in r.declared if isinstance(e, UnitEntry)]
+    return render.template("host-readme.j2", units=units, files=files, generations=paths.GENERATIONS_DIR).encode()
+
+
+def declare(spec: HostSpec) -> tuple[Entry, ...]:
+    """Everything this host's deploy may write, remove, run, load or pull, from its spec alone."""
+    v, cluster = spec.vars, spec.cluster
+    exporter_unit = paths.unit_path(paths.EXPORTER_UNIT)
+    grub_then: tuple[Action, ...] = (Run("Regenerate the GRUB configuration", "update-grub"),)
+    if v.tune_reboot:
+        grub_then += (Reboot("Reboot for the new kernel command line"),)
+    entries: list[Entry] = [
+        # Stage 2, tuning.
+        SysctlEntry(
+            paths.NUMA_BALANCING,
+            "tuning",
+            "NUMA balancing off now",
+            lambda r: "0" if v.tune_numa_balancing and r.facts.report.numa_balancing is not None else None,
+        ),
+        FileEntry(
+            paths.GRUB_DROP_IN,
+            "tuning",
+            f"GRUB drop-in: {' '.join(paths.KERNEL_ARGS)}",
+            _when(v.tune_kernel_cmdline, lambda _r: render.grub_drop_in().encode()),
+            then=grub_then,
+        ),
+        FileEntry(
+            paths.SYSCTL_FILE,
+            "tuning",
+            "NUMA balancing off at boot",
+            _when(v.tune_numa_balancing, lambda r: render.sysctl_file().encode() if r.facts.report.numa_balancing is not None else SKIP),
+        ),
+        FileEntry(
+            paths.REBOOT_MARKER,
+            "tuning",
+            "Report: reboot required",
+            _when(v.tune_kernel_cmdline and not v.tune_reboot, lambda r: b"" if r.facts.report.missing_kernel_args else SKIP),
+        ),
+        FileEntry(
+            paths.unit_path(paths.CPU_IDLE_UNIT),
+            "tuning",
+            "CPU idle unit",
+            _when(v.tune_cpu_idle, lambda _r: render.cpu_idle_unit().encode()),
+            then=(Restart(paths.CPU_IDLE_UNIT),),
+        ),
+        UnitEntry(paths.CPU_IDLE_UNIT, "tuning", lambda _r: Unit(paths.CPU_IDLE_UNIT, "tuning", running=None) if v.tune_cpu_idle else None),
+        UserEntry(service_user(spec)),
+        # Stage 3, container runtime: dockerd's settings restart it, so a serving host changes them in its roll batch.
+        FileEntry(
+            paths.DAEMON_JSON,
+            "docker",
+            f"docker settings {paths.DAEMON_JSON}",
+            lambda _r: render.daemon_json(v).encode(),
+            then=(Restart(paths.DOCKER_UNIT),),
+        ),
+        FileEntry(
+            paths.DOCKER_DROP_IN,
+            "docker",
+            f"docker settings {paths.DOCKER_DROP_IN}",
+            lambda r: _text(content.docker_drop_in(r.facts)),
+            then=(Restart(paths.DOCKER_UNIT),),
+        ),
+        UnitEntry(paths.DOCKER_UNIT, "docker", lambda _r: Unit(paths.DOCKER_UNIT, "docker")),
+        *(
+            FileEntry(paths.ca_path(registry), "runtime", f"CA certificate for {registry}", _read(source))
+            for registry, source in sorted(v.docker_registry_ca_certs.items())
+        ),
+        FileEntry(
+            paths.CREDENTIALS,
+            "runtime",
+            "Registry credentials",
+            lambda _r: SKIP if v.docker_credentials_file is None else _local(v.docker_credentials_file),
+            mode="600",
+        ),
+        # The serving image: one seed host per image pulls first (tasks/runtime.py), then the rest.
+        *([ImageEntry(spec.services[0].image, "pull", "vLLM image present")] if spec.services else []),
+        # Stage 5, Ray cluster.
+        FileEntry(
+            paths.RAY_TMP, "cluster", "Shared Ray session directory", _when(cluster is not None, lambda _r: b""), mode=None, directory=True
+        ),
+        FileEntry(
+            paths.RAY_READY_SCRIPT,
+            "cluster",
+            "Ray readiness script",
+            _when(cluster is not None, lambda _r: render.template_bytes("ray-ready.py")),
+        ),
+        # Stage 6, firewall.
+        FileEntry(
+            paths.FIREWALL_FILE,
+            "firewall",
+            f"nftables ruleset {paths.FIREWALL_FILE}",
+            lambda r: SKIP if r.firewall is None else r.firewall.encode(),
+            mode="600",
+            then=(Reload(paths.FIREWALL_UNIT),),
+        ),
+        FileEntry(
+            paths.unit_path(paths.FIREWALL_UNIT),
+            "firewall",
+            "Firewall unit",
+            lambda r: SKIP if r.firewall is None else render.firewall_unit().encode(),
+        ),
+        UnitEntry(
+            paths.FIREWALL_UNIT,
+            "firewall",
+            lambda r: Unit(paths.FIREWALL_UNIT, "firewall") if r.firewall is not None else None,
+        ),
+        # A table flushed by hand, under an active unit, is loaded again.
+        TableEntry(
+            paths.FIREWALL_TABLE,
+            "firewall",
+            f"nftables table {paths.FIREWALL_TABLE} loaded",
+            lambda r: r.firewall is not None,
+            then=(Reload(paths.FIREWALL_UNIT),),
+        ),
+        # Stage 7, device metrics exporter.
+        *(
+            [ImageEntry(v.metrics_exporter_image, "exporter", "Metrics exporter image present", then=(Restart(paths.EXPORTER_UNIT),))]
+            if v.metrics_exporter
+            else []
+        ),
+        FileEntry(
+            exporter_unit,
+            "exporter",
+            f"Metrics exporter {exporter_unit}",
+            _removed_when_off(v.metrics_exporter, exporter_unit, lambda r: content.exporter_unit(r.facts).encode()),
+            then=(Restart(paths.EXPORTER_UNIT),),
+        ),
+        FileEntry(
+            paths.EXPORTER_CONFIG,
+            "exporter",
+            f"Metrics exporter {paths.EXPORTER_CONFIG}",
+            _removed_when_off(
+                v.metrics_exporter,
+                paths.EXPORTER_CONFIG,
+                lambda _r: render.exporter_config(v.metrics_exporter_port, v.metrics_exporter_fields).encode(),
+            ),
+            then=(Restart(paths.EXPORTER_UNIT),),
+        ),
+        UnitEntry(
+            paths.EXPORTER_UNIT,
+            "exporter",
+            lambda r: (
+                Unit(paths.EXPORTER_UNIT, "exporter")
+                if v.metrics_exporter
+                else (
+                    Unit(paths.EXPORTER_UNIT, "exporter", enabled=False, running=False, why="metrics_exporter is off")
+                    if exporter_unit in r.facts.report.stats
+                    else None
+                )
+            ),
+        ),
+        # Stage 8, services and the roll.
+        FileEntry(paths.CONFIG_DIR, "services", "Config directory", lambda _r: b"", mode="755", directory=True),
+        FileEntry(paths.HOST_README, "services", f"Operator's README {paths.HOST_README}", _host_readme),
+        FileEntry(paths.GENERATIONS_DIR, "services", "Generations directory", lambda _r: b"", mode="700", directory=True),
+        FileEntry(
+            v.hf_cache_dir,
+            "services",
+            "Hugging Face cache",
+            lambda _r: b"",
+            mode="750",
+            owner=v.service_user,
+            group=v.service_user,
+            directory=True,
+        ),
+    ]
+    for unit in spec.serving_units:
+        entries.append(FileEntry(paths.unit_path(unit), "roll", f"{unit} unit", _serving_file(unit, 0), then=(Roll(unit),)))
+        entries.append(
+            FileEntry(paths.unit_env_path(unit), "roll", f"{unit} env file", _serving_file(unit, 1), mode="600", then=(Roll(unit),))
+        )
+        entries.append(UnitEntry(unit, "roll", _running(unit)))
+    entries.append(FileEntry(paths.ROLL_MARKER, "roll", "Roll: done on this host", lambda _r: None))  # a finished roll leaves none
+    return tuple(entries)
+
+
+def _then(actions: tuple[Action, ...]) -> str:
+    said = []
+    for a in actions:
+        if isinstance(a, Restart | Reload):
+            said.append(f"{type(a).__name__.lower()}s {a.unit}")
+        elif isinstance(a, Roll):
+            said.append(f"the roll restarts {a.unit}")
+        else:
+            said.append(f"runs: {a.label}")
+    return f", a change {'; '.join(said)}" if said else ""
+
+
+def explain(spec: HostSpec) -> list[str]:
+    """One line per entry, for ``instinct-fleet plan --explain``."""
+    lines = []
+    for e in declare(spec):
+        if isinstance(e, FileEntry):
+            what = "dir " if e.directory else "file"
+            lines.append(f"{what} {e.path}  {e.mode or '-'} {e.owner}:{e.group}  stage {e.stage}{_then(e.then)}")
+        elif isinstance(e, UnitEntry):
+            lines.append(f"unit {paths.service(e.name)}  stage {e.stage}")
+        elif isinstance(e, SysctlEntry):
+            lines.append(f"sysctl {e.key}  stage {e.stage}")
+        elif isinstance(e, UserEntry):
+            lines.append(f"user {e.user.name} in {', '.join(e.user.groups)}  stage {e.user.stage}")
+        elif isinstance(e, TableEntry):
+            lines.append(f"nftables table {e.name}  stage {e.stage}{_then(e.then)}")
+        else:
+            lines.append(f"image {e.ref}  stage {e.stage}{_then(e.then)}")
+    return lines
+
+
+def probe(spec: HostSpec) -> Probe:
+    """What the preflight fact reads besides the hardware: the declared things, before any fact."""
+    entries = declare(spec)
+    (user,) = (e.user for e in entries if isinstance(e, UserEntry))
+    return Probe(
+        paths=tuple(dict.fromkeys(e.path for e in entries if isinstance(e, FileEntry))),
+        units=tuple(paths.service(e.name) for e in entries if isinstance(e, UnitEntry)),
+        user=user.name,
+        images=tuple(e.ref for e in entries if isinstance(e, ImageEntry)),
+        endpoints=tuple((svc.port, render.served_model(svc), render.generates(svc)) for svc in spec.serves),
+        weights=tuple((w.source, w.local) for w in weights_of(spec)),
+        tables=tuple(e.name for e in entries if isinstance(e, TableEntry)),
+        sysctls=tuple(e.key for e in entries if isinstance(e, SysctlEntry)),
+        api_key_path=spec.vars.vllm_api_key_path,
+    )
+
+
+def weights_of(spec: HostSpec) -> tuple[Weights, ...]:
+    """The models this host stages from ``weights_source``: every instance's (a Ray worker loads its share
+    from its own cache too), except models given as a path."""
+    source = spec.vars.weights_source
+    if source is None:
+        return ()
+    wanted = {(svc.model, render.revision(svc)): None for svc in spec.services if not svc.model.startswith("/")}
+    return tuple(
+        Weights(model, rev, render.repo_dir(source, model), render.repo_dir(spec.vars.hf_cache_dir, model)) for model, rev in wanted
+    )
+
+
+def service_user(spec: HostSpec) -> User:
+    """The user the deploy runs vLLM's files as: in the device groups, its home the Hugging Face cache."""
+    v = spec.vars
+    return User(v.service_user, paths.DEVICE_GROUPS, v.hf_cache_dir, paths.SERVICE_USER_SHELL, "tuning")
+
+
+def _stale(facts: HostFacts, wanted: set[str]) -> tuple[list[File], list[Unit]]:
+    """Units an earlier deploy wrote for instances or a role no longer here (the fact globs for them)."""
+    files, units = [], []
+    for stale in facts.stale_units:
+        units.append(Unit(stale, "roll", enabled=False, running=False, why="no longer in the inventory"))
+        for path in (paths.unit_path(stale), paths.unit_env_path(stale)):
+            if path not in wanted:
+                label = f"Remove {stale}" if path.endswith(".service") else f"Remove {stale} env"
+                files.append(File(path, None, "roll", label, actions=(Roll(stale),)))
+    return files, units
+
+
+def desired(facts: HostFacts) -> Desired:
+    """The declaration evaluated for this host: everything it should have, and what it must no longer have."""
+    declared = declare(facts.spec)
+    rendered = Rendered(facts, declared)
+    files: list[File] = []
+    directories: list[Directory] = []
+    units: list[Unit] = []
+    sysctls: list[Sysctl] = []
+    tables: list[Table] = []
+    images: list[Image] = []
+    user = None
+    for e in declared:
+        if isinstance(e, FileEntry):
+            made = e.make(rendered)
+            if isinstance(made, _Skip):
+                continue
+            if e.directory:
+                directories.append(Directory(e.path, e.mode, e.stage, e.label, e.owner, e.group))
+            else:
+                files.append(File(e.path, made, e.stage, e.label, e.mode or "644", e.owner, e.group, e.then))
+        elif isinstance(e, UnitEntry):
+            if (unit := e.want(rendered)) is not None:
+                units.append(unit)
+        elif isinstance(e, SysctlEntry):
+            if (value := e.want(rendered)) is not None:
+                sysctls.append(Sysctl(e.key, value, e.stage, e.label))
+        elif isinstance(e, TableEntry):
+            if e.want(rendered):
+                tables.append(Table(e.name, e.stage, e.label, e.then))
+        elif isinstance(e, ImageEntry):
+            images.append(Image(e.ref, e.stage, e.label, e.then))
+        else:
+            user = e.user
+    stale_files, stale_units = _stale(facts, {f.path for f in files})
+    return Desired(
+        files=(*files, *stale_files),
+        directories=tuple(directories),
+        units=(*units, *stale_units),
+        user=user,
+        sysctls=tuple(sysctls),
+        tables=tuple(tables),
+        images=tuple(images),
+        serving=tuple(rendered.units),
+        endpoints=tuple(Endpoint(paths.vllm_unit(s.name), s.port, render.served_model(s), render.generates(s)) for s in facts.serves),
+        weights=weights_of(facts.spec),
+    )
+
+
+# The desired state of a host that failed preflight: the run manages nothing on it (its stages do not run).
+UNTOUCHED = Desired(files=(), directories=(), units=())

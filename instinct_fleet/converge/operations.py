@@ -1,0 +1,197 @@
+"""pyinfra operations instinct-fleet adds: each yields a command only when one is needed."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shlex
+import subprocess
+from collections.abc import Callable, Generator
+from typing import Any
+
+from pyinfra import logger
+from pyinfra.api.command import FunctionCommand
+from pyinfra.api.operation import operation
+from pyinfra.context import host
+
+from instinct_fleet.converge import generations, health
+from instinct_fleet.converge.facts import DockerImageId, InstanceHealth, UnitProblems
+from instinct_fleet.model import paths
+from instinct_fleet.model.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
+
+
+def failure(message: str) -> str:
+    """A command that fails this host, and only this host, with ``message`` on stderr."""
+    return f"printf '%s\\n' {shlex.quote('instinct-fleet: ' + message)} >&2; exit 1"
+
+
+@operation(is_idempotent=False)
+def fail(message: str | Callable[[], str]) -> Generator[str, None, None]:
+    """Fail this host with a message that says what is wrong and how to fix it (a function: the message
+    is made when the operation runs, from what the run found out by then)."""
+    yield failure(message() if callable(message) else message)
+
+
+@operation(is_idempotent=False)
+def generation_saved(number: int, keep: int, healthy: bool) -> Generator[str, None, None]:
+    """Keep the host's serving files as generation ``number`` (generations.save_script); only the roll runs it,
+    when the files change, so a no-op run never does."""
+    yield generations.save_script(number, keep, healthy)
+
+
+@operation(is_idempotent=False)
+def generation_restored(number: int) -> Generator[str, None, None]:
+    """Put generation ``number``'s serving files back and restart the units whose files changed."""
+    yield generations.restore_script(number)
+
+
+@operation()
+def image_present(image: str) -> Generator[str, None, None]:
+    """Pull ``image`` only when the host does not have it; a pinned tag never moves."""
+    if host.get_fact(DockerImageId, image=image) is None:
+        yield f"docker pull --quiet {shlex.quote(image)}"
+    else:
+        host.noop(f"image {image} is present")
+
+
+@operation()
+def barrier(note: str) -> Generator[str, None, None]:
+    """Changes nothing. pyinfra finishes an operation on every host before the next, so the operations
+    before a barrier (a roll batch, the first image pull) are done everywhere before those after it start."""
+    host.noop(note)
+    yield from ()
+
+
+def _control_hook(state: Any, host: Any, command: str, env: dict[str, str], record: Callable[[str, str], None]) -> bool:
+    """Run a rolling hook on the control machine; a failure fails this host only, with the hook's own words.
+
+    pyinfra passes ``state`` and ``host`` to a FunctionCommand only when the
+    function names both parameters so, and reads its return value as the status.
+    """
+    done = subprocess.run(command, shell=True, env={**os.environ, **env}, capture_output=True, text=True, check=False)
+    if done.returncode == 0:
+        return True
+    detail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+    message = f"rolling hook on the control machine exited {done.returncode}: {command!r}: {' | '.join(detail) or '(no output)'}"
+    logger.error(f"{host.print_prefix}{message}")
+    record(host.name, message)
+    return False
+
+
+@operation(is_idempotent=False)
+def hook(command: str, where: str, env: dict[str, str], record: Callable[[str, str], None]) -> Generator[Any, None, None]:
+    """A rolling_pre_stop / rolling_post_start command, run on the host or on the control machine.
+
+    It only runs inside a batch that restarts this host's serving unit, so a
+    no-op re-tune never runs it.
+    """
+    if where == "control":
+        yield FunctionCommand(_control_hook, (command, env, record), {})
+        return
+    exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in sorted(env.items()))
+    yield f"export {exports}; {command}"
+
+
+@operation()
+def healthy(
+    unit: str,
+    port: int,
+    served_model: str,
+    timeout: int,
+    key_path: str | None = None,
+    record: Callable[[str, str], None] | None = None,
+    generates: bool = True,
+    hold: Callable[[str, str], None] | None = None,
+) -> Generator[str, None, None]:
+    """Wait until an instance is healthy (health.serving: /health, its model listed, one token generated);
+    fail the host if it is not, or, with ``hold`` (a batch that rolls back), hand it the reason and keep the
+    host in the run so that its rollback can run.
+
+    Changes nothing, so it never counts as a change. It only waits while the
+    deploy executes: at plan time the units may not even exist yet.
+    """
+    if not host.state.is_executing:
+        return
+    result = host.get_fact(
+        InstanceHealth, unit=unit, port=port, served=served_model, timeout=timeout, key_path=key_path, generates=generates
+    )
+    problem = health.verdict(unit, port, served_model, result)
+    if problem is None:
+        host.noop(f"{unit} healthy on :{port}, serving {served_model}" + (", one token generated" if generates else ""))
+    elif hold is not None:
+        hold(host.name, problem)
+        logger.error(f"{host.print_prefix}{problem}")
+        host.noop(f"{unit} not healthy: its batch rolls back")
+    else:
+        if record is not None:
+            record(host.name, problem)
+        yield failure(problem)
+
+
+@operation()
+def unit_verified(path: str) -> Generator[str, None, None]:
+    """Fail the host when ``systemd-analyze verify`` rejects the unit, before anything starts it."""
+    if not host.state.is_executing:
+        return
+    problems = host.get_fact(UnitProblems, path=path)
+    if problems:
+        # Moved aside, so that the next run sees the unit as changed and checks it again.
+        yield f"mv -f {shlex.quote(path)} {shlex.quote(path + '.rejected')}"
+        yield failure(f"{path} fails systemd-analyze verify (kept as {path}.rejected): " + " | ".join(problems[:10]))
+    else:
+        host.noop(f"{path} passes systemd-analyze verify")
+
+
+# Runs in the instance's own image, which has huggingface_hub (vLLM downloads with it): prints "<revision> <commit>".
+_DOWNLOAD = (
+    "import os, sys\n"
+    "from huggingface_hub import snapshot_download\n"
+    "model, revision, token_path = sys.argv[1:4]\n"
+    "token = open(token_path).read().strip() if os.path.isfile(token_path) else None\n"
+    "path = snapshot_download(model, revision=revision, token=token)\n"
+    "print(revision, os.path.basename(path))\n"
+)
+
+
+@operation(is_idempotent=False)
+def weights_downloaded(
+    model: str, revision: str, source_root: str, repo: str, image: str, token_path: str | None
+) -> Generator[str, None, None]:
+    """Download ``model`` into ``weights_source`` with the instance's image, then mark it complete.
+
+    Only the seed host of a model runs it (:func:`instinct_fleet.fleet.run.weight_seeds`),
+    and only when the preflight fact found no complete copy there. ``token_path``: the
+    host's Hugging Face token file, when preflight found one (gated models need it);
+    ``repo``: the model's repository under ``source_root``.
+    """
+    q = shlex.quote
+    run = [
+        "docker run --rm --network host",
+        f"-v {q(source_root)}:{paths.HF_CACHE_IN_CONTAINER}",
+        f"-v {q(token_path)}:{paths.TOKEN_IN_CONTAINER}:ro" if token_path else "",
+        f"--entrypoint python3 {q(image)} -c {q(_DOWNLOAD)} {q(model)} {q(revision)} {paths.TOKEN_IN_CONTAINER}",
+    ]
+    yield (
+        f"mkdir -p {q(source_root)} && line=$({' '.join(p for p in run if p)} | tail -n1) && "
+        f'[ -n "$line" ] && printf \'%s\\n\' "$line" > {q(repo + "/" + WEIGHTS_COMPLETE)}'
+    )
+
+
+@operation(is_idempotent=False)
+def weights_staged(model: str, source: str, local: str, owner: str) -> Generator[str, None, None]:
+    """Copy a model's repository from ``weights_source`` into the host's HF cache, then mark the copy.
+
+    ``cp`` merges into what is there (blobs are named by their hash), so a copy cut
+    short is finished by the next run; the marker is written last.
+    """
+    q = shlex.quote
+    complete = q(f"{source}/{WEIGHTS_COMPLETE}")
+    missing = failure(
+        f"{model} is not complete in weights_source ({source}): is weights_source a mount every host shares? "
+        "Download it there (or set weights_download = True) and deploy again"
+    )
+    yield (
+        f"if [ ! -s {complete} ]; then {missing}; fi; "
+        f"mkdir -p {q(posixpath.dirname(local))} && cp -RP --preserve=mode,timestamps {q(source)} {q(posixpath.dirname(local))}/ && "
+        f"chown -R {q(owner)}: {q(local)} && cp {complete} {q(local + '/' + WEIGHTS_STAGED)}"
+    )

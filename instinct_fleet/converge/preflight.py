@@ -1,0 +1,306 @@
+"""The preflight facts of a host: :class:`HostReport`, parsed from the probe's output (:mod:`instinct_fleet.converge.probe`).
+
+:func:`parse_report` is pure, so unit tests run it on captured output; what the
+facts mean for a host, the policy, is :mod:`instinct_fleet.converge.hostchecks`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from instinct_fleet.converge import generations
+from instinct_fleet.converge.generations import Generations
+from instinct_fleet.converge.probe import MARK
+from instinct_fleet.model import paths
+from instinct_fleet.model.defaults import GPU_MODELS
+from instinct_fleet.model.paths import KERNEL_ARGS
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Mode, owner, group and kind (``regular file``, ``directory``) of a path, as ``stat`` prints them."""
+
+    mode: str
+    owner: str
+    group: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    model: str | None
+    market_name: str
+    bdf: str | None
+    render_node: str | None
+    driver: str | None
+    firmware: str | None
+
+
+@dataclass(frozen=True)
+class HostReport:
+    """The preflight facts of one host. ``smi`` names the tool that listed the GPUs."""
+
+    smi: str | None
+    smi_error: str | None
+    gpus: tuple[Gpu, ...]
+    rocm_version: str | None
+    amdgpu_version: str | None
+    amdgpu_loaded: bool
+    kfd: bool
+    render_nodes: tuple[str, ...]
+    compute_partition: str | None
+    memory_partition: str | None
+    cmdline: str
+    numa_balancing: str | None
+    docker_version: str | None
+    os_id: str
+    os_like: tuple[str, ...]
+    group_ids: dict[str, int]
+    addresses: dict[str, str] = field(default_factory=dict)
+    commands: tuple[str, ...] = ()
+    managed_units: tuple[str, ...] = ()
+    hf_token: bool = False
+    api_key: str | None = None  # "mode|owner|size" of vllm_api_key_path; None when it is not there (or not asked for)
+    infiniband: tuple[str, ...] = ()
+    file_hashes: dict[str, str] = field(default_factory=dict)
+    active_units: tuple[str, ...] = ()
+    # The managed state (instinct_fleet/converge/managed.py): what the fact's probe named, as the host has it.
+    stats: dict[str, Stat] = field(default_factory=dict)
+    enabled_units: tuple[str, ...] = ()
+    user: tuple[str, str, tuple[str, ...]] | None = None  # home, shell, groups
+    image_ids: dict[str, str] = field(default_factory=dict)  # image reference -> id, of the images the probe named
+    healthy_ports: tuple[int, ...] = ()
+    tables: tuple[str, ...] = ()  # the nftables tables the probe named that are loaded
+    sysctls: dict[str, str] = field(default_factory=dict)  # the kernel settings the probe named -> their live value
+    # weights_source repository -> (its completion marker, the host's staged marker); "" when absent.
+    weights: dict[str, tuple[str, str]] = field(default_factory=dict)
+    generations: Generations = field(default_factory=Generations)
+
+    @property
+    def missing_kernel_args(self) -> tuple[str, ...]:
+        words = self.cmdline.split()
+        return tuple(arg for arg in KERNEL_ARGS if arg not in words)
+
+    @property
+    def is_debian_family(self) -> bool:
+        return self.os_id in ("debian", "ubuntu") or "debian" in self.os_like
+
+
+def model_of(name: str) -> str | None:
+    """``AMD Instinct MI300X OAM`` -> ``MI300X``; None for anything else."""
+    match = re.search(r"MI3\d\dX", name.upper())
+    return match.group(0) if match and match.group(0) in GPU_MODELS else None
+
+
+def sections(text: str, mark: str = MARK) -> dict[str, str]:
+    """A script's output cut at its ``mark`` lines: section name -> the text under it (status.py's script uses its own mark)."""
+    found: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith(mark):
+            current = line[len(mark) :].strip()
+            found[current] = []
+        elif current is not None:
+            found[current].append(line)
+    return {name: "\n".join(lines).strip() for name, lines in found.items()}
+
+
+def _json(text: str) -> Any:
+    """amd-smi may print warnings before its JSON; take the JSON part."""
+    start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
+    if start < 0:
+        return None
+    try:
+        return json.loads(text[start:])
+    except json.JSONDecodeError:
+        return None
+
+
+def _by_path(text: str) -> dict[str, str]:
+    """``pci-0000:1b:00.0-render -> ../renderD128`` lines to {bdf: renderD128}."""
+    mapping = {}
+    for match in re.finditer(r"pci-([0-9a-fA-F:.]+)-render -> \S*?(renderD\d+)", text):
+        mapping[match.group(1).lower()] = match.group(2)
+    return mapping
+
+
+def _na(value: Any) -> str | None:
+    return None if value in (None, "", "N/A") or isinstance(value, (dict, list)) else str(value)
+
+
+def _dig(row: Any, *keys: str) -> Any:
+    """row[k1][k2]..., or None where amd-smi put "N/A" (or nothing) instead of an object."""
+    for key in keys:
+        if not isinstance(row, dict):
+            return None
+        row = row.get(key)
+    return row
+
+
+def _amd_smi_gpus(static: Any, by_path: dict[str, str], nodes: tuple[str, ...]) -> tuple[tuple[Gpu, ...], str | None]:
+    rows = static.get("gpu_data") if isinstance(static, dict) else static
+    if not isinstance(rows, list):
+        return (), "amd-smi static --json printed no GPU list"
+    gpus = []
+    for position, row in enumerate(rows):
+        market = _na(_dig(row, "asic", "market_name")) or "N/A"
+        bdf = _na(_dig(row, "bus", "bdf"))
+        render = by_path.get(bdf.lower()) if bdf else None
+        if render is None and not by_path and position < len(nodes):
+            render = nodes[position]  # no udev by-path links: render nodes follow PCI order
+        gpus.append(
+            Gpu(
+                index=int(gpu) if isinstance(gpu := _dig(row, "gpu"), int) else position,
+                model=model_of(market),
+                market_name=market,
+                bdf=bdf,
+                render_node=render,
+                driver=_na(_dig(row, "driver", "version")),
+                firmware=_na(_dig(row, "ifwi", "version")) or _na(_dig(row, "vbios", "version")),
+            )
+        )
+    if gpus and all(g.market_name == "N/A" for g in gpus):
+        return tuple(gpus), "amd-smi answered N/A for every GPU: it needs root (run pyinfra with --sudo or as root)"
+    return tuple(gpus), None
+
+
+def _rocm_smi_gpus(text: str, nodes: tuple[str, ...]) -> tuple[Gpu, ...]:
+    gpus = []
+    for match in re.finditer(r"^GPU\[(\d+)\]\s*:\s*Card Series:\s*(.+?)\s*$", text, re.M):
+        index = int(match.group(1))
+        name = match.group(2)
+        render = nodes[index] if index < len(nodes) else None
+        gpus.append(Gpu(index, model_of(name), name, None, render, None, None))
+    return tuple(gpus)
+
+
+def _os_release(text: str) -> dict[str, str]:
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key] = value.strip().strip('"')
+    return values
+
+
+def parse_report(text: str) -> HostReport:
+    """Turn the output of :data:`SCRIPT` into a :class:`HostReport`."""
+    part = sections(text)
+    nodes = tuple(sorted(part.get("render-nodes", "").split(), key=lambda n: int(n[7:]) if n[7:].isdigit() else 0))
+    smi: str | None = None
+    smi_error = None
+    gpus: tuple[Gpu, ...] = ()
+    if part.get("amd-smi-static"):
+        smi = "amd-smi"
+        static = _json(part["amd-smi-static"])
+        if static is None:
+            smi_error = f"amd-smi static --json failed: {part['amd-smi-static'].splitlines()[-1][:200]}"
+        else:
+            gpus, smi_error = _amd_smi_gpus(static, _by_path(part.get("render-by-path", "")), nodes)
+    elif part.get("rocm-smi"):
+        smi = "rocm-smi"
+        gpus = _rocm_smi_gpus(part["rocm-smi"], nodes)
+    version = _json(part.get("amd-smi-version", ""))
+    version_row = version[0] if isinstance(version, list) and version and isinstance(version[0], dict) else {}
+    partitions = [line.split() for line in part.get("partitions", "").splitlines() if line.strip()]
+    compute = sorted({p[0] for p in partitions if p})
+    memory = sorted({p[1] for p in partitions if len(p) > 1})
+    osr = _os_release(part.get("os-release", ""))
+    groups = {}
+    for line in part.get("groups", "").splitlines():
+        bits = line.split(":")
+        if len(bits) >= 3 and bits[2].isdigit():
+            groups[bits[0]] = int(bits[2])
+    addresses: dict[str, str] = {}
+    for match in re.finditer(r"^\d+:\s+(\S+)\s+inet\s+([0-9.]+)/", part.get("interfaces", ""), re.M):
+        addresses.setdefault(match.group(1), match.group(2))
+    return HostReport(
+        smi=smi,
+        smi_error=smi_error,
+        gpus=gpus,
+        rocm_version=_na(version_row.get("rocm_version")),
+        amdgpu_version=_na(version_row.get("amdgpu_version")) or _na(part.get("amdgpu-version")),
+        amdgpu_loaded=part.get("amdgpu-initstate") == "live",
+        kfd=part.get("kfd") == "present",
+        render_nodes=nodes,
+        compute_partition="/".join(compute) or None,
+        memory_partition="/".join(memory) or None,
+        cmdline=part.get("cmdline", ""),
+        numa_balancing=part.get("numa-balancing") or None,
+        docker_version=part.get("docker") or None,
+        os_id=osr.get("ID", ""),
+        os_like=tuple(osr.get("ID_LIKE", "").split()),
+        group_ids=groups,
+        addresses=addresses,
+        commands=tuple(part.get("commands", "").split()),
+        managed_units=tuple(line.rsplit("/", 1)[-1].removesuffix(".service") for line in part.get("units", "").split()),
+        hf_token=part.get("hf-token") == "present",
+        api_key=part.get("api-key", "").strip() or None,
+        infiniband=tuple(part.get("infiniband", "").split()),
+        file_hashes={path: digest for digest, path in (line.split(None, 1) for line in part.get("files", "").splitlines() if " " in line)},
+        active_units=_unit_names(part.get("active", "")),
+        stats=_stats(part.get("stat", "")),
+        enabled_units=_unit_names(part.get("enabled", "")),
+        user=_user(part.get("user", "")),
+        image_ids=_pairs(part.get("images", ""), lambda value: value.startswith("sha256:")),
+        healthy_ports=tuple(int(p) for p in part.get("healthy", "").split() if p.isdigit()),
+        tables=tuple(line.strip() for line in part.get("tables", "").splitlines() if line.strip()),
+        sysctls=_pairs(part.get("sysctls", ""), lambda value: value != ""),
+        weights=_weights(part.get("weights", "")),
+        generations=generations.parse(part.get("generations", "")),
+    )
+
+
+def _pairs(text: str, valid: Callable[[str], bool]) -> dict[str, str]:
+    """``name|value`` lines, as the probe prints them for images and kernel settings; a value that is not ``valid``
+    (an image docker does not have, a setting the kernel lacks) leaves its name out."""
+    found = {}
+    for line in text.splitlines():
+        name, _, value = line.partition("|")
+        if name and valid(value.strip()):
+            found[name] = value.strip()
+    return found
+
+
+def _weights(text: str) -> dict[str, tuple[str, str]]:
+    """``source|complete|staged`` lines: each weights_source repository with both markers' first lines."""
+    found = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[0]:
+            found[parts[0]] = (parts[1].strip(), parts[2].strip())
+    return found
+
+
+def _unit_names(text: str) -> tuple[str, ...]:
+    return tuple(line.split()[0].removesuffix(".service") for line in text.splitlines() if line.strip())
+
+
+def _stats(text: str) -> dict[str, Stat]:
+    """``stat -c '%a|%U|%G|%F|%n'`` lines; the path comes last, so it may hold anything but a newline."""
+    found = {}
+    for line in text.splitlines():
+        bits = line.split("|", 4)
+        if len(bits) == 5:
+            kind = "regular file" if bits[3] == "regular empty file" else bits[3]  # stat's %F for an empty file
+            found[bits[4]] = Stat(bits[0], bits[1], bits[2], kind)
+    return found
+
+
+def _user(text: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """``getent passwd`` then ``id -nG``: the user's home, shell and groups; None when there is no such user."""
+    lines = text.splitlines()
+    fields = lines[0].split(":") if lines else []
+    if len(fields) < 7:
+        return None
+    return fields[5], fields[6], tuple(sorted(lines[1].split())) if len(lines) > 1 else ()
+
+
+def render_nodes(report: HostReport, gpus: tuple[int, ...]) -> list[str]:
+    """``/dev/dri/renderD*`` paths of these GPU indices (hard_problems has checked they exist)."""
+    return [f"{paths.DRI}/{report.gpus[g].render_node}" for g in gpus]

@@ -1,0 +1,108 @@
+"""The preflight fact's command: what a host really has, and the state of what its deploy manages, in one SSH round trip.
+
+:data:`SCRIPT` reads the hardware, the driver and the OS; :func:`script` adds
+the state of exactly what the declaration names (:class:`Probe`, projected from
+the spec by :func:`instinct_fleet.converge.managed.probe`). It prints one section per
+probe, so a host without ``amd-smi``, ``docker`` or ``/dev/dri`` still gives a
+full report; :mod:`instinct_fleet.converge.preflight` parses it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from instinct_fleet.converge import generations
+from instinct_fleet.converge import health as health_checks
+from instinct_fleet.model import paths
+from instinct_fleet.model.paths import RESTART_FILES, UNIT_GLOBS, UNIT_PATTERNS, WEIGHTS_COMPLETE, WEIGHTS_STAGED, sysctl_path
+
+MARK = "@@instinct-fleet:"
+
+# Each probe is one section; a probe that fails leaves its section empty.
+# printf starts each marker on a new line: amd-smi's JSON does not end with one.
+SCRIPT = "; ".join(
+    f"printf '\\n%s\\n' '{MARK}{name}'; {probe}"
+    for name, probe in (
+        ("amd-smi-static", "command -v amd-smi >/dev/null 2>&1 && amd-smi static --json 2>&1"),
+        ("amd-smi-version", "command -v amd-smi >/dev/null 2>&1 && amd-smi version --json 2>&1"),
+        ("rocm-smi", "command -v amd-smi >/dev/null 2>&1 || { command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showproductname 2>&1; }"),
+        ("kfd", f"test -c {paths.KFD} && echo present"),
+        ("render-nodes", f"ls {paths.DRI} 2>/dev/null | grep '^renderD'"),
+        ("render-by-path", f"ls -l {paths.DRI}/by-path 2>/dev/null | grep -- '-render '"),
+        ("amdgpu-initstate", "cat /sys/module/amdgpu/initstate 2>/dev/null"),
+        ("amdgpu-version", "cat /sys/module/amdgpu/version 2>/dev/null"),
+        (
+            "partitions",
+            'for d in /sys/module/amdgpu/drivers/pci:amdgpu/*/; do test -r "$d/current_compute_partition" && '
+            'echo "$(cat "$d/current_compute_partition") $(cat "$d/current_memory_partition" 2>/dev/null)"; done 2>/dev/null',
+        ),
+        ("cmdline", "cat /proc/cmdline"),
+        ("numa-balancing", "cat /proc/sys/kernel/numa_balancing 2>/dev/null"),
+        ("docker", "command -v docker >/dev/null 2>&1 && docker version --format '{{.Server.Version}}' 2>/dev/null"),
+        ("os-release", "cat /etc/os-release 2>/dev/null"),
+        ("groups", "getent group render video"),
+        ("interfaces", "ip -o -4 addr show 2>/dev/null"),
+        ("commands", "for c in cpupower curl nft; do command -v $c >/dev/null 2>&1 && echo $c; done"),
+        ("infiniband", "ls /dev/infiniband 2>/dev/null"),
+        ("units", f"grep -l 'Managed by instinct-fleet' {' '.join(UNIT_GLOBS)} 2>/dev/null"),
+        # What decides a restart: the files a unit runs from, and whether it is running now (roll.py).
+    )
+)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the fact reads besides the hardware: instinct_fleet/converge/managed.py projects it from the spec, before any fact."""
+
+    paths: tuple[str, ...]
+    units: tuple[str, ...]  # with .service
+    user: str
+    images: tuple[str, ...]
+    endpoints: tuple[tuple[int, str, bool], ...]  # port, served model, whether it generates
+    weights: tuple[tuple[str, str], ...] = ()  # (repository in weights_source, repository in hf_cache_dir)
+    tables: tuple[str, ...] = ()  # nftables tables, "family name"
+    sysctls: tuple[str, ...] = ()  # kernel settings, "kernel.numa_balancing"
+    api_key_path: str | None = None  # vllm_api_key_path: /v1 answers only with the key, and its file must be root's alone
+    restore: str | None = None  # instinct-fleet rollback: the generation to read back ("previous" or a number)
+
+
+def script(token_path: str, probe: Probe) -> str:
+    """:data:`SCRIPT` plus the state of what this host's deploy manages (``probe``), in the same round trip."""
+    q = shlex.quote
+    paths = " ".join(q(p) for p in probe.paths)
+    globs = " ".join(RESTART_FILES)
+    units = " ".join(q(u) for u in probe.units)
+    patterns = " ".join(q(p) for p in UNIT_PATTERNS)
+    health = "; ".join(
+        f"{health_checks.serving(port, served, probe.api_key_path, generates=generates)} && echo {port}"
+        for port, served, generates in probe.endpoints
+    )
+    weights = "; ".join(
+        f"printf '%s|%s|%s\\n' {q(source)} \"$(head -n1 {q(source + '/' + WEIGHTS_COMPLETE)} 2>/dev/null)\" "
+        f'"$(head -n1 {q(local + "/" + WEIGHTS_STAGED)} 2>/dev/null)"'
+        for source, local in probe.weights
+    )
+    images = "; ".join(
+        f"printf '%s|%s\\n' {q(image)} \"$(docker image inspect --format '{{{{.Id}}}}' {q(image)} 2>/dev/null)\"" for image in probe.images
+    )
+    tables = "; ".join(f"nft list table {table} >/dev/null 2>&1 && echo {q(table)}" for table in probe.tables)
+    sysctls = "; ".join(f"printf '%s|%s\\n' {q(key)} \"$(cat {q(sysctl_path(key))} 2>/dev/null)\"" for key in probe.sysctls)
+    probes = (
+        ("hf-token", f"test -r {q(token_path)} && echo present"),
+        ("api-key", f"stat -c '%a|%U|%s' {q(probe.api_key_path)} 2>/dev/null" if probe.api_key_path else "true"),
+        # sha256sum and stat of what the deploy manages, and of every unit and env file it ever wrote (stale ones too).
+        ("files", f"sha256sum {paths} {globs} 2>/dev/null"),
+        ("stat", f"stat -c '%a|%U|%G|%F|%n' {paths} {globs} 2>/dev/null"),
+        ("active", f"systemctl list-units --state=active --plain --no-legend {patterns} {units} 2>/dev/null"),
+        ("enabled", f"systemctl list-unit-files --state=enabled --plain --no-legend {patterns} {units} 2>/dev/null"),
+        ("user", f"getent passwd {q(probe.user)} && id -nG {q(probe.user)}"),
+        ("images", images or "true"),
+        ("healthy", health or "true"),
+        ("tables", tables or "true"),
+        ("sysctls", sysctls or "true"),
+        ("weights", weights or "true"),
+        ("generations", generations.probe_command(probe.restore)),
+    )
+    extra = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {command}" for name, command in probes)
+    return f"{SCRIPT}; {extra}; true"

@@ -1,0 +1,71 @@
+"""The canary inside the roll, as pyinfra runs it: one ``vllm bench serve`` run as a fact, and the operation that
+measures a canary's instances before the change and after its gate (instinct_fleet/fleet/canary.py decides)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Generator
+from pathlib import Path
+from typing import Any
+
+from pyinfra import logger
+from pyinfra.api.facts import FactBase
+from pyinfra.api.operation import operation
+from pyinfra.context import host
+
+from instinct_fleet.converge.operations import failure
+from instinct_fleet.fleet import bench, canary, report
+from instinct_fleet.model import workload
+
+
+class BenchRun(FactBase[tuple[dict[str, Any] | None, str]]):
+    """One ``vllm bench serve`` run (bench.command): vLLM's result JSON, or None and the output's last lines.
+
+    ``run`` tells repeats of the same command apart in pyinfra's log.
+    """
+
+    def command(self, script: str, run: int) -> str:
+        return f": run {int(run)}; {{ {script}; }} 2>&1; true"
+
+    def process(self, output: list[str]) -> tuple[dict[str, Any] | None, str]:
+        return bench.result_of("\n".join(output)), " | ".join(line for line in output[-3:] if line.strip())
+
+
+@operation(is_idempotent=False)
+def canary_measured(
+    phase: str,
+    runs: list[tuple[workload.Job, int]],
+    measure: Callable[[str, str, str, list[dict[str, Any]]], str | None],
+    hold: Callable[[str, str], None] | None = None,
+) -> Generator[str, None, None]:
+    """Benchmark the canary's instances (``phase``: "before" the stop, "after" the gate), store the runs under
+    results/ as ``bench`` does, and hand them to ``measure``. Whatever stops the canary from passing (a
+    benchmark that failed, requests that failed, a regression) is held for the rollback (``hold``: after the
+    change, with rolling_on_failure rollback) or fails the host. Changes nothing, so it never counts as a change."""
+    if not host.state.is_executing:
+        return
+    folder = Path(host.state.cwd or os.getcwd()) / canary.RESULTS / canary.stamp(phase)
+    by_instance: dict[str, list[dict[str, Any]]] = {}
+    problem = None
+    for index, (job, repeat) in enumerate(runs):
+        data, tail = host.get_fact(BenchRun, script=bench.command(job, folder.name, None), run=index)
+        if data is None:
+            problem = f"canary: vllm bench serve failed {phase} the change ({job.label()}): {tail or 'no output'}"
+            break
+        canary.store(folder, job, repeat, data)
+        failed = report.failed_requests(data)
+        if failed is not None:  # its figures count only the requests that succeeded: they measure nothing
+            problem = f"canary: {failed} {phase} the change ({job.label()}; the run is kept in {folder})"
+            break
+        by_instance.setdefault(job.svc.name, []).append(data)
+    if problem is None:
+        found = [p for name, runs_of in by_instance.items() if (p := measure(host.name, phase, name, runs_of)) is not None]
+        problem = "; ".join(found) or None
+    if problem is None:
+        host.noop(f"canary measured {phase} the change: {folder}")
+    elif hold is not None:
+        hold(host.name, problem)
+        logger.error(f"{host.print_prefix}{problem}")
+        host.noop("canary failed: its batch rolls back")
+    else:
+        yield failure(problem)

@@ -1,0 +1,44 @@
+"""Prometheus file_sd targets for every vLLM ``/metrics`` endpoint and device metrics exporter of an inventory.
+
+Why generated: the endpoints follow from the inventory (instances, ports, cluster
+roles, ``metrics_exporter``), so the scrape configuration follows it too instead
+of being a second list to keep in step. A cluster serves from its head only; its
+workers have no vLLM endpoint, but each node runs its own exporter. Labels say
+which host, instance, model, recipe, cluster and role a series belongs to; the
+job is ``vllm`` or ``amd-device-metrics``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from instinct_fleet.model import paths
+from instinct_fleet.model.spec import HostSpec
+
+
+def scrape_address(spec: HostSpec) -> str:
+    """``scrape_address``, else the SSH address pyinfra uses, else the inventory name."""
+    return str(spec.vars.scrape_address or spec.address or spec.host)
+
+
+def host_port(address: str, port: int) -> str:
+    """``address:port`` as a URL authority: an IPv6 address in brackets, which Prometheus and HTTP clients require."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def file_sd(specs: list[HostSpec]) -> list[dict[str, Any]]:
+    """One file_sd group per vLLM instance and exporter: ``[{"targets": ["addr:port"], "labels": {...}}]``, sorted."""
+    groups = []
+
+    def group(spec: HostSpec, port: int, job: str, instance: str, model: str = "", recipe: str = "") -> None:
+        cluster = spec.cluster
+        labels = {"job": job, "host": str(spec.host), "instance": instance, "model": model, "recipe": recipe}
+        labels |= {"cluster": cluster.name if cluster else "", "role": cluster.role if cluster else "single"}
+        groups.append({"targets": [host_port(scrape_address(spec), port)], "labels": labels})
+
+    for spec in specs:
+        if spec.vars.metrics_exporter:
+            group(spec, spec.vars.metrics_exporter_port, "amd-device-metrics", paths.EXPORTER_UNIT)
+        for svc in spec.serves:
+            group(spec, svc.port, "vllm", svc.name, svc.model, svc.recipe)
+    return sorted(groups, key=lambda g: (g["labels"]["host"], g["labels"]["instance"]))

@@ -1,0 +1,302 @@
+"""Rolling re-tunes: which serving units a run restarts, in which batch, and when the roll stops.
+
+A *serving unit* is what goes down together: one single-node host with all its
+instances, or one whole Ray cluster (head and workers). Each unit is classified
+from the preflight facts, before anything runs:
+
+* ``unchanged``: nothing that would restart it differs from what is deployed;
+* ``start``: something differs, but nothing of it is serving now (first deploy,
+  stopped units), so starting it takes nothing down;
+* ``restart``: something differs and the unit is serving: it rolls.
+
+Batch 0 holds every ``start`` unit at once; restarts follow in batches of
+``rolling_batch`` units. ``tasks/services.py`` emits each batch's operations
+behind a barrier that every host shares, so pyinfra finishes a batch, health
+gate included, before the next one begins. Each batch's operations run only
+while :meth:`Roll.proceeds` says so; it reads the hosts pyinfra has failed, so
+the roll stops as soon as more batches failed than ``rolling_max_failures``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from instinct_fleet.converge.hostplan import HostPlan
+from instinct_fleet.converge.state import content_differs
+from instinct_fleet.fleet import canary
+
+Kind = Literal["unchanged", "start", "restart"]
+# The file the deploy writes its roll summary to, as JSON, when set (``instinct-fleet deploy --json`` sets it).
+SUMMARY_ENV = "INSTINCT_FLEET_ROLL_JSON"
+# Set by ``instinct-fleet rollback`` (or by hand for plain pyinfra): "previous" or a generation number; the
+# run then puts that generation's serving files back through the same batches and gates.
+ROLLBACK_ENV = "INSTINCT_FLEET_ROLLBACK"
+SEVERITY: dict[Kind, int] = {"unchanged": 0, "start": 1, "restart": 2}
+
+
+@dataclass(frozen=True)
+class ServingUnit:
+    """A single-node host, or a cluster; ``hosts`` lists the head first."""
+
+    name: str
+    hosts: tuple[str, ...]
+    kind: Kind
+
+
+def batch_size(setting: int | str, units: int) -> int:
+    """``rolling_batch`` as a count: a percentage of the fleet's serving units, rounded down, at least 1."""
+    if isinstance(setting, int):
+        return setting
+    return max(1, math.floor(units * int(setting.rstrip("%")) / 100))
+
+
+def combine(kinds: Iterable[Kind]) -> Kind:
+    """A cluster's kind is its most disruptive member's: its members restart together."""
+    return max(kinds, key=lambda k: SEVERITY[k], default="unchanged")
+
+
+def batches(units: list[ServingUnit], size: int, canary: bool = False) -> list[list[ServingUnit]]:
+    """Batch 0: every unit that starts (nothing of it serves); then the restarts, ``size`` at a time, by name.
+    With a canary, the first restart batch is the smallest restarting unit alone (first by name among equals)."""
+    starts = sorted((u for u in units if u.kind == "start"), key=lambda u: u.name)
+    restarts = sorted((u for u in units if u.kind == "restart"), key=lambda u: u.name)
+    first: list[list[ServingUnit]] = []
+    if canary and restarts:
+        pick = min(restarts, key=lambda u: (len(u.hosts), u.name))
+        restarts.remove(pick)
+        first = [[pick]]
+    return [starts, *first, *[restarts[i : i + size] for i in range(0, len(restarts), size)]]
+
+
+@dataclass
+class Roll:
+    """One run's roll. It lives as long as pyinfra's State; the hosts pyinfra failed say which batch failed."""
+
+    units: list[ServingUnit]
+    batches: list[list[ServingUnit]]
+    max_failures: int
+    # Per batch, the hosts pyinfra had already failed when the batch began: their failure is not the batch's.
+    failed_at_start: dict[int, frozenset[str]] = field(default_factory=dict)
+    # Per host: why it did not converge, recorded by the operation that found out (health, hooks).
+    reasons: dict[str, list[str]] = field(default_factory=dict)
+    # The signal (SIGINT, SIGTERM) that asked the run to stop: the open batch finishes, no other opens.
+    interrupted: str | None = None
+    current: int | None = None  # the batch that is open: from its first operation to the next batch or the roll's end
+    on_failure: str = "stop"  # rolling_on_failure
+    # Per host whose health gate failed in a batch that rolls back: why (the host fails once it is back).
+    unhealthy: dict[str, str] = field(default_factory=dict)
+    rolled_back: set[int] = field(default_factory=set)  # batches whose units were put back
+    targets: dict[str, int] = field(default_factory=dict)  # per host, the generation a rollback restores
+    restored: set[str] = field(default_factory=set)  # hosts whose rollback and its gate passed
+    # The canary (canary_profile): the host it is measured on, the allowed regression, and per host and
+    # instance the runs of each phase ("before", "after") and the comparison.
+    canary_host: str | None = None
+    canary_limit: float = 10.0
+    measured: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    compared: dict[str, list[canary.Comparison]] = field(default_factory=dict)
+
+    def batch_of(self, host: str) -> int | None:
+        for index, batch in enumerate(self.batches):
+            if any(host in unit.hosts for unit in batch):
+                return index
+        return None
+
+    def unit_of(self, host: str) -> ServingUnit | None:
+        return next((u for u in self.units if host in u.hosts), None)
+
+    def failed_batches(self, failed: set[str], before: int) -> list[int]:
+        """Batches before ``before`` one of whose hosts failed (or failed its gate, to be rolled back) while it ran."""
+        bad = failed | set(self.unhealthy)
+        return [
+            index
+            for index in range(min(before, len(self.batches)))
+            if index in self.failed_at_start
+            and any(h in bad and h not in self.failed_at_start[index] for unit in self.batches[index] for h in unit.hosts)
+        ]
+
+    def measure(self, host: str, phase: str, instance: str, runs: list[dict[str, Any]]) -> str | None:
+        """Record one canary measurement; after the change, what got worse beyond ``canary_limit`` (None: nothing)."""
+        self.measured.setdefault((host, instance), {})[phase] = runs
+        before = self.measured[(host, instance)].get("before")
+        if phase != "after" or before is None:
+            return None
+        found = canary.compare(instance, before, runs, self.canary_limit)
+        self.compared.setdefault(host, []).append(found)
+        if not found.regressions:
+            self.note(host, f"canary {found.figures()}")
+            return None
+        return f"canary regressed beyond canary_max_regression: {'; '.join(found.regressions)} ({found.figures()})"
+
+    def hold(self, host: str, reason: str) -> None:
+        """A health gate failed in a batch that rolls back: the host stays in the run to be put back."""
+        self.note(host, reason)
+        self.unhealthy[host] = reason
+
+    def rolls_back(self, batch: int, failed: set[str]) -> bool:
+        """Whether ``batch`` goes back to its last healthy generation: it restarted serving units, one of its
+        hosts failed, and ``rolling_on_failure`` is rollback. Batch 0 starts units that served nothing."""
+        if self.on_failure != "rollback" or batch == 0 or batch not in self.failed_at_start:
+            return False
+        if batch in self.failed_batches(failed, batch + 1):
+            self.rolled_back.add(batch)
+            return True
+        return False
+
+    def back(self, host: str) -> bool:
+        """The host's rollback and its gate passed (called by the operation after them): it fails now only if
+        its own gate had failed, so that the run exits non-zero."""
+        self.restored.add(host)
+        return host in self.unhealthy
+
+    def proceeds(self, batch: int, failed: set[str]) -> bool:
+        """Whether batch ``batch`` may run, given the hosts failed so far. The first call opens the batch;
+        after an interrupt, a batch that is not open yet never opens (an open one finishes, gate included)."""
+        if batch not in self.failed_at_start and self.interrupted is not None:
+            return False
+        if len(self.failed_batches(failed, batch)) > self.max_failures:
+            return False
+        if batch not in self.failed_at_start:
+            self.failed_at_start[batch] = frozenset(failed)
+            self.current = batch
+        return True
+
+    def finish(self) -> bool:
+        """The roll's last batch is over (called by the operation after it, on every host)."""
+        self.current = None
+        return True
+
+    def skipped(self, host: str) -> bool:
+        """Whether an interrupt kept this host's batch from opening: the host keeps its old configuration."""
+        unit = self.unit_of(host)
+        batch = self.batch_of(host)
+        return self.interrupted is not None and unit is not None and unit.kind != "unchanged" and batch not in self.failed_at_start
+
+    def note(self, host: str, reason: str) -> None:
+        self.reasons.setdefault(host, []).append(reason)
+
+    def outcome(self, host: str, failed: set[str]) -> tuple[str, str]:
+        """(status, why) of one host at the end of the run: rolled, started, unchanged, failed, rolled-back,
+        not-rolled or interrupted."""
+        unit = self.unit_of(host)
+        batch = self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None
+        why = "; ".join(self.reasons.get(host, []))
+        if batch is not None and batch in self.rolled_back:
+            if host in self.restored:
+                cause = why or "another host of its serving unit failed"
+                return "rolled-back", (
+                    f"{cause}; rolled back to generation {self.targets.get(host, '?')}, which answers again: "
+                    "the host now differs from the inventory, and the next deploy rolls it forward again"
+                )
+            return "failed", f"{why or 'see the output above'}; its rollback did not complete"
+        if self.skipped(host):
+            return "interrupted", f"{self.interrupted} before its batch {batch}: it keeps its old configuration; the next deploy rolls it"
+        if host in failed:
+            if batch is not None and (batch not in self.failed_at_start or host in self.failed_at_start[batch]):
+                return "not-rolled", f"failed before its batch {batch}: {why or 'see the output above'}"
+            return "failed", why or "see the operation that failed above"
+        if unit is None or unit.kind == "unchanged":
+            return "unchanged", ""
+        if batch is None or batch not in self.failed_at_start:
+            stopped = self.failed_batches(failed, len(self.batches))
+            where = ", ".join(map(str, stopped))
+            return "not-rolled", f"the roll stopped after batch {where} failed; it keeps its old configuration"
+        return ("started" if unit.kind == "start" else "rolled"), f"batch {batch}"
+
+    def summary(self, hosts: Mapping[str, tuple[str, ...]], failed: set[str]) -> list[dict[str, Any]]:
+        """One row per host and instance: the end-of-run report (also in ``instinct-fleet deploy --json``)."""
+        rows = []
+        for host in sorted(hosts):
+            status, why = self.outcome(host, failed)
+            unit = self.unit_of(host)
+            for instance in hosts[host] or ("-",):
+                rows.append(
+                    {
+                        "host": host,
+                        "instance": instance,
+                        "serving_unit": unit.name if unit else None,
+                        "batch": self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None,
+                        "status": status,
+                        "why": why,
+                        "canary": [
+                            {"instance": c.instance, "before": c.before, "after": c.after, "regressions": list(c.regressions)}
+                            for c in self.compared.get(host, [])
+                        ],
+                    }
+                )
+        return rows
+
+
+def format_summary(rows: list[dict[str, Any]]) -> str:
+    """The summary as a table for the terminal."""
+    head = ("host", "instance", "status", "why")
+    table = [head, *[(r["host"], r["instance"], r["status"], r["why"].splitlines()[0] if r["why"] else "") for r in rows]]
+    widths = [max(len(str(row[i])) for row in table) for i in range(3)]
+    lines = ["  ".join(str(cell).ljust(widths[i]) if i < 3 else str(cell) for i, cell in enumerate(row)).rstrip() for row in table]
+    return "\n".join(["Roll summary:", *("  " + line for line in lines)])
+
+
+def dump_summary(rows: list[dict[str, Any]]) -> str:
+    return json.dumps({"roll": rows}, indent=2)
+
+
+def changed_units(plan: HostPlan) -> set[str]:
+    """The serving units whose unit or env file's content differs on the host (mode and owner restart nothing)."""
+    want = plan.desired
+    return {
+        f.restarts for f in want.stage("roll") if f.restarts is not None and f.restarts in want.serving and content_differs(f, plan.report)
+    }
+
+
+def docker_changed(plan: HostPlan) -> bool:
+    """Whether dockerd's settings differ: restarting dockerd stops every container on the host."""
+    return any(content_differs(f, plan.report) for f in plan.desired.stage("docker"))
+
+
+def kind(plan: HostPlan) -> Kind:
+    """``restart`` when a change would take down something serving now; ``start`` when nothing of it serves."""
+    disrupted = changed_units(plan) | set(plan.stale_units)
+    if docker_changed(plan):
+        disrupted |= set(plan.desired.serving) | set(plan.report.managed_units)
+    if not disrupted:
+        return "unchanged"
+    return "restart" if disrupted & set(plan.report.active_units) else "start"
+
+
+def defers_docker(plan: HostPlan) -> bool:
+    """New docker settings on a serving host wait for its batch: restarting dockerd stops every container."""
+    return docker_changed(plan) and kind(plan) == "restart"
+
+
+def plan_roll(plans: Mapping[str, HostPlan]) -> Roll:
+    """The run's serving units, their kind and their batches, from every planned host that passed preflight."""
+    ready = {name: plan for name, plan in plans.items() if plan.ok and plan.desired.serving}
+    clusters: dict[str, list[HostPlan]] = {}
+    units = []
+    for name, plan in sorted(ready.items()):
+        cluster = plan.spec.cluster
+        if cluster is None:
+            units.append(ServingUnit(name, (name,), kind(plan)))
+        else:
+            clusters.setdefault(cluster.name, []).append(plan)
+    for cluster_name, members in sorted(clusters.items()):
+        members.sort(key=lambda p: (p.role != "head", str(p.spec.host)))
+        hosts = tuple(str(p.spec.host) for p in members)
+        units.append(ServingUnit(f"cluster {cluster_name}", hosts, combine(kind(p) for p in members)))
+    if not ready:
+        return Roll([], [[]], 0)
+    # validate_rolling has checked that every host carries the same rolling settings.
+    v = next(iter(ready.values())).spec.vars
+    roll = Roll(
+        units,
+        batches(units, batch_size(v.rolling_batch, len(units)), canary=v.canary_profile is not None),
+        v.rolling_max_failures,
+        on_failure=v.rolling_on_failure,
+        canary_limit=v.canary_max_regression,
+    )
+    if v.canary_profile is not None and len(roll.batches) > 1 and roll.batches[1]:
+        roll.canary_host = roll.batches[1][0].hosts[0]  # the head of a cluster, where its instance answers
+    return roll

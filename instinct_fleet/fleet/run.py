@@ -1,0 +1,322 @@
+"""The pyinfra run's wiring: one plan for the whole run, made once, and the roll summary at its end.
+
+``deploy.py`` and every file in ``tasks/`` call :func:`plan_for` (or
+:func:`fleet_plan`). The first host to ask reads every needed host's preflight
+fact at once, validates, builds each host's plan and desired state, and
+classifies the roll; every other host waits for that answer. Stages branch only
+on it, and it does not change during the run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pyinfra.api.state import BaseStateCallback
+
+from instinct_fleet.converge import hostchecks, managed, preflight, watchdog
+from instinct_fleet.converge.facts import HostReport as HostReportFact
+from instinct_fleet.converge.hostfacts import ClusterView, HostFacts
+from instinct_fleet.converge.hostplan import HostPlan
+from instinct_fleet.converge.managed import UNTOUCHED
+from instinct_fleet.converge.preflight import HostReport
+from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV, Roll, dump_summary, format_summary, plan_roll
+from instinct_fleet.model.inventory import HostData, hosts_of, plan_hosts
+from instinct_fleet.model.rules import Finding, finding
+from instinct_fleet.model.spec import HostSpec
+
+
+def _checked(spec: HostSpec, findings: list[Finding], report: HostReport, restore: str | None) -> Checked:
+    """Validation findings and preflight problems for one host, each with its rule; ``restore``: the
+    generation ``instinct-fleet rollback`` puts back, whose files then replace the rendered serving files."""
+    errors = [f for f in findings if f.severity == "error"]
+    warnings = [f for f in findings if f.severity == "warning"]
+    if not errors:
+        errors += hostchecks.hard_problems(report, spec)
+    if not errors and restore is not None and spec.serving_units:
+        errors += hostchecks.restore_problems(report, spec, restore)
+    kept = report.generations
+    restoring = kept.restore_files if restore is not None and kept.restore is not None and not errors else None
+    return Checked(spec, report, errors, warnings + hostchecks.host_findings(report, spec), restoring)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One host before its plan: validated, its facts read (``reached``), its cluster not yet joined."""
+
+    spec: HostSpec
+    report: HostReport
+    errors: list[Finding]
+    warnings: list[Finding]
+    restoring: dict[str, bytes] | None = None
+    reached: bool = True
+
+
+def join_cluster(host: Checked, members: dict[str, Checked | None]) -> tuple[ClusterView | None, list[Finding]]:
+    """A cluster member's node IP, the head's IP and every member's IP, all read from facts; or why not."""
+    cluster = host.spec.cluster
+    if cluster is None or cluster.nic is None:
+        return None, []
+    ips: dict[str, str] = {}
+    head_ip = None
+    errors = []
+    for name, member in sorted(members.items()):
+        if member is None or not member.reached:
+            why = f"cluster member {name} could not be reached for its preflight facts"
+            errors.append(finding("host-cluster-member", host.spec.host, "ray_cluster", why))
+            continue
+        ip = member.report.addresses.get(cluster.nic)
+        if ip is None:
+            why = f"cluster member {name} has no IPv4 address on cluster_nic {cluster.nic}"
+            errors.append(finding("host-cluster-nic", host.spec.host, "cluster_nic", why))
+            continue
+        ips[name] = ip
+        if member.spec.cluster is not None and member.spec.cluster.role == "head":
+            head_ip = ip
+    node_ip = ips.get(str(host.spec.host))
+    if node_ip is None or head_ip is None or errors or host.errors:
+        return None, errors
+    return ClusterView(node_ip, head_ip, tuple(sorted(set(ips.values())))), errors
+
+
+def _plan(host: Checked, cluster: ClusterView | None, more: list[Finding]) -> HostPlan:
+    """The host's plan, whole: a host that failed preflight renders nothing (its facts may not fit its spec)."""
+    facts = HostFacts(host.spec, host.report, cluster, host.restoring)
+    errors = (*host.errors, *more)
+    return HostPlan(facts, errors, tuple(host.warnings), UNTOUCHED if errors else managed.desired(facts), host.reached)
+
+
+Reader = Callable[[dict[str, HostSpec]], dict[str, HostReport | None]]
+
+
+def plan_inventory(hosts: list[HostData], active: set[str], read_reports: Reader, restore: str | None = None) -> dict[str, HostPlan]:
+    """Plans for the ``active`` hosts and the members of their clusters (a member needs its peers' addresses).
+
+    Specs and cross-host validation come from every host of the inventory; facts
+    come from ``read_reports``, called once with the specs of the hosts needed
+    (None for a host that cannot be reached).
+    """
+    planned = {str(spec.host): (spec, findings) for spec, findings in plan_hosts(hosts)}
+    clusters: dict[str, list[str]] = {}
+    for name, (spec, _) in planned.items():
+        if spec.cluster is not None:
+            clusters.setdefault(spec.cluster.name, []).append(name)
+    needed = set(active) & set(planned)
+    for names in clusters.values():
+        if needed & set(names):
+            needed |= set(names)
+    reports = read_reports({name: planned[name][0] for name in sorted(needed)})
+    checked: dict[str, Checked] = {}
+    for name in sorted(needed):
+        spec, findings = planned[name]
+        report = reports.get(name)
+        if report is None:
+            why = f"no preflight facts: the host could not be reached, or did not answer within command_timeout ({spec.vars.command_timeout}s)"
+            unreached = [finding("host-unreachable", spec.host, "preflight", why)]
+            checked[name] = Checked(spec, preflight.parse_report(""), unreached, [], reached=False)
+        else:
+            checked[name] = _checked(spec, findings, report, restore)
+    plans = {}
+    for name, host in checked.items():
+        cluster = host.spec.cluster
+        members = {n: checked.get(n) for n in clusters[cluster.name]} if cluster is not None else {}
+        view, errors = join_cluster(host, members)
+        plans[name] = _plan(host, view, errors)
+    return plans
+
+
+@dataclass
+class FleetPlan:
+    """What one pyinfra run decided before executing anything: every host's plan and the roll."""
+
+    plans: dict[str, HostPlan]
+    roll: Roll
+
+    @cached_property
+    def image_seeds(self) -> set[str]:
+        """Computed once per run; every host's runtime stage asks."""
+        return image_seeds(self.plans)
+
+    def seeds_image(self, host: str) -> bool:
+        """Whether this host pulls its image before the others that lack it (see :func:`image_seeds`)."""
+        return host in self.image_seeds
+
+    @cached_property
+    def weight_seeds(self) -> dict[str, str]:
+        """Model repository in ``weights_source`` -> the one host that downloads it there (see :func:`weight_seeds`)."""
+        return weight_seeds(self.plans)
+
+
+def image_seeds(plans: dict[str, HostPlan]) -> set[str]:
+    """One host per image that is missing somewhere: the first, by name, of those that need to pull it.
+
+    A pull-through cache fetches a layer from upstream for every request it cannot answer yet,
+    so N hosts pulling at once can cost N upstream fetches of a 20+ GB image. The seed pulls
+    first and fills the cache; the rest pull after it, from the cache.
+    """
+    missing: dict[str, list[str]] = {}
+    for name, plan in sorted(plans.items()):
+        if plan.ok and plan.pulls_image:
+            missing.setdefault(plan.image, []).append(name)
+    return {hosts[0] for hosts in missing.values()}
+
+
+def weight_seeds(plans: dict[str, HostPlan]) -> dict[str, str]:
+    """For each model missing from ``weights_source``, the first host by name that needs it: that host
+    downloads it into the source once, and every host copies it from there after a barrier."""
+    seeds: dict[str, str] = {}
+    for name, plan in sorted(plans.items()):
+        if plan.ok:
+            for w in plan.desired.weights:
+                if not plan.source_has(w):
+                    seeds.setdefault(w.source, name)
+    return seeds
+
+
+def summary_rows(fleet: FleetPlan, hosts: list[str], failed: set[str]) -> list[dict[str, Any]]:
+    """The roll's rows for ``hosts``, with preflight errors and unreachable hosts explained."""
+    for name in hosts:
+        plan = fleet.plans.get(name)
+        if plan is None:
+            fleet.roll.note(name, "not reachable: no preflight facts (see the connection error above)")
+        elif not plan.ok:
+            fleet.roll.note(name, "preflight: " + "; ".join(e.brief for e in plan.errors))
+    instances = {}
+    for name in hosts:
+        plan = fleet.plans.get(name)
+        instances[name] = plan.desired.serving if plan is not None and plan.ok else ()
+    return fleet.roll.summary(instances, failed)
+
+
+class RollReporter(BaseStateCallback):
+    """The end-of-run roll summary, per host and instance: pyinfra has no end-of-deploy hook, so a state
+    callback prints it when the run's last operation ends (``instinct-fleet deploy --json`` also asks for
+    it as JSON: INSTINCT_FLEET_ROLL_JSON names the file)."""
+
+    def __init__(self, state: Any, fleet: FleetPlan) -> None:
+        self.fleet = fleet
+        self.last: str | None = None
+        self.done = False
+        # pyinfra ends the run early when no host is left ("No hosts remaining"): report then too.
+        atexit.register(self.report, state)
+
+    def operation_start(self, state: Any, op_hash: str) -> None:  # type: ignore[override]  # pyinfra calls it on the instance
+        if self.last is None:
+            self.last = state.get_op_order()[-1]
+
+    def operation_end(self, state: Any, op_hash: str) -> None:  # type: ignore[override]
+        if op_hash == self.last:
+            self.report(state)
+
+    def report(self, state: Any) -> None:
+        if self.done:
+            return
+        self.done = True
+        hosts = sorted(h.name for h in state.inventory if state.is_host_in_limit(h))
+        for lost in state.failed_hosts:
+            if lost.name in self.fleet.plans and not self.fleet.roll.reasons.get(lost.name) and not watchdog.connected(lost):
+                self.fleet.roll.note(lost.name, "lost its SSH connection during the run (host down, killed or rebooted)")
+        rows = summary_rows(self.fleet, hosts, {h.name for h in state.failed_hosts})
+        print(format_summary(rows), file=sys.stderr, flush=True)
+        target = os.environ.get(SUMMARY_ENV)
+        if target:
+            Path(target).write_text(dump_summary(rows) + "\n")
+
+
+def interrupt_handler(roll: Roll) -> Callable[[int, Any], None]:
+    """SIGINT and SIGTERM during a run. Inside a roll batch the batch finishes, health gate included, and no
+    other batch opens; the hosts it did not reach fail as ``interrupted``, so the run exits non-zero. Outside a
+    batch (or at a second signal) the run stops at once, non-zero, after the summary. pyinfra's own handler
+    exits 0, which a pipeline would read as a deploy that succeeded."""
+
+    def handle(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if roll.interrupted is not None or roll.current is None:
+            roll.interrupted = roll.interrupted or name
+            print(f"\n{name}: stopping now (no roll batch is half done)", file=sys.stderr, flush=True)
+            sys.exit(128 + signum)  # the roll summary prints at exit
+        roll.interrupted = name
+        print(
+            f"\n{name}: finishing roll batch {roll.current} (its health gate included), then stopping; {name} again stops at once",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return handle
+
+
+# One plan per pyinfra run, kept on the run's State itself, made by the first host that asks;
+# pyinfra loads the deploy file for every host at once in greenlets, so the others wait for it.
+_PLAN_ATTRIBUTE = "instinct_fleet_plan"
+
+
+def _plan_run(state: Any) -> FleetPlan:
+    """Plan the inventory: one preflight fact per host needed, all read at once."""
+    import gevent
+    from pyinfra.api.exceptions import ConnectError
+    from pyinfra.context import ctx_host
+
+    everyone = {h.name: h for h in state.inventory}
+    data = hosts_of(state.inventory)
+    restore = os.environ.get(ROLLBACK_ENV) or None  # instinct-fleet rollback: the serving files come from a generation
+    active = {h.name for h in state.inventory.iter_activated_hosts()}
+
+    def read(name: str, spec: HostSpec) -> HostReport | None:
+        timeout = spec.vars.command_timeout
+        timer = watchdog.guarded(everyone[name], timeout, "preflight", lambda _host, _why: None)
+        with ctx_host.use(everyone[name]):
+            try:
+                probe = dataclasses.replace(managed.probe(spec), restore=restore)
+                report: HostReport | None = everyone[name].get_fact(
+                    HostReportFact, token_path=spec.vars.hf_token_path, probe=probe, _timeout=timeout
+                )
+                return report
+            except ConnectError:  # an unreachable member: its cluster peers fail with a message instead
+                return None
+            finally:
+                timer.kill()
+
+    def read_all(specs: dict[str, HostSpec]) -> dict[str, HostReport | None]:
+        jobs = {name: gevent.spawn(read, name, spec) for name, spec in specs.items()}
+        gevent.joinall(list(jobs.values()), raise_error=True)
+        # A read the watchdog ended holds GreenletExit: no facts from that host.
+        return {name: job.value if isinstance(job.value, HostReport) else None for name, job in jobs.items()}
+
+    plans = plan_inventory(data, active, read_all, restore)
+    return FleetPlan(plans, plan_roll(plans))
+
+
+def fleet_plan(state: Any) -> FleetPlan:
+    """The plan of this pyinfra run (its State), made once."""
+    from gevent.event import AsyncResult
+
+    pending = getattr(state, _PLAN_ATTRIBUTE, None)
+    if pending is None:
+        pending = AsyncResult()
+        setattr(state, _PLAN_ATTRIBUTE, pending)
+        try:
+            fleet = _plan_run(state)
+        except BaseException as exc:
+            pending.set_exception(exc)
+            raise
+        state.add_callback_handler(RollReporter(state, fleet))
+        state.add_callback_handler(watchdog.Watchdog(fleet.roll.note))
+        state.pool = watchdog.ContainedPool(state.pool.size, fleet.roll.note)
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, interrupt_handler(fleet.roll))
+        pending.set(fleet)
+    result: FleetPlan = pending.get()
+    return result
+
+
+def plan_for(host: Any) -> HostPlan:
+    """The plan of a pyinfra host in this run."""
+    return fleet_plan(host.state).plans[host.name]

@@ -1,0 +1,186 @@
+"""The operations of one host's turn in the roll: what ``tasks/services.py`` runs inside the host's batch.
+
+Everything whose change takes an instance down happens here, in this order:
+the pre-stop hook, stale units stopped, docker's new settings (when they were
+held back for the batch), the Ray unit, the vLLM units, the health gate, the
+post-start hook. Every operation runs only while the roll lets the batch go on
+(``gate``), so a host whose batch never runs keeps its old units and env files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from io import StringIO
+
+from pyinfra.operations import files
+from pyinfra.operations.util import any_changed
+
+from instinct_fleet.converge import apply, operations
+from instinct_fleet.converge.hostplan import HostPlan
+from instinct_fleet.fleet import canary, measure, roll
+from instinct_fleet.fleet.run import FleetPlan
+from instinct_fleet.model import paths, render, workload
+from instinct_fleet.model.defaults import Hook
+
+
+def _hooks(plan: HostPlan, fleet: FleetPlan, which: str, hook: Hook | None, gate: Callable[[], bool]) -> None:
+    if hook is None or not (hook.host or hook.control):  # a hook with no command in either place is no hook
+        return
+    env = {
+        "INSTINCT_FLEET_HOST": str(plan.spec.host),
+        "INSTINCT_FLEET_UNITS": " ".join(paths.vllm_unit(s.name) for s in plan.serves),
+        "INSTINCT_FLEET_PORTS": " ".join(str(s.port) for s in plan.serves),
+    }
+    for where, command in (("host", hook.host), ("control", hook.control)):
+        if command is not None:
+            operations.hook(name=f"Roll: {which} hook ({where})", command=command, where=where, env=env, record=fleet.roll.note, _if=gate)
+
+
+def healthy(
+    plan: HostPlan,
+    gate: Callable[[], bool] = apply.always,
+    record: Callable[[str, str], None] | None = None,
+    units: set[str] | None = None,
+    hold: Callable[[str, str], None] | None = None,
+) -> None:
+    """The health gate: each instance of ``units`` (default: those that were not healthy at preflight) becomes
+    healthy (health.serving: /health, its model listed, one token generated) within health_timeout."""
+    timeout = plan.spec.vars.health_timeout
+    for svc in plan.serves:
+        name = paths.vllm_unit(svc.name)
+        if (units is not None and name not in units) or (units is None and svc.port in plan.report.healthy_ports):
+            continue
+        operations.healthy(
+            name=f"{name} healthy",
+            unit=paths.service(name),
+            port=svc.port,
+            served_model=render.served_model(svc),
+            timeout=timeout,
+            key_path=plan.spec.vars.vllm_api_key_path,
+            record=record,
+            generates=render.generates(svc),
+            hold=hold,
+            _if=gate,
+            _timeout=timeout + 60,  # the wait ends itself at health_timeout; this bounds a hung host
+        )
+
+
+def _canary(plan: HostPlan, fleet: FleetPlan, phase: str, gate: Callable[[], bool], hold: Callable[[str, str], None] | None) -> None:
+    """Benchmark the canary's instances with ``canary_profile`` (instinct_fleet/fleet/canary.py)."""
+    profile = plan.spec.vars.canary_profile
+    assert profile is not None  # validate_canary and plan_roll: a canary host has a profile
+    runs = [run for svc in plan.serves for run in canary.runs(plan.spec, svc, profile)]
+    measure.canary_measured(
+        name=f"Canary: {profile} {phase} the change",
+        phase=phase,
+        runs=runs,
+        measure=fleet.roll.measure,
+        hold=hold,
+        _if=gate,
+        _timeout=workload.time_limit([job for job, _ in runs]) * len(runs),
+    )
+
+
+def _rollback(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], set[str]], timeout: int) -> None:
+    """When the batch failed: every host of it puts back its last healthy generation and gates the instances
+    that answered at preflight again (the post-start hook and the host's failure follow, in converge)."""
+    host = str(plan.spec.host)
+
+    def back() -> bool:
+        return fleet.roll.rolls_back(batch, failed())
+
+    target = plan.generations.target
+    if target is None:
+        operations.fail(
+            name="Roll: roll back",
+            message="this batch failed and the host has no generation that passed the health gate to go back to "
+            f"({paths.GENERATIONS_DIR}): fix the inventory and deploy again",
+            _if=back,
+        )
+        return
+    fleet.roll.targets[host] = target
+    operations.generation_restored(name=f"Roll: back to generation {target}", number=target, _if=back, _timeout=timeout)
+    answered = {e.unit for e in plan.desired.endpoints if e.port in plan.report.healthy_ports}
+    healthy(plan, back, fleet.roll.note, units=answered)
+
+
+def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], set[str]]) -> None:
+    """Emit this host's operations for ``batch``; each runs only while the roll proceeds."""
+
+    host = str(plan.spec.host)
+
+    def gate() -> bool:  # a host whose gate failed in a batch that rolls back does nothing more but roll back
+        return fleet.roll.proceeds(batch, failed()) and host not in fleet.roll.unhealthy
+
+    unit = fleet.roll.unit_of(host)
+    rolling = unit is not None and unit.kind == "restart"
+    v = plan.spec.vars
+    want = plan.desired
+    generation = plan.generations
+    # A cluster rolls as one: when any member changes, every member's units restart together.
+    force = roll.docker_changed(plan) or (rolling and plan.role is not None)
+    stale = [u for u in plan.stale_units if plan.unit_drifted(u) or plan.drifted(paths.unit_path(u))]
+    pending = [name for name in want.serving if force or not plan.serving_in_place(name)]
+    deferred = roll.defers_docker(plan)
+    busy = bool(pending or stale or deferred)
+    if busy:  # instinct-fleet bench refuses a host while this marker is there
+        started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        files.put(
+            name="Roll: mark the host as rolling",
+            src=StringIO(f"roll batch {batch} started {started}\n"),
+            dest=paths.ROLL_MARKER,
+            _if=gate,
+        )
+    if (pending or stale) and generation.keep is not None:  # before any serving file changes
+        state = "healthy" if generation.keep_healthy else "not healthy at preflight"
+        operations.generation_saved(
+            name=f"Roll: keep the serving files as generation {generation.keep} ({state})",
+            number=generation.keep,
+            keep=v.rolling_keep_generations,
+            healthy=generation.keep_healthy,
+            _if=gate,
+        )
+    measured = rolling and host == fleet.roll.canary_host and v.canary_profile is not None
+    if measured:
+        _canary(plan, fleet, "before", gate, None)
+    if rolling and plan.serves:
+        _hooks(plan, fleet, "pre-stop", v.rolling_pre_stop, gate)
+
+    if deferred:  # dockerd restarts with its new settings, stopping every container, in this batch
+        apply.converge(plan, "docker", gate)
+        apply.converge(plan, "pull", gate)
+    cluster = plan.spec.cluster
+    # The operation's budget, not the unit's TimeoutStartSec (render.start_seconds): a command's, plus the Ray wait.
+    start_timeout = v.command_timeout + (cluster.ready_timeout if cluster else 0)
+    # The others' files match, they run, and their instances answered at preflight.
+    all_files = apply.converge(plan, "roll", gate, units=[*stale, *pending], force=force, timeout=start_timeout)
+
+    rollback = rolling and v.rolling_on_failure == "rollback"
+    healthy(plan, gate, fleet.roll.note, units=set(pending), hold=fleet.roll.hold if rollback else None)
+    if measured:
+        _canary(plan, fleet, "after", gate, fleet.roll.hold if rollback else None)
+    if rollback:
+        _rollback(plan, fleet, batch, failed, start_timeout * max(1, len(pending)))
+    if all_files:
+
+        def passed() -> bool:
+            return gate() and not fleet.roll.rolls_back(batch, failed())
+
+        operations.generation_saved(
+            name=f"Roll: keep the new serving files as generation {generation.after} (healthy)",
+            number=generation.after,
+            keep=v.rolling_keep_generations,
+            healthy=True,
+            _if=[passed, any_changed(*all_files)],
+        )
+    if rolling and plan.serves:  # after a rollback too: the units answer again
+        _hooks(plan, fleet, "post-start", v.rolling_post_start, lambda: gate() or fleet.roll.rolls_back(batch, failed()))
+    if rollback:  # a host whose own gate failed fails now, back on its old files, so that the run exits non-zero
+        operations.fail(
+            name="Roll: rolled back",
+            message=lambda: f"rolled back to generation {generation.target} after: {fleet.roll.unhealthy.get(host, '')}",
+            _if=[lambda: fleet.roll.rolls_back(batch, failed()), lambda: fleet.roll.back(host)],
+        )
+    if busy or plan.drifted(paths.ROLL_MARKER):  # a marker left by a roll that failed goes once the host is whole
+        files.file(name="Roll: done on this host", path=paths.ROLL_MARKER, present=False, _if=gate)

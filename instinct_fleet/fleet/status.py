@@ -1,0 +1,198 @@
+"""``instinct-fleet status``: what every unit of the fleet is doing now, read in one round trip per host.
+
+For each vLLM instance: its unit's state, ``/health``, the image its container
+runs, and from its ``/metrics`` the requests running and waiting and the
+KV-cache usage, by the metric names of the vLLM version it runs. Ray and
+device-metrics-exporter units get a row too, so a cluster worker and a host
+whose exporter died show up. A roll in progress (the marker a deploy writes
+while a host's batch runs) is shown on every row of that host; ``bench``
+reads the same rows to refuse such a host.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from instinct_fleet.converge import health
+from instinct_fleet.converge.preflight import sections
+from instinct_fleet.model import paths, render
+from instinct_fleet.model.spec import HostSpec
+
+MARK = "@@instinct-fleet-status "
+# vLLM's own metric names (vllm/v1/metrics/loggers.py). vllm:gpu_cache_usage_perc was renamed
+# vllm:kv_cache_usage_perc in 0.9.1 (vllm-project/vllm#18354) and removed in 0.12 (#29330).
+KV_RENAMED_IN = (0, 9, 1)
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+
+
+def kv_cache_metric(version: str) -> str:
+    """The KV-cache usage gauge of this vLLM version."""
+    numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
+    return "vllm:kv_cache_usage_perc" if numbers >= KV_RENAMED_IN else "vllm:gpu_cache_usage_perc"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One unit of one host, as status shows it."""
+
+    host: str
+    instance: str  # an instance name, or the Ray or exporter unit
+    unit: str
+    state: str  # systemd's ActiveState: active, activating, failed, inactive ... ; unreachable
+    health: str  # "ok", an HTTP status, "no answer" or "-" where the unit has no endpoint
+    image: str = "-"
+    image_id: str = ""
+    wanted_image: str = "-"
+    port: int | None = None
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache: float | None = None
+    rolling: str | None = None  # the roll marker's line while a roll runs on the host
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Active, answering where it has an endpoint, and running the image the inventory names."""
+        return self.problem() is None
+
+    def problem(self) -> str | None:
+        """Why this unit is not serving as it should, in words for the user; None when it is."""
+        if self.error:
+            return self.error
+        if self.state != "active":
+            return f"{self.unit} is {self.state}"
+        if self.health not in ("ok", "-"):
+            return f"{self.unit} is active but its endpoint gives {self.health}"
+        if self.wanted_image not in ("-", self.image):
+            return f"{self.unit} runs {self.image}, not {self.wanted_image}: deploy to roll it"
+        return None
+
+
+def script(spec: HostSpec) -> str:
+    """One shell command that reads every unit of this host."""
+    q = shlex.quote
+    parts = [f"printf '{MARK}roll\\n'; cat {paths.ROLL_MARKER} 2>/dev/null; true"]
+    for svc in spec.serves:
+        unit = paths.vllm_unit(svc.name)
+        metrics = "|".join(re.escape(m) for m in (RUNNING, WAITING, kv_cache_metric(svc.version)))
+        parts.append(
+            f"printf '{MARK}instance {unit}\\n'; systemctl show -p ActiveState --value {unit}.service; "
+            f"if {health.serving(svc.port, render.served_model(svc), spec.vars.vllm_api_key_path, generates=render.generates(svc))}; then echo 'health ok'; "
+            f"else echo \"health $(curl -s -o /dev/null -m 3 -w '%{{http_code}}' http://127.0.0.1:{svc.port}/health)\"; fi; "
+            f"docker inspect -f 'image {{{{.Config.Image}}}} {{{{.Image}}}}' {unit} 2>/dev/null; "
+            f"curl -s -m 3 http://127.0.0.1:{svc.port}/metrics 2>/dev/null | grep -E {q(f'^({metrics})[{{ ]')}; true"
+        )
+    cluster = spec.cluster
+    if cluster is not None:
+        ray = paths.ray_unit(cluster.role)
+        parts.append(f"printf '{MARK}unit {ray}\\n'; systemctl show -p ActiveState --value {paths.service(ray)}")
+    if spec.vars.metrics_exporter:
+        port = spec.vars.metrics_exporter_port
+        parts.append(
+            f"printf '{MARK}unit {paths.EXPORTER_UNIT}\\n'; systemctl show -p ActiveState --value {paths.EXPORTER_UNIT}.service; "
+            f"curl -s -o /dev/null -m 3 -w 'health %{{http_code}}\\n' http://127.0.0.1:{port}/metrics; true"
+        )
+    return "; ".join(parts)
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    return {name: [line.strip() for line in body.splitlines() if line.strip()] for name, body in sections(text, MARK).items()}
+
+
+def _metric(lines: list[str], name: str, combine: Any) -> float | None:
+    """The value of ``name`` over its label sets (one per engine): summed or the highest."""
+    values = []
+    for line in lines:
+        match = re.match(rf"^{re.escape(name)}(?:\{{[^}}]*\}})?\s+(\S+)", line)
+        if match:
+            try:
+                values.append(float(match.group(1)))
+            except ValueError:
+                continue
+    return combine(values) if values else None
+
+
+def _health(lines: list[str], instance: bool = True) -> str:
+    code = next((line.split()[1] for line in lines if line.startswith("health ") and len(line.split()) > 1), "000")
+    if code in ("ok", "200"):  # the exporter's /metrics gives 200; an instance gives ok only when health.serving passes
+        return "ok" if code == "ok" or not instance else "lists another model"
+    return "no answer" if code == "000" else f"HTTP {code}"
+
+
+def parse(spec: HostSpec, text: str) -> list[Row]:
+    """The rows of one host from its script's output."""
+    part = _sections(text)
+    rolling = part["roll"][0] if part.get("roll") else None
+    host = str(spec.host)
+    rows = []
+    for svc in spec.serves:
+        unit = paths.vllm_unit(svc.name)
+        lines = part.get(f"instance {unit}", [])
+        state = lines[0] if lines and not lines[0].startswith(("health ", "image ")) else "unknown"
+        image_line = next((line.split() for line in lines if line.startswith("image ")), ["image", "-", ""])
+        rows.append(
+            Row(
+                host=host,
+                instance=svc.name,
+                unit=paths.service(unit),
+                state=state,
+                health=_health(lines),
+                image=image_line[1] if len(image_line) > 1 else "-",
+                image_id=image_line[2] if len(image_line) > 2 else "",
+                wanted_image=svc.image,
+                port=svc.port,
+                running=_metric(lines, RUNNING, sum),
+                waiting=_metric(lines, WAITING, sum),
+                kv_cache=_metric(lines, kv_cache_metric(svc.version), max),
+                rolling=rolling,
+            )
+        )
+    for key, lines in part.items():
+        if key.startswith("unit "):
+            name = key[5:]
+            exporter = name == paths.EXPORTER_UNIT
+            state = lines[0] if lines and not lines[0].startswith("health ") else "unknown"
+            rows.append(Row(host, name, paths.service(name), state, _health(lines, instance=False) if exporter else "-", rolling=rolling))
+    return rows
+
+
+def unreachable(spec: HostSpec, why: str) -> list[Row]:
+    """One row per unit of a host that could not be read, each saying why."""
+    units: list[tuple[str, str, str, int | None]] = [
+        (svc.name, paths.service(paths.vllm_unit(svc.name)), svc.image, svc.port) for svc in spec.serves
+    ]
+    if spec.cluster is not None:
+        ray = paths.ray_unit(spec.cluster.role)
+        units.append((ray, paths.service(ray), "-", None))
+    if spec.vars.metrics_exporter:
+        units.append((paths.EXPORTER_UNIT, paths.service(paths.EXPORTER_UNIT), "-", None))
+    return [
+        Row(str(spec.host), name, unit, "unreachable", "-", wanted_image=image, port=port, error=why) for name, unit, image, port in units
+    ]
+
+
+def _num(value: float | None, percent: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 100:.1f}%" if percent else f"{value:g}"
+
+
+def table(rows: list[Row]) -> str:
+    """The fleet as a terminal table; an image other than the inventory's is marked with '!'."""
+    header = ["host", "instance", "unit", "health", "image", "running", "waiting", "kv cache"]
+    body = []
+    for r in rows:
+        image = r.image if r.image == r.wanted_image or r.wanted_image == "-" else f"! {r.image} (wants {r.wanted_image})"
+        state = r.state + (" (rolling)" if r.rolling else "")
+        body.append([r.host, r.instance, state, r.health, image, _num(r.running), _num(r.waiting), _num(r.kv_cache, percent=True)])
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *body, strict=True)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *body]]
+    errors = sorted({f"{r.host}: {r.error}" for r in rows if r.error})
+    return "\n".join([*lines, *errors])
+
+
+def as_json(rows: list[Row]) -> list[dict[str, Any]]:
+    return [asdict(r) | {"ok": r.ok} for r in rows]

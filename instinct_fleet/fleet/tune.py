@@ -1,0 +1,282 @@
+"""``instinct-fleet tune``'s scheduler: run a validated sweep on some hosts at once, and put every host back.
+
+The sweep itself, its grid and its validation before any host are
+:mod:`instinct_fleet.fleet.sweeps`; the results, their ranking and trials.json
+:mod:`instinct_fleet.fleet.trials`; tune.md, pareto.png and best.py
+:mod:`instinct_fleet.fleet.tunereport`. Here:
+
+- **Trials run in parallel**, one point per host at a time, on at most
+  ``max_out`` hosts: only those hosts are ever away from their deployed
+  configuration, so the fleet loses at most ``max_out`` hosts' capacity. Points
+  go round-robin over them; each host first measures its deployed configuration
+  as it runs (the baseline, no restart).
+- **A trial** renders the instance's unit and env file through the deploy's own
+  path (:func:`instinct_fleet.fleet.run.plan_inventory` with the host's preflight
+  fact), writes them through the one applier (:func:`instinct_fleet.converge.apply.script`:
+  the declared modes, owners and restarts), waits behind the deploy's health gate
+  (one token generated, :mod:`instinct_fleet.converge.health`) and benchmarks it as
+  ``bench`` does. A trial whose unit fails is recorded as failed, with its
+  journal; the sweep goes on.
+- **Restore is guaranteed**: a host gets back the files its deploy wrote (the
+  same render with the inventory's own settings), behind the same gate, when its
+  points are done, on a failure, and on SIGINT or SIGTERM (ignored while the
+  restore runs). A deploy of the same inventory then changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from instinct_fleet.converge import apply, health, managed, preflight, probe
+from instinct_fleet.converge.hostplan import HostPlan
+from instinct_fleet.fleet import bench, canary, remote, report
+from instinct_fleet.fleet.sweeps import BASELINE, RESULT_FIELDS, Checked, Point, Sweep, assign, with_point
+from instinct_fleet.fleet.trials import SHOWN, Results, Trial, judge
+from instinct_fleet.model import paths, render, workload
+from instinct_fleet.model.inventory import HostData, plan_hosts
+from instinct_fleet.model.spec import ServiceSpec
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+# The work on a host.
+
+
+class HostTuner:
+    """One host's trials: its preflight fact read once, each point rendered through the deploy's plan.
+
+    The host is planned alone: it is single-node (:func:`check`), so no other host's data enters its
+    plan, and a trial costs the same in a fleet of ten hosts or a thousand.
+    """
+
+    def __init__(self, runner: remote.Hosts, host: HostData, sweep: Sweep, results: Results) -> None:
+        self.runner = runner
+        self.host = host
+        self.name = host.name
+        self.sweep = sweep
+        self.results = results
+        self.report: preflight.HostReport | None = None
+        self.deployed: HostPlan | None = None
+        self.away = False  # the instance may run something else than its deploy wrote
+
+    @property
+    def unit(self) -> str:
+        return paths.vllm_unit(self.sweep.instance)
+
+    def plan(self, point: Point) -> HostPlan:
+        """The host's plan with the point applied: the deploy's render, from the facts read at :meth:`prepare`."""
+        from instinct_fleet.fleet.run import plan_inventory
+
+        data = dataclasses.replace(self.host, data=with_point(self.host.data, self.sweep.instance, point))
+        report = self.report
+        plans = plan_inventory([data], {self.name}, lambda specs: {n: report for n in specs})
+        return plans[self.name]
+
+    def service(self, plan: HostPlan) -> ServiceSpec:
+        return next(s for s in plan.serves if s.name == self.sweep.instance)
+
+    def prepare(self) -> str | None:
+        """Read the host's facts; refuse a host that cannot serve, or whose instance is not as its deploy left it."""
+        ((spec, _),) = plan_hosts([self.host])
+        done = self.runner.run(self.name, probe.script(spec.vars.hf_token_path, managed.probe(spec)), spec.vars.command_timeout)
+        if done.error is not None:
+            return done.error
+        self.report = preflight.parse_report(done.stdout)
+        plan = self.plan(BASELINE)
+        if not plan.ok:
+            return "; ".join(str(f) for f in plan.errors)
+        if not plan.serving_in_place(self.unit):
+            return f"{self.unit} is not as its deploy left it (files, state or health): deploy the inventory first, then tune"
+        marker = self.runner.run(self.name, f"cat {paths.ROLL_MARKER} 2>/dev/null || true", 30)
+        if marker.stdout.strip():
+            return f"a roll or another sweep is in progress ({marker.stdout.strip()}); wait for it, or deploy again if it failed"
+        self.deployed = plan
+        return None
+
+    def install(self, plan: HostPlan, why: str) -> tuple[str | None, list[str]]:
+        """Write the instance's unit and env file, restart it, and wait behind the health gate: (problem, journal)."""
+        q = shlex.quote
+        files = [plan.desired.file(path) for path in plan.desired.unit_files(self.unit)]
+        marker = f"mkdir -p {q(str(Path(paths.ROLL_MARKER).parent))} && printf '%s\\n' {q(why)} > {paths.ROLL_MARKER}"
+        svc = self.service(plan)
+        v = plan.spec.vars
+        restart = f"{marker} && {apply.script(files)}"
+        self.away = True
+        done = self.runner.run(
+            self.name, restart, v.command_timeout + render.start_seconds(None, False) + render.stop_seconds(svc, v.rolling_drain_timeout)
+        )
+        if done.error is not None or not done.ok:
+            return f"restart failed: {done.error or (done.stderr or done.stdout).strip()[-500:]}", []
+        waited = self.runner.run(
+            self.name,
+            health.wait_script(
+                paths.service(self.unit), svc.port, render.served_model(svc), v.health_timeout, v.vllm_api_key_path, render.generates(svc)
+            ),
+            v.health_timeout + 60,
+        )
+        if waited.error is not None:
+            return f"health gate: {waited.error}", []
+        result = health.parse(waited.stdout)
+        problem = health.verdict(self.unit, svc.port, render.served_model(svc), result)
+        return problem, list(result.journal)
+
+    def measure(self, point: Point) -> Trial:
+        """One trial: the point installed behind the gate (not for the baseline), then benchmarked."""
+        started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        begun = time.monotonic()
+        trial = Trial(dict(point.settings), self.name, "failed", baseline=point.baseline, started=started)
+        plan = self.deployed if point.baseline else self.plan(point)
+        assert plan is not None, "prepare() comes first"
+        if not plan.ok:  # validated before the sweep; the host's facts can still refuse (too few GPUs for a TP)
+            trial.why = "; ".join(str(f) for f in plan.errors)
+        else:
+            problem, journal = (None, []) if point.baseline else self.install(plan, f"tune sweep {self.results.dir.name}: {point.label()}")
+            if problem is not None:
+                trial.why, trial.journal = problem, journal
+            else:
+                self.bench(plan, point, trial)
+        trial.seconds = round(time.monotonic() - begun, 1)
+        return trial
+
+    def bench(self, plan: HostPlan, point: Point, trial: Trial) -> None:
+        svc = self.service(plan)
+        concurrency = [self.sweep.concurrency] if self.sweep.concurrency else None
+        (job,) = workload.jobs(plan.spec, svc, self.sweep.profile, self.sweep.num_prompts, concurrency)
+        stamp = f"tune-{self.results.dir.name}"
+        done = self.runner.run(self.name, bench.command(job, stamp, None), workload.time_limit([job]))
+        data = bench.result_of(done.stdout) if done.ok else None
+        if data is None:
+            trial.why = f"vllm bench serve failed: {done.error or (done.stderr or done.stdout).strip()[-500:]}"
+            return
+        canary.store(self.results.run_dir(point, self.name), job, 0, data)
+        failed = report.failed_requests(data)
+        if failed is not None:  # the figures of the requests left over would flatter the point
+            trial.why = f"vllm bench serve: {failed}; its result is kept under runs/, not compared"
+            return
+        trial.status = "measured"
+        trial.figures = {k: float(data[k]) for k in RESULT_FIELDS if isinstance(data.get(k), int | float)}
+        trial.meets_slo = judge(trial.figures, self.sweep.slos)
+
+    def restore(self) -> str | None:
+        """The files the deploy wrote, back behind the gate, and the marker gone; None when the host serves as deployed."""
+        if not self.away or self.deployed is None:
+            return None
+        problem, _ = self.install(self.deployed, f"tune sweep {self.results.dir.name}: restoring the deployed configuration")
+        if problem is None:
+            cleared = self.runner.run(self.name, f"rm -f {paths.ROLL_MARKER}", 30)
+            problem = None if cleared.ok else f"cannot remove {paths.ROLL_MARKER}: {cleared.error or cleared.stderr}"
+        if problem is None:
+            self.away = False
+        return problem
+
+
+@contextmanager
+def signals_raise() -> Iterator[None]:
+    """SIGTERM (a CI runner cancelling the job) stops the sweep as Ctrl-C does."""
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {number: signal.signal(number, stop) for number in SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@contextmanager
+def signals_ignored() -> Iterator[None]:
+    """While hosts are restored: a second Ctrl-C must not leave one half-way."""
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ran: list[Trial]  # the trials this run measured or saw fail, in the order they ended
+    interrupted: bool
+    unprepared: dict[str, str]  # host -> why it ran nothing
+    not_restored: dict[str, str]  # host -> why its restore failed
+
+
+def run(
+    runner: remote.Hosts,
+    hosts: list[HostData],
+    checked: Checked,
+    sweep: Sweep,
+    results: Results,
+    say: Callable[[str], None],
+) -> Outcome:
+    """Run every host's queue at once; restore each host when its queue ends, and every host on an interrupt."""
+    import gevent
+
+    done = results.done()
+    queues = {
+        host: [p for p in queue if p.done_key(host) not in done] for host, queue in assign(list(checked.points), checked.hosts).items()
+    }
+    by_name = {h.name: h for h in hosts}
+    tuners = {host: HostTuner(runner, by_name[host], sweep, results) for host in checked.hosts}
+    unprepared: dict[str, str] = {}
+    not_restored: dict[str, str] = {}
+    ran: list[Trial] = []
+    total = sum(len(q) for q in queues.values())
+    counter = [0]
+
+    def work(host: str, queue: list[Point]) -> None:
+        tuner = tuners[host]
+        if not queue:
+            return
+        problem = tuner.prepare()
+        if problem is not None:
+            unprepared[host] = problem
+            say(f"{host}: runs nothing: {problem}")
+            return
+        for point in queue:
+            counter[0] += 1
+            say(f"[{counter[0]}/{total}] {host}: {point.label()}: started")
+            trial = tuner.measure(point)
+            results.record(trial)
+            ran.append(trial)
+            shown = ", ".join(f"{k} {trial.figures[k]:.1f}" for k in SHOWN[:3] if k in trial.figures)
+            say(f"    {host}: {point.label()}: {trial.status} in {trial.seconds:.0f}s" + (f": {shown}" if shown else f": {trial.why}"))
+        restore(host)
+
+    def restore(host: str) -> None:
+        if not tuners[host].away:
+            return
+        say(f"{host}: restoring the deployed {tuners[host].unit}")
+        problem = tuners[host].restore()
+        if problem is not None:
+            not_restored[host] = problem
+            say(f"{host}: NOT restored: {problem}")
+        else:
+            not_restored.pop(host, None)
+            say(f"{host}: restored, healthy")
+
+    interrupted = False
+    workers = [gevent.spawn(work, host, queue) for host, queue in queues.items()]
+    try:
+        with signals_raise():
+            gevent.joinall(workers, raise_error=True)
+    except KeyboardInterrupt:
+        interrupted = True
+        say("interrupted: restoring every host that left its deployed configuration (further Ctrl-C is ignored until done)")
+    finally:
+        with signals_ignored():
+            gevent.killall(workers)
+            away = [host for host, tuner in tuners.items() if tuner.away]
+            gevent.joinall([gevent.spawn(restore, host) for host in away])
+    return Outcome(ran, interrupted, unprepared, not_restored)

@@ -1,0 +1,564 @@
+"""Every user-facing variable: its type, its default and what it does, in one typed model.
+
+:class:`FleetVars` is the model pyinfra host data is validated against
+(:func:`instinct_fleet.model.spec.resolve_host`): types, ranges and forms live on its
+fields, and it forbids unknown keys. ``VARIABLES`` and ``DEFAULTS`` are read off
+it, ``group_data/all.py`` and the README table are written from them by
+``scripts/sync_variable_docs.py``, and a test keeps the three in step. Rules that
+relate two variables live in :mod:`instinct_fleet.model.validate`.
+
+A value of the wrong form fails with a custom error type that names its rule
+(``value_format``, ``allow_from``); any other error is a ``schema`` finding.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import ipaddress
+import posixpath
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StrictBool, StrictInt, StrictStr
+from pydantic_core import PydanticCustomError
+
+DEFAULT_VLLM_VERSION = "0.22.0"
+MAX_GPUS = 64  # logical GPUs one host can show: 8 MI300X in CPX mode
+GPU_MODELS = ("MI300X", "MI325X", "MI350X", "MI355X")
+# The gfx target of each GPU model (AMD's ROCm hardware specifications): vLLM decides
+# native MXFP4 and FP8 kernels by it (RocmPlatform.supports_mx, on_gfx950).
+GPU_ARCH = {"MI300X": "gfx942", "MI325X": "gfx942", "MI350X": "gfx950", "MI355X": "gfx950"}
+GDR_LEVELS = ("0", "1", "2", "3", "4", "5", "LOC", "PIX", "PXB", "PHB", "SYS")
+
+
+def image_tag(image: str) -> str | None:
+    """The tag of an image reference, ``"@digest"`` for a digest, None without either: `latest` or none is unpinned."""
+    if "@" in image:
+        return "@digest"
+    last = image.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else None
+
+
+def default_image(version: str) -> str:
+    """The upstream vLLM ROCm image for ``version``: the default, and the example in messages."""
+    return f"vllm/vllm-openai-rocm:v{version}"
+
+
+IMAGE_DEFAULT = default_image(DEFAULT_VLLM_VERSION)
+
+# Docker's reference grammar (distribution/reference): domain, lower-case path, tag, digest.
+_DOMAIN = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?/)"
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+IMAGE = re.compile(
+    rf"^{_DOMAIN}?{_PATH}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?$"
+)
+MODEL = re.compile(r"^(?:/|[A-Za-z0-9_])[A-Za-z0-9_./-]*$")
+USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+NIC = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+REGISTRY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?$")
+MIRROR = re.compile(r"^https?://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[^\s]*)?$")
+IB_HCA = re.compile(r"^\^?=?[A-Za-z0-9_]+(?::[0-9]+)?(?:,[A-Za-z0-9_]+(?::[0-9]+)?)*$")
+INSTANCE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
+CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+ROLLING_PERCENT = re.compile(r"^([1-9][0-9]?|100)%$")
+
+
+def _form(pattern: re.Pattern[str], what: str) -> AfterValidator:
+    """A string of the form ``pattern``; otherwise a value-format error that says ``what`` it must be."""
+
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise PydanticCustomError("value_format", "{shown} is not {what}", {"shown": repr(value), "what": what})
+        return value
+
+    return AfterValidator(check)
+
+
+def _host_path(value: str) -> str:
+    if not value.startswith("/") or value == "/" or posixpath.normpath(value) != value.rstrip("/"):
+        raise PydanticCustomError(
+            "value_format",
+            "{shown} must be an absolute, normalised path (a relative one becomes a docker volume name)",
+            {"shown": repr(value)},
+        )
+    return value
+
+
+def _model_id(value: str) -> str:
+    if not MODEL.match(value) or ".." in value.split("/"):
+        raise PydanticCustomError("value_format", "{shown} is not a model id such as org/name, or an absolute path", {"shown": repr(value)})
+    return value
+
+
+def _network(value: str) -> str:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise PydanticCustomError("allow_from", "{shown} is not an IP address or network", {"shown": repr(value)}) from None
+    return value
+
+
+HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def _address(value: str) -> str:
+    """An IP address (v4 or v6) or an RFC 1123 host name: what Prometheus and a client join with a port."""
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    labels = value.rstrip(".").split(".")
+    if ":" in value:
+        why = "holds a port or is not an IPv6 address; the port comes from each instance and the exporter"
+    elif all(label.isdigit() for label in labels):
+        why = "looks like an IPv4 address but is not one"
+    elif len(value) > 253 or not all(HOST_LABEL.match(label) for label in labels):
+        why = "is not a host name (letters, digits and '-' in dot-separated labels)"
+    else:
+        return value
+    raise PydanticCustomError("value_format", "{shown} {why}", {"shown": repr(value), "why": why})
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        if not isinstance(text, str) or text not in choices:
+            raise PydanticCustomError(
+                "value_format", "{shown} is not one of {choices}", {"shown": repr(value), "choices": ", ".join(choices)}
+            )
+        return text
+
+    return check
+
+
+def _memlock(value: Any) -> bool | int:
+    if isinstance(value, bool) or (isinstance(value, int) and value > 0):
+        return value
+    raise PydanticCustomError("schema", "expected True, False or a positive number of bytes, got {shown}", {"shown": repr(value)})
+
+
+def _rolling_batch(value: Any) -> int | str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and ROLLING_PERCENT.match(value.strip()):
+        return value.strip()
+    raise PydanticCustomError(
+        "schema", 'expected a number of serving units (1 or more) or a percentage from "1%" to "100%", got {shown}', {"shown": repr(value)}
+    )
+
+
+def _scalar(value: Any) -> str | None:
+    """An env value as the string the env file holds; True/False become 1/0, None removes."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise PydanticCustomError("schema", "env values must be strings or numbers, got {kind}", {"kind": type(value).__name__})
+
+
+def _arg(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool, dict, list)):
+        return value
+    raise PydanticCustomError("schema", "flag values must be scalars, mappings or lists, got {kind}", {"kind": type(value).__name__})
+
+
+def _hook(value: Any) -> Any:
+    if isinstance(value, str):
+        raise PydanticCustomError(
+            "schema",
+            "say where the command runs: {host} or {control}",
+            {"host": f'{{"host": {value!r}}}', "control": f'{{"control": {value!r}}}'},
+        )
+    return value
+
+
+Seconds = Annotated[StrictInt, Field(ge=1)]
+Port = Annotated[StrictInt, Field(ge=1, le=65535)]
+Image = Annotated[StrictStr, _form(IMAGE, "an image reference docker accepts (lower-case repository, tag, digest)")]
+Model = Annotated[StrictStr, AfterValidator(_model_id)]
+HostPath = Annotated[StrictStr, AfterValidator(_host_path)]
+UserName = Annotated[StrictStr, _form(USER, "a user name (lower case, at most 32 characters)")]
+Nic = Annotated[StrictStr, _form(NIC, "an interface name (at most 15 characters)")]
+IbHca = Annotated[StrictStr, _form(IB_HCA, "a list of RDMA devices such as mlx5_0,mlx5_1")]
+Registry = Annotated[StrictStr, _form(REGISTRY, "a registry as host[:port] (it names a directory under /etc/docker/certs.d)")]
+Mirror = Annotated[StrictStr, _form(MIRROR, "a mirror URL with http:// or https:// (dockerd refuses to start otherwise)")]
+Network = Annotated[StrictStr, AfterValidator(_network)]
+ClusterName = Annotated[StrictStr, _form(CLUSTER_NAME, "a cluster name (letters, digits, '.', '_' and '-')")]
+InstanceName = Annotated[
+    StrictStr, _form(INSTANCE_NAME, "an instance name matching [a-z0-9][a-z0-9-]{0,40} (it names the unit vllm-<name>.service)")
+]
+GpuModel = Annotated[StrictStr, PlainValidator(_one_of(GPU_MODELS))]
+GdrLevel = Annotated[str, PlainValidator(_one_of(GDR_LEVELS))]
+Memlock = Annotated[bool | int, PlainValidator(_memlock)]
+RollingBatch = Annotated[int | str, PlainValidator(_rolling_batch)]
+EnvValue = Annotated[str | None, PlainValidator(_scalar)]
+ArgInput = Annotated[Any, PlainValidator(_arg)]
+Command = Annotated[StrictStr, Field(min_length=1, pattern=r"\S")]
+# docker's --env-file and systemd's EnvironmentFile take one NAME=value per line; the name is a shell identifier.
+EnvName = Annotated[
+    StrictStr, _form(re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$"), "an env name (letters, digits and _, not starting with a digit)")
+]
+FlagName = Annotated[StrictStr, _form(re.compile(r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]*$"), "a flag name such as max-num-seqs")]
+
+
+def _as_written(value: Any) -> Callable[[], Any]:
+    """A default kept as group_data writes it (plain data); it is validated with the host's data."""
+    return lambda: copy.deepcopy(value)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Hook(_Strict):
+    """A rolling hook: a shell command on the serving host, on the control machine, or both."""
+
+    host: Command | None = None
+    control: Command | None = None
+
+
+class RayPorts(_Strict):
+    """Every port Ray listens on, pinned so that the firewall can close them to non-members."""
+
+    gcs: Port = 6379
+    object_manager: Port = 8076
+    node_manager: Port = 8077
+    client_server: Port = 10001
+    min_worker: Port = 10002
+    max_worker: Port = 10999
+    dashboard_agent_listen: Port = 52365
+    dashboard_agent_grpc: Port = 52366
+    metrics_export: Port = 52367
+    runtime_env_agent: Port = 52368
+
+
+RAY_PORTS = RayPorts().model_dump()
+
+
+class Instance(_Strict):
+    """One entry of ``vllm_instances``; unset keys fall back to the host's variables and the recipe."""
+
+    name: InstanceName
+    recipe: StrictStr | None = None
+    model: Model | None = None
+    gpus: list[Annotated[StrictInt, Field(ge=0)]] | None = None
+    port: Port | None = None
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    args: dict[FlagName, ArgInput] = Field(default_factory=dict)
+
+
+HookSetting = Annotated[Hook | None, BeforeValidator(_hook)]
+
+BENCH_DATASETS = ("random", "sharegpt")
+
+
+def _exporter_field(value: Any) -> str:
+    if not isinstance(value, str) or value not in KNOWN_EXPORTER_FIELDS:
+        close = difflib.get_close_matches(str(value), KNOWN_EXPORTER_FIELDS, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise PydanticCustomError(
+            "value_format", "{shown} is not a field of the device metrics exporter{hint}", {"shown": repr(value), "hint": hint}
+        )
+    return value
+
+
+# The exporter's own field names: the GPUMetricField enum of ROCm/device-metrics-exporter
+# (pkg/exporter/proto/exporterconfig.proto); the exporter ignores a name it does not know.
+KNOWN_EXPORTER_FIELDS = tuple(
+    word
+    for line in (resources.files("instinct_fleet.model") / "knowledge" / "exporter-fields.txt").read_text().splitlines()
+    if not line.startswith("#")
+    for word in line.split()
+)
+ExporterField = Annotated[StrictStr, PlainValidator(_exporter_field)]
+# The device-metrics-exporter fields a serving fleet watches (names from its example config.json):
+# utilisation, power, temperatures, VRAM and uncorrectable ECC errors.
+EXPORTER_FIELDS = (
+    "GPU_GFX_ACTIVITY",
+    "GPU_UMC_ACTIVITY",
+    "GPU_PACKAGE_POWER",
+    "GPU_JUNCTION_TEMPERATURE",
+    "GPU_HBM_TEMPERATURE",
+    "GPU_USED_VRAM",
+    "GPU_TOTAL_VRAM",
+    "GPU_ECC_UNCORRECT_TOTAL",
+)
+
+
+class BenchProfile(_Strict):
+    """One ``instinct-fleet bench`` profile: the ``vllm bench serve`` dataset shape and load."""
+
+    dataset: Annotated[StrictStr, PlainValidator(_one_of(BENCH_DATASETS))] = "random"
+    dataset_path: HostPath | None = None
+    input_len: Annotated[StrictInt, Field(ge=1)] = 1024
+    output_len: Annotated[StrictInt, Field(ge=1)] = 1024
+    num_prompts: Annotated[StrictInt, Field(ge=1)] = 100
+    concurrency: list[Annotated[StrictInt, Field(ge=1)]] = Field(default_factory=lambda: [8], min_length=1)
+    request_rate: Annotated[float, Field(gt=0)] | None = None
+    ignore_eos: StrictBool = True
+
+
+class FleetVars(_Strict):
+    """Every instinct-fleet variable of one host, after host data over group_data over all."""
+
+    vllm_recipe: StrictStr | None = Field(
+        default="gpt-oss-120b",
+        description="Built-in recipe each instance starts from (`instinct-fleet recipes` lists them); `None` starts from nothing but `vllm_model`, `vllm_env` and `vllm_args`.",
+    )
+    vllm_image: Image = Field(
+        default=IMAGE_DEFAULT,
+        description="vLLM ROCm container image, pinned by tag or digest; `latest` and untagged names are refused.",
+    )
+    vllm_version: StrictStr = Field(
+        default=DEFAULT_VLLM_VERSION,
+        description="vLLM version inside `vllm_image`; selects the table of env vars and flags that validation checks against.",
+    )
+    vllm_model: Model | None = Field(
+        default=None,
+        description="Model to serve; `None` keeps the recipe's model.",
+    )
+    vllm_env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict,
+        description="Env vars layered over the recipe's for every instance on the host; a value of `None` removes a recipe variable.",
+    )
+    vllm_args: dict[FlagName, ArgInput] = Field(
+        default_factory=dict,
+        description='`vllm serve` flags layered over the recipe\'s (`{"max-num-seqs": 256}`); `True` is a bare flag, `False` the `--no-` form, `None` removes.',
+    )
+    vllm_instances: list[Instance] = Field(
+        default_factory=_as_written([{"name": "main"}]),
+        description="Instances per host: `name`, and optionally `recipe`, `model`, `gpus` (list of GPU indices), `port`, `env`, `args`. GPUs and ports default to consecutive blocks.",
+    )
+    vllm_nodes: Annotated[StrictInt, Field(ge=1)] = Field(
+        default=1,
+        description="Nodes one instance spans (2 or more for a Ray cluster); TP x PP x DP must equal nodes x GPUs per node.",
+    )
+    gpu_count: Annotated[StrictInt, Field(ge=1, le=MAX_GPUS)] = Field(
+        default=8,
+        description="GPUs each host must have (logical GPUs after partitioning); preflight compares it with amd-smi.",
+    )
+    gpu_model: GpuModel = Field(
+        default="MI300X",
+        description="GPU model the host must have: MI300X, MI325X, MI350X or MI355X.",
+    )
+    hf_token_path: HostPath = Field(
+        default="/etc/instinct-fleet/hf-token",
+        description="File on the host holding the Hugging Face token; it is mounted read-only and never put in a unit, env file or argv.",
+    )
+    vllm_api_key_path: HostPath | None = Field(
+        default=None,
+        description="Root-only file on each host holding the API key vLLM then requires on its /v1 routes; mounted read-only and exported as VLLM_API_KEY inside the container just before `vllm serve`, so it never reaches a unit, argv, an env file or `docker inspect`. `None`: no key.",
+    )
+    hf_cache_dir: HostPath = Field(
+        default="/var/lib/instinct-fleet/huggingface",
+        description="Host directory mounted as the Hugging Face cache.",
+    )
+    health_timeout: Seconds = Field(
+        default=1800,
+        description="Seconds to wait for each instance's /health and /v1/models after a (re)start.",
+    )
+    command_timeout: Seconds = Field(
+        default=600,
+        description="Seconds any one command may take on a host before that host fails as hung (image pulls and health waits have their own limits).",
+    )
+    image_pull_timeout: Seconds = Field(
+        default=3600,
+        description="Seconds the pull of the vLLM image (20+ GB) may take on a host.",
+    )
+    tune_numa_balancing: StrictBool = Field(
+        default=True,
+        description="Set kernel.numa_balancing=0 now and in /etc/sysctl.d (004, AMD MAD).",
+    )
+    tune_kernel_cmdline: StrictBool = Field(
+        default=True,
+        description="Add iommu=pt and pci=realloc=off to the kernel command line through a GRUB drop-in. No seed has this step: it comes from AMD's MI300X system optimization guide (ROCm documentation, GRUB settings), which the project follows.",
+    )
+    tune_reboot: StrictBool = Field(
+        default=False,
+        description="Reboot when the kernel command line changed; when False the deploy reports that a reboot is required.",
+    )
+    tune_cpu_idle: StrictBool = Field(
+        default=True,
+        description="Disable deep CPU C-states (cpupower idle-set -d 2) from a oneshot unit. Not in the seeds: AMD's MI300X system optimization guide (ROCm documentation), which the project follows.",
+    )
+    tune_memlock: Memlock = Field(
+        default=True,
+        description="Locked-memory limit for dockerd and the vLLM containers: `True` is unlimited (RCCL pins buffers), a number is bytes, `False` leaves it alone.",
+    )
+    service_user: UserName = Field(
+        default="vllm",
+        description="System user that owns the service files; added to the render and video groups.",
+    )
+    docker_registry_mirrors: list[Mirror] = Field(
+        default_factory=list,
+        description="Registry mirrors written to /etc/docker/daemon.json.",
+    )
+    docker_insecure_registries: list[Registry] = Field(
+        default_factory=list,
+        description="Registries dockerd may reach over plain HTTP (daemon.json).",
+    )
+    docker_registry_ca_certs: dict[Registry, StrictStr] = Field(
+        default_factory=dict,
+        description='CA certificates of private registries: `{"registry.example:5000": "certs/ca.crt"}`, copied from the control machine to /etc/docker/certs.d/<registry>/ca.crt.',
+    )
+    docker_credentials_file: StrictStr | None = Field(
+        default=None,
+        description="Path on the control machine to a docker config.json with registry credentials; copied to root's ~/.docker with mode 0600.",
+    )
+    ray_cluster: ClusterName | None = Field(
+        default=None,
+        description="Name of the Ray cluster the host belongs to; the hosts that share it serve one multi-node vLLM instance (`vllm_nodes` of them).",
+    )
+    ray_role: Literal["head", "worker"] | None = Field(
+        default=None,
+        description="`head` or `worker` within `ray_cluster`; exactly one head, which also runs the vLLM unit.",
+    )
+    ray_ports: RayPorts = Field(
+        default_factory=_as_written(RAY_PORTS),
+        description="Every port Ray listens on, pinned so that the firewall can close them to non-members (`client_server` is Ray's fixed default); override single keys.",
+    )
+    ray_ready_timeout: Seconds = Field(
+        default=600,
+        description="Seconds the vLLM unit on the head waits for every node and GPU of the cluster to join Ray.",
+    )
+    cluster_nic: Nic | None = Field(
+        default=None,
+        description="Interface RCCL and Gloo use between nodes (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME); its address becomes VLLM_HOST_IP and the Ray node IP. Required in a cluster.",
+    )
+    nccl_ib_hca: IbHca | None = Field(
+        default=None,
+        description='RDMA NICs for RCCL, e.g. `"mlx5_0,mlx5_1"` (NCCL_IB_HCA); unset, RCCL falls back to TCP sockets.',
+    )
+    nccl_ib_gid_index: Annotated[StrictInt, Field(ge=0, le=255)] | None = Field(
+        default=None,
+        description="RoCE GID index (NCCL_IB_GID_INDEX), usually 3 for RoCE v2.",
+    )
+    nccl_net_gdr_level: GdrLevel | None = Field(
+        default=None,
+        description="GPUDirect RDMA level (NCCL_NET_GDR_LEVEL), e.g. 3 or `PHB`. 002 writes `RCCL_NET_GDR_LEVEL=2`; RCCL keeps NCCL's variable names and documents this one as NCCL_NET_GDR_LEVEL, so set 2 here to follow 002.",
+    )
+    nccl_min_nchannels: Annotated[StrictInt, Field(ge=1, le=256)] | None = Field(
+        default=112,
+        description="NCCL_MIN_NCHANNELS in a cluster: more channels for MI300X collectives (002 RCCL).",
+    )
+    infiniband: StrictBool = Field(
+        default=False,
+        description="Pass /dev/infiniband into the Ray and vLLM containers with the IPC_LOCK capability (RDMA).",
+    )
+    firewall: StrictBool = Field(
+        default=True,
+        description="Manage the nftables table `inet instinct_fleet`: Ray ports open only to cluster members, vLLM ports only to `vllm_allow_from`.",
+    )
+    vllm_allow_from: list[Network] | None = Field(
+        default=None,
+        description='Addresses or networks allowed to reach the vLLM ports (`["10.0.0.0/8"]`), besides loopback and cluster members; `None` leaves them open.',
+    )
+    scrape_address: Annotated[StrictStr, AfterValidator(_address)] | None = Field(
+        default=None,
+        description="Address other machines reach this host at: Prometheus scrapes its vLLM `/metrics` and exporter there (`instinct-fleet targets`), and `instinct-fleet bench --client` sends load there; `None` uses `ssh_hostname`, else the inventory name.",
+    )
+    prometheus_allow_from: list[Network] | None = Field(
+        default=None,
+        description="Addresses or networks of the Prometheus servers allowed to scrape the vLLM `/metrics` ports and the device metrics exporter, when the firewall is on; `None` adds no rule.",
+    )
+    metrics_exporter: StrictBool = Field(
+        default=False,
+        description="Run AMD's device-metrics-exporter as the systemd unit `amd-metrics-exporter.service` (GPU utilisation, power, temperatures, VRAM, ECC).",
+    )
+    metrics_exporter_image: Image = Field(
+        default="rocm/device-metrics-exporter:v1.2.0",
+        description="The device-metrics-exporter image, pinned like the vLLM image.",
+    )
+    metrics_exporter_port: Port = Field(
+        default=5000,
+        description="Port the exporter serves `/metrics` on (its config file's `ServerPort`).",
+    )
+    metrics_exporter_fields: list[ExporterField] = Field(
+        default_factory=_as_written(list(EXPORTER_FIELDS)),
+        description="The exporter's `GPUConfig.Fields`: which GPU metrics it exports (names as in its documentation, for example `GPU_GFX_ACTIVITY` becomes `gpu_gfx_activity`).",
+    )
+    weights_source: HostPath | None = Field(
+        default=None,
+        description="A directory on every host holding a Hugging Face cache (`hub/models--org--name`), typically a shared mount: each model is copied from it into `hf_cache_dir` before its first start. `None`: vLLM downloads on first start.",
+    )
+    weights_download: StrictBool = Field(
+        default=True,
+        description="With `weights_source`: a model missing there is downloaded into it once, by one host, from the instance's image; `False` fails such hosts instead (a fleet without internet access).",
+    )
+    bench_profiles: dict[
+        Annotated[StrictStr, _form(re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$"), "a profile name (a-z, 0-9, '.', '-')")], BenchProfile
+    ] = Field(
+        default_factory=dict,
+        description='Your own `instinct-fleet bench` profiles beside the built-in ones, e.g. `{"long-ctx": {"input_len": 32768, "output_len": 512, "num_prompts": 40, "concurrency": [4]}}`.',
+    )
+    rolling_batch: RollingBatch = Field(
+        default=1,
+        description='Serving units (a single-node host, or a whole Ray cluster) that may restart at once during a re-tune: a number, or a percentage of the fleet\'s serving units such as `"25%"`. One value for the whole fleet.',
+    )
+    rolling_max_failures: Annotated[StrictInt, Field(ge=0)] = Field(
+        default=0,
+        description="Batches that may fail their health gate before the roll stops; the units not yet rolled keep their old configuration. One value for the whole fleet.",
+    )
+    rolling_on_failure: Literal["rollback", "stop"] = Field(
+        default="rollback",
+        description='What a batch that fails does: `"rollback"` puts its units back to their last healthy generation (unit and env files, byte for byte), gates them again, then stops the roll; `"stop"` leaves them as they failed. Either way the run exits non-zero.',
+    )
+    rolling_keep_generations: Annotated[StrictInt, Field(ge=1, le=100)] = Field(
+        default=3,
+        description="Generations (the serving unit and env files a host ran) each host keeps under /var/lib/instinct-fleet/generations, besides the last healthy one; `instinct-fleet rollback` and `rolling_on_failure` go back to them.",
+    )
+    canary_profile: StrictStr | None = Field(
+        default=None,
+        description="A bench profile (built-in or from `bench_profiles`) that makes a re-tune's first restart batch one canary serving unit (the smallest, first by name), benchmarked before it stops and after its gate; `None`: no canary. One value for the whole fleet.",
+    )
+    canary_max_regression: Annotated[float, Field(ge=0)] = Field(
+        default=10,
+        description="Percent by which the canary's output throughput may fall, or its median TPOT or median TTFT rise, before it counts as a failed batch (rolled back with `rolling_on_failure`, and the roll stops).",
+    )
+    canary_runs: Annotated[StrictInt, Field(ge=1, le=10)] = Field(
+        default=1,
+        description="Runs of the canary profile per measurement; the means are compared. Raise it when one run of the profile is too noisy.",
+    )
+    rolling_drain_timeout: Annotated[StrictInt, Field(ge=0)] = Field(
+        default=60,
+        description="Seconds a stopping instance gets to finish in-flight requests: vLLM's `--shutdown-timeout` where the pinned version has it, and the `docker stop` grace (plus 30 s) in any case.",
+    )
+    rolling_pre_stop: HookSetting = Field(
+        default=None,
+        description='Hook before a serving unit\'s instances stop, to take them out of a load balancer: `{"host": "cmd"}` runs on the serving host, `{"control": "cmd"}` on the machine running the deploy. The command sees INSTINCT_FLEET_HOST, INSTINCT_FLEET_UNITS and INSTINCT_FLEET_PORTS; a failure stops that unit\'s roll.',
+    )
+    rolling_post_start: HookSetting = Field(
+        default=None,
+        description="Hook after a serving unit's instances passed health, to put them back in a load balancer; same form and variables as `rolling_pre_stop`.",
+    )
+
+
+# Variables that are gone, and why: an inventory that still sets one is told, not just "unknown".
+REMOVED: dict[str, str] = {
+    "vllm_shm_size": (
+        "removed: the containers run with --ipc host and share the host's /dev/shm, so docker ignores --shm-size "
+        "(measured on the test fleet: --ipc host --shm-size 1g shows the host's 24G tmpfs). Size /dev/shm on the host"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One documented variable: its name, default (plain data, as group_data writes it) and meaning."""
+
+    name: str
+    default: Any
+    doc: str
+
+
+VARIABLES: tuple[Variable, ...] = tuple(
+    Variable(name, field.get_default(call_default_factory=True), field.description or "") for name, field in FleetVars.model_fields.items()
+)
+DEFAULTS: dict[str, Any] = {v.name: v.default for v in VARIABLES}

@@ -1,0 +1,242 @@
+"""What a pinned vLLM release accepts: env var names and ``vllm serve`` flags.
+
+The per-version tables under ``knowledge/`` are generated from vLLM's own source
+by ``scripts/extract_vllm_knowledge.py``; ``replaced.toml`` is curated and says
+what replaced a setting that a newer vLLM (or V1) no longer knows, so an error can
+say what to write instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+FlagKind = Literal["bool", "switch", "value", "optional_value"]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One ``vllm serve`` flag. ``bool`` flags also accept ``--no-<name>``.
+
+    ``upper_case`` choices are Enum members that vLLM looks up with
+    ``value.upper()``; ``json_fields`` are the keys of a JSON config flag (its
+    config forbids any other), each a Flag of its own, nested for a nested config;
+    ``bounds`` are the pydantic ``gt``/``ge``/``lt``/``le`` of the config field
+    behind it; ``settable`` is False for a field the config computes itself;
+    ``default`` is the version's default where it is a constant.
+    """
+
+    name: str
+    kind: FlagKind
+    choices: tuple[str, ...] = ()
+    upper_case: bool = False
+    json_fields: dict[str, Flag] | None = None
+    default: str | int | float | bool | None = None
+    bounds: tuple[tuple[str, float], ...] = ()
+    settable: bool = True
+
+    def accepts(self, value: str) -> bool:
+        """Whether ``value`` is one of the choices, the way vLLM compares it."""
+        return (value.upper() if self.upper_case else value) in self.choices
+
+    def out_of_bounds(self, value: float) -> str | None:
+        """The bound ``value`` breaks, written as pydantic says it (``greater than 0``), or None."""
+        words = {"gt": "greater than", "ge": "greater than or equal to", "lt": "less than", "le": "less than or equal to"}
+        tests = {"gt": value.__gt__, "ge": value.__ge__, "lt": value.__lt__, "le": value.__le__}
+        for op, limit in self.bounds:
+            if not tests[op](limit):
+                return f"{words[op]} {limit:g}"
+        return None
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """``--quantization`` as ``ModelConfig._verify_quantization`` checks it on ROCm.
+
+    ``deprecated_flag`` is the flag that admits a deprecated method (None where the
+    version has none); ``rocm_sets_env`` are env vars ROCm sets itself for a method.
+    """
+
+    methods: frozenset[str]
+    deprecated: frozenset[str]
+    deprecated_flag: str | None
+    rocm: frozenset[str]
+    rocm_sets_env: frozenset[str]
+    source: str
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What one ROCm attention backend's ``validate_configuration`` accepts (None: not declared, so not checked)."""
+
+    name: str
+    kv_cache_dtypes: tuple[str, ...] | None
+    block_sizes: tuple[int | str, ...] | None  # "*16": any multiple of 16
+    is_mla: bool
+    is_sparse: bool
+    supports_sink: bool
+
+    def accepts_kv_cache_dtype(self, dtype: str) -> bool:
+        return not self.kv_cache_dtypes or dtype in self.kv_cache_dtypes
+
+    def accepts_block_size(self, size: int) -> bool:
+        if not self.block_sizes:
+            return True
+        return any(size % int(str(s).lstrip("*")) == 0 for s in self.block_sizes)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """Why a name is gone and what to use instead."""
+
+    replacement: str
+    why: str
+    source: str
+
+
+@dataclass(frozen=True)
+class VllmKnowledge:
+    version: str
+    source: str
+    env_vars: frozenset[str]
+    env_unread: frozenset[str]  # defined in envs.py, but no running code reads them
+    flags: dict[str, Flag]
+    aliases: dict[str, str]
+    quantization: Quantization
+    backends: dict[str, Backend]  # the backends ROCm can pick; empty where the version declares none
+    backends_source: str
+    mx_architectures: tuple[str, ...]  # gfx prefixes with native MXFP4/MXFP6 (RocmPlatform.supports_mx)
+    startup_checks: dict[str, str]  # check id -> the file:line that raises it in this version
+
+    def canonical_flag(self, name: str) -> str | None:
+        """Return the long flag name (without dashes) for ``name``, or None if unknown.
+
+        ``name`` may carry leading dashes, underscores (vLLM's parser turns them
+        into dashes), be a short alias such as ``tp`` or a unique prefix.
+        """
+        bare = name.lstrip("-").replace("_", "-")
+        if f"--{bare}" in self.flags:
+            return bare
+        for alias in (f"-{bare}", f"--{bare}"):
+            if alias in self.aliases:
+                return self.aliases[alias].lstrip("-")
+        # argparse accepts a unique prefix of a long option (001 writes --tensor-parallel)
+        prefixed = [f for f in self.flags if f.startswith(f"--{bare}")]
+        return prefixed[0].lstrip("-") if len(prefixed) == 1 else None
+
+    def removed(self, name: str, table: dict[str, Replacement]) -> tuple[str, Replacement] | None:
+        """The entry of ``table`` that ``name`` (or a prefix spelling of it) refers to."""
+        bare = name.lstrip("-").replace("_", "-")
+        hits = [k for k in table if k == bare or k.startswith(bare)]
+        return (hits[0], table[hits[0]]) if len(hits) == 1 else None
+
+    def flag(self, name: str) -> Flag:
+        return self.flags[f"--{name}"]
+
+    def suggest_flag(self, name: str) -> list[str]:
+        bare = name.lstrip("-").replace("_", "-")
+        pool = [f.lstrip("-") for f in self.flags]
+        prefixed = [f for f in pool if f.startswith(bare)]
+        close = difflib.get_close_matches(bare, pool, n=3, cutoff=0.75)
+        return list(dict.fromkeys(prefixed[:3] + close))[:3]
+
+    def suggest_env(self, name: str) -> list[str]:
+        return difflib.get_close_matches(name, sorted(self.env_vars), n=3, cutoff=0.75)
+
+
+def supported_versions() -> list[str]:
+    """Versions with a generated table, oldest first."""
+    files = resources.files("instinct_fleet.model").joinpath("knowledge").iterdir()
+    versions = [f.name[len("vllm-") : -len(".json")] for f in files if f.name.startswith("vllm-")]
+    return sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".")))
+
+
+def find(version: str) -> VllmKnowledge | None:
+    """The table for ``version``, or None when there is none (validation reports that once, as version-unsupported)."""
+    try:
+        return load(version)
+    except KeyError:
+        return None
+
+
+@cache
+def load(version: str) -> VllmKnowledge:
+    """Load the table for ``version``; raise KeyError if there is none."""
+    if version not in supported_versions():
+        raise KeyError(version)
+    path = resources.files("instinct_fleet.model").joinpath("knowledge", f"vllm-{version}.json")
+    data = json.loads(path.read_text())
+    flags = {name: _flag(name.lstrip("-"), info) for name, info in data["flags"].items()}
+    quant = data["quantization"]
+    backends = data["attention_backends"]
+    return VllmKnowledge(
+        version=data["version"],
+        source=data["source"],
+        env_vars=frozenset(data["env_vars"]),
+        env_unread=frozenset(data["env_unread"]),
+        flags=flags,
+        aliases=dict(data["aliases"]),
+        quantization=Quantization(
+            methods=frozenset(quant["methods"]),
+            deprecated=frozenset(quant["deprecated"]),
+            deprecated_flag=quant["deprecated_flag"],
+            rocm=frozenset(quant["rocm"]),
+            rocm_sets_env=frozenset(quant["rocm_sets_env"]),
+            source=quant["source"],
+        ),
+        backends={
+            name: Backend(
+                name=name,
+                kv_cache_dtypes=tuple(b["kv_cache_dtypes"]) if "kv_cache_dtypes" in b else None,
+                block_sizes=tuple(b["block_sizes"]) if "block_sizes" in b else None,
+                is_mla=b.get("is_mla", False),
+                is_sparse=b.get("is_sparse", False),
+                supports_sink=b.get("supports_sink", False),
+            )
+            for name, b in backends.get("rocm", {}).items()
+        },
+        backends_source=backends.get("source", ""),
+        mx_architectures=tuple(data["mx_architectures"]),
+        startup_checks=dict(data["startup_checks"]),
+    )
+
+
+def _flag(name: str, info: dict[str, Any]) -> Flag:
+    """A flag, or a JSON config key, from its generated table entry (nested configs recursively)."""
+    nested = info.get("json_fields", info.get("fields"))
+    return Flag(
+        name=name,
+        kind=info.get("kind", "value"),
+        choices=tuple(info.get("choices", ())),
+        upper_case=info.get("choices_case") == "upper",
+        json_fields={k: _flag(k, v) for k, v in nested.items()} if nested is not None else None,
+        default=info.get("default"),
+        bounds=tuple(sorted(info.get("bounds", {}).items())),
+        settable=info.get("settable", True),
+    )
+
+
+@cache
+def replacements() -> tuple[dict[str, Replacement], dict[str, Replacement]]:
+    """Curated tables of removed flags and env vars: (flags, env)."""
+    path = resources.files("instinct_fleet.model").joinpath("knowledge", "replaced.toml")
+    data = tomllib.loads(path.read_text())
+    flags = {k: Replacement(**v) for k, v in data.get("flags", {}).items()}
+    env = {k: Replacement(**v) for k, v in data.get("env", {}).items()}
+    return flags, env
+
+
+# argparse's own test for a negative number (ArgumentParser._negative_number_matcher): such a token, and a
+# lone "-", are values; any other token that starts with "-" is read as an option.
+NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def is_option(arg: str) -> bool:
+    """Whether argparse (vLLM's reader of its command line) takes ``arg`` for an option rather than a value."""
+    return arg.startswith("-") and arg != "-" and not NEGATIVE_NUMBER.match(arg)

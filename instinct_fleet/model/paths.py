@@ -1,0 +1,107 @@
+"""Where instinct-fleet writes on a host: the paths the deploy, the preflight fact and the verify module share."""
+
+from __future__ import annotations
+
+CONFIG_DIR = "/etc/instinct-fleet"
+HOST_README = f"{CONFIG_DIR}/README"  # what an operator on the host reads: the units and files this tool manages
+SYSTEMD_DIR = "/etc/systemd/system"
+DAEMON_JSON = "/etc/docker/daemon.json"
+DOCKER_DROP_IN = f"{SYSTEMD_DIR}/docker.service.d/90-instinct-fleet.conf"
+
+# What the deploy writes on a host and the names it gives: every module reads them from here.
+DOCKER = "/usr/bin/docker"
+SYSCTL_FILE = "/etc/sysctl.d/90-instinct-fleet.conf"
+GRUB_DROP_IN = "/etc/default/grub.d/90-instinct-fleet.cfg"
+# What tune_kernel_cmdline adds to the kernel command line (README, Host tuning).
+KERNEL_ARGS = ("iommu=pt", "pci=realloc=off")
+CPU_IDLE_UNIT = "instinct-fleet-cpu-idle"
+REBOOT_MARKER = "/run/instinct-fleet/reboot-required"
+RAY_ENV = f"{CONFIG_DIR}/ray.env"
+RAY_READY_SCRIPT = f"{CONFIG_DIR}/ray-ready.py"
+RAY_TMP = "/var/lib/instinct-fleet/ray"  # shared /tmp/ray: the vLLM driver joins the head's Ray node through it
+FIREWALL_FILE = f"{CONFIG_DIR}/firewall.nft"
+FIREWALL_UNIT = "instinct-fleet-firewall"
+FIREWALL_TABLE = "inet instinct_fleet"  # the nftables table the firewall owns, beside Docker's
+NFT = "/usr/sbin/nft"
+NUMA_BALANCING = "kernel.numa_balancing"
+# Present while a host's roll batch runs (or after it failed): `instinct-fleet bench` refuses such a host.
+ROLL_MARKER = "/run/instinct-fleet/roll-in-progress"
+EXPORTER_UNIT = "amd-metrics-exporter"
+EXPORTER_DIR = f"{CONFIG_DIR}/metrics-exporter"
+EXPORTER_CONFIG = f"{EXPORTER_DIR}/config.json"
+CA_DIR = "/etc/docker/certs.d"
+DOCKER_UNIT = "docker"
+CREDENTIALS = "/root/.docker/config.json"
+BENCH_ROOT = "/var/lib/instinct-fleet/bench"
+DATASETS_DIR = "/var/lib/instinct-fleet/datasets"
+# A host's generations: the serving files it ran, one numbered directory each, and which one last
+# passed the health gate (instinct_fleet/converge/generations.py).
+GENERATIONS_DIR = "/var/lib/instinct-fleet/generations"
+
+SERVICE_USER_SHELL = "/usr/sbin/nologin"
+DEVICE_GROUPS = ("render", "video")  # own /dev/kfd and /dev/dri; the service user and the containers join them
+CPUPOWER = "/usr/bin/cpupower"
+KFD = "/dev/kfd"
+DRI = "/dev/dri"  # render nodes: /dev/dri/renderD*
+INFINIBAND = "/dev/infiniband"
+
+# Unit names carry no ".service"; systemd and pyinfra get service(name).
+
+
+def service(unit: str) -> str:
+    return f"{unit}.service"
+
+
+def unit_path(unit: str) -> str:
+    """Where a unit file instinct-fleet writes lives; ``unit`` with or without ``.service``."""
+    return f"{SYSTEMD_DIR}/{unit.removesuffix('.service')}.service"
+
+
+def vllm_unit(instance: str) -> str:
+    """The unit (and container) of one vLLM instance."""
+    return f"vllm-{instance}"
+
+
+def ray_unit(role: str) -> str:
+    """``ray-head`` or ``ray-worker``: the unit and its container share the name."""
+    return f"ray-{role}"
+
+
+def unit_env_path(unit: str) -> str:
+    """The env file of a vLLM or Ray unit this tool writes (a stale one included); both Ray roles use ray.env."""
+    return RAY_ENV if unit.startswith("ray-") else f"{CONFIG_DIR}/{unit}.env"
+
+
+def sysctl_path(key: str) -> str:
+    """Where the kernel shows a setting's live value: ``kernel.numa_balancing`` is /proc/sys/kernel/numa_balancing."""
+    return f"/proc/sys/{key.replace('.', '/')}"
+
+
+def ca_path(registry: str) -> str:
+    return f"{CA_DIR}/{registry}/ca.crt"
+
+
+# Inside the containers.
+TOKEN_IN_CONTAINER = "/run/secrets/hf-token"
+API_KEY_IN_CONTAINER = "/run/secrets/vllm-api-key"
+HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
+RESULTS_IN_CONTAINER = "/results"
+RAY_TMP_IN_CONTAINER = "/tmp/ray"
+EXPORTER_CONFIG_IN_CONTAINER = "/etc/metrics"
+
+# Weight staging: written after a complete download into weights_source ("<revision> <commit>"),
+# and after a complete copy into hf_cache_dir (the same line), so that a cut copy never counts.
+WEIGHTS_COMPLETE = ".instinct-fleet-complete"
+WEIGHTS_STAGED = ".instinct-fleet-staged"
+
+# Files whose change restarts a serving unit; the preflight fact hashes them (roll.py).
+# Every vLLM and Ray unit this tool may have written, stale ones included.
+UNIT_PATTERNS = ("vllm-*.service", "ray-*.service")
+UNIT_GLOBS = tuple(f"{SYSTEMD_DIR}/{pattern}" for pattern in UNIT_PATTERNS)
+# The serving files: what a generation keeps and a rollback puts back.
+SERVING_FILES = (*UNIT_GLOBS, f"{CONFIG_DIR}/*.env")
+RESTART_FILES = (
+    *SERVING_FILES,
+    DAEMON_JSON,
+    DOCKER_DROP_IN,
+)

@@ -1,0 +1,341 @@
+"""The validation rules: id, severity and the reason or source behind each.
+
+Rules live in one table so the CLI, the README and the tests all name the same
+ids. Errors stop a run before any connection; warnings are printed and the run
+goes on.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: Severity
+    reason: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule tripped, on one host (None for ``render``), for one key."""
+
+    rule: str
+    severity: Severity
+    host: str | None
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.host}: " if self.host else ""
+        return f"{self.severity}: {where}{self.key}: {self.message} [{self.rule}]"
+
+    @property
+    def brief(self) -> str:
+        """The finding without severity and host, for a line that already names the host.
+
+        A key under ``preflight`` names a probe of the host, not a variable, so it is left out.
+        """
+        key = "" if self.key.startswith("preflight") else f"{self.key}: "
+        return f"{key}{self.message} [{self.rule}]"
+
+
+_RULES = (
+    Rule("schema", "error", "group_data values must have the documented type (README, Variables)."),
+    Rule(
+        "unknown-variable",
+        "error",
+        "A misspelt variable is silently ignored by pyinfra; every instinct-fleet variable is listed in the README.",
+    ),
+    Rule(
+        "inventory-conflict",
+        "error",
+        "A host listed in two groups with different values for a variable (two clusters, say) gets one of them silently from pyinfra's merge.",
+    ),
+    Rule("recipe-unknown", "error", "Only built-in recipes can be named; `instinct-fleet recipes` lists them."),
+    Rule("version-unsupported", "error", "Validation needs the env var and flag table of the pinned vLLM version."),
+    Rule("image-unpinned", "error", "A `latest` or missing tag makes every run pull a different image: pin a tag or a digest."),
+    Rule(
+        "image-version-mismatch",
+        "warning",
+        "The image tag names a vLLM version other than `vllm_version`, so the checks may use the wrong table.",
+    ),
+    Rule("env-unknown", "error", "vLLM silently ignores VLLM_* variables it does not know (generated from vllm/envs.py)."),
+    Rule(
+        "env-unread",
+        "warning",
+        "vLLM defines the variable in envs.py but no running code reads it, so it has no effect (generated: a read must reach code that runs).",
+    ),
+    Rule("env-removed", "error", "The variable is gone from the pinned vLLM; knowledge/replaced.toml says what replaced it."),
+    Rule("flag-unknown", "error", "`vllm serve` exits on flags it does not know (generated from vLLM's engine and frontend arguments)."),
+    Rule("flag-removed", "error", "The flag was removed (V0 or later); knowledge/replaced.toml says what replaced it."),
+    Rule("flag-not-boolean", "error", "Only boolean flags take true/false; a value flag needs a value."),
+    Rule("managed-key", "error", "The port, GPU set and GPU visibility come from `vllm_instances`, so they cannot also be set by hand."),
+    Rule(
+        "aiter-subflag-inert", "warning", "VLLM_ROCM_USE_AITER_* sub-flags only act when VLLM_ROCM_USE_AITER=1 (002, 003 AITER switches)."
+    ),
+    Rule(
+        "unified-attention-needs-mha-off",
+        "error",
+        "AITER unified attention only takes effect with VLLM_ROCM_USE_AITER_MHA=0 (003 AITER table).",
+    ),
+    Rule("value-domain", "error", "The value is outside what vLLM accepts (choices from vLLM's source, ranges from 002)."),
+    Rule(
+        "gpu-memory-high",
+        "warning",
+        "At 0.95 or more of HBM with AITER on, AITER workspace spikes can OOM during concurrent large prefills (000 Part II); 002 allows up to 0.95 without naming AITER.",
+    ),
+    Rule(
+        "hip-visible-devices",
+        "error",
+        "vLLM on ROCm reads CUDA_VISIBLE_DEVICES; keep HIP_VISIBLE_DEVICES unset (002 Tensor parallelism note).",
+    ),
+    Rule(
+        "parallel-size",
+        "error",
+        "TP x PP x DP must equal the GPUs the instance gets: its GPU set on one node, nodes x GPUs per node on a cluster.",
+    ),
+    Rule("tp-beyond-xgmi", "warning", "TP above 8 leaves the XGMI island; use PP across nodes (002 ROCm best practice)."),
+    Rule("gpu-out-of-range", "error", "GPU indices must exist on the host (0 .. gpu_count-1)."),
+    Rule(
+        "gpu-overlap",
+        "error",
+        "Instances sharing a GPU must each set --gpu-memory-utilization and together stay at or below 1.0 (002 packing example).",
+    ),
+    Rule(
+        "awq-rocm",
+        "error",
+        "AWQ on ROCm runs the Triton kernels (VLLM_USE_TRITON_AWQ=1) with float16 activations (--dtype auto or float16) (002 AWQ).",
+    ),
+    Rule(
+        "spec-tokens",
+        "warning",
+        "More speculative tokens lower the draft acceptance rate and the throughput; 002 advises num_speculative_tokens <= 2.",
+    ),
+    Rule("port-overlap", "error", "Two instances on one host cannot listen on the same port."),
+    Rule(
+        "dp-rocm-settings",
+        "error",
+        "Data parallel on ROCm needs the allgather_reducescatter all-to-all and --disable-nccl-for-dp-synchronization (002 Data parallelism tip).",
+    ),
+    Rule("nccl-single-gpu", "warning", "NCCL_MIN_NCHANNELS only helps multi-GPU collectives; one GPU has none (002 RCCL)."),
+    Rule(
+        "cluster-topology",
+        "error",
+        "A multi-node instance needs a `ray_cluster` of exactly `vllm_nodes` hosts with one head, which runs the single vLLM instance.",
+    ),
+    Rule(
+        "cluster-mismatch",
+        "error",
+        "Every node of a cluster runs the same thing: GPU model and count, image, version, model, env, flags, nodes, Ray ports, ready timeout and InfiniBand (crosscheck.member); Ray places ranks on any of them.",
+    ),
+    Rule(
+        "cluster-nic",
+        "error",
+        "A cluster needs `cluster_nic`: otherwise RCCL and Gloo pick an interface themselves, often docker0 or a management NIC. The project's choice (RCCL/NCCL documentation of NCCL_SOCKET_IFNAME); 002 does not cover it.",
+    ),
+    Rule(
+        "rccl-unset",
+        "warning",
+        "Without NCCL_IB_HCA RCCL sends cross-node traffic over TCP sockets on `cluster_nic`: a fraction of the RDMA bandwidth. The project's choice (RCCL documentation); 002 only covers GPUDirect RDMA (RCCL_NET_GDR_LEVEL).",
+    ),
+    Rule("ray-ports", "error", "Ray's pinned ports must not collide with a vLLM port on the same host."),
+    Rule(
+        "local-file",
+        "error",
+        "Registry credentials and CA certificates are copied from the control machine, so they must exist there (paths relative to the project directory).",
+    ),
+    Rule(
+        "rolling-fleet",
+        "error",
+        "`rolling_batch`, `rolling_max_failures`, `rolling_on_failure` and `canary_profile` pace one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",
+    ),
+    Rule(
+        "canary-profile",
+        "error",
+        "`canary_profile` must name a bench profile (built-in or in `bench_profiles`) that every instance of the host can run: a random prompt plus its output must fit the instance's `--max-model-len`, as `instinct-fleet bench` requires.",
+    ),
+    Rule(
+        "unsafe-value",
+        "error",
+        "No value may hold a control character: a newline would add a line to an env file or a directive to a unit (README, Validation).",
+    ),
+    Rule(
+        "secret-inline",
+        "error",
+        "The Hugging Face token lives only in the file `hf_token_path` on each host, never in env, argv or a unit.",
+    ),
+    Rule(
+        "value-format",
+        "error",
+        "The value must have the form its consumer accepts (docker's reference grammar, absolute paths, interface and user names, NCCL levels), checked before any host is touched.",
+    ),
+    Rule("instance-unique", "error", "Instance names name units, so they are unique on a host; an instance lists each GPU once."),
+    Rule(
+        "allow-from",
+        "error",
+        "`vllm_allow_from` and `prometheus_allow_from` take IP addresses or networks (10.0.0.0/8) exactly as written: host bits set would widen an entry to its whole network.",
+    ),
+    Rule(
+        "port-conflict",
+        "error",
+        "Every port a feature listens on is distinct on its host: vLLM instances, the metrics exporter, Ray's ports and worker range, and SSH.",
+    ),
+    Rule(
+        "derived-setting",
+        "error",
+        "The deploy derives HF_HOME, HF_TOKEN_PATH and, on a cluster node, VLLM_HOST_IP and the RCCL/Gloo interface settings; a user value would fight it.",
+    ),
+    Rule(
+        "flag-twice",
+        "error",
+        "One flag under two spellings in one place (tp and tensor-parallel-size): which value vLLM sees would be an accident.",
+    ),
+    Rule(
+        "path-overlap",
+        "error",
+        "weights_source, hf_cache_dir and hf_token_path must not coincide or nest: staging copies one into the other.",
+    ),
+    Rule(
+        "firewall-off",
+        "error",
+        "An allow-list with `firewall = False` would not be enforced; the firewall must be on for it to mean anything.",
+    ),
+    Rule(
+        "timeouts",
+        "error",
+        "`rolling_drain_timeout` plus docker's 30 s stop margin must stay below `command_timeout`, or the hung-host watchdog kills a normal restart.",
+    ),
+    Rule(
+        "quick-reduce-tp1",
+        "warning",
+        "Quick reduce quantizes all-reduces; at world size 1 vLLM creates no device communicator, so VLLM_ROCM_QUICK_REDUCE_QUANTIZATION does nothing.",
+    ),
+)
+
+# vLLM's own start-up checks (instinct_fleet/model/startup.py), from the per-version tables:
+# each refuses what the pinned vLLM would refuse when it starts.
+_STARTUP_RULES = (
+    Rule(
+        "quantization-unknown",
+        "error",
+        "vLLM raises 'Unknown quantization method' for a name outside its QuantizationMethods (generated per version).",
+    ),
+    Rule(
+        "quantization-rocm", "error", "vLLM on ROCm refuses a method outside RocmPlatform.supported_quantization (generated per version)."
+    ),
+    Rule(
+        "quantization-deprecated",
+        "error",
+        "vLLM refuses a deprecated method, named or declared by the checkpoint, unless --allow-deprecated-quantization is given (generated per version).",
+    ),
+    Rule(
+        "quantization-mismatch",
+        "error",
+        "A checkpoint carries its own quantization; vLLM refuses a --quantization that differs (knowledge/checkpoints.toml).",
+    ),
+    Rule(
+        "mxfp4-native",
+        "error",
+        "Native MXFP4 GEMMs need gfx950 (RocmPlatform.supports_mx); elsewhere vLLM emulates them in high precision. 002 lists the MXFP4 models for MI350/MI355.",
+    ),
+    Rule(
+        "attention-backend",
+        "error",
+        "The attention backend must accept the KV-cache dtype, block size and the model's MLA, sparsity and sinks, or vLLM stops at start-up (generated per version).",
+    ),
+    Rule("scheduler-batched-below-seqs", "error", "vLLM's SchedulerConfig needs --max-num-batched-tokens >= --max-num-seqs."),
+    Rule(
+        "scheduler-batched-below-model-len",
+        "error",
+        "With chunked prefill off, vLLM's SchedulerConfig needs --max-num-batched-tokens >= --max-model-len.",
+    ),
+    Rule("scheduler-partial-prefills-chunked", "error", "vLLM needs chunked prefill for --max-num-partial-prefills above 1."),
+    Rule("scheduler-long-partial-prefills", "error", "vLLM needs --max-long-partial-prefills <= --max-num-partial-prefills."),
+    Rule("speculative-draft-tp", "error", "vLLM takes a draft_tensor_parallel_size of 1 or the target's tensor parallel size only."),
+    Rule(
+        "speculative-tokens-without-model",
+        "error",
+        "vLLM refuses num_speculative_tokens without a draft model for a method that needs one.",
+    ),
+    Rule(
+        "speculative-tensor-parallel-key",
+        "error",
+        "vLLM refuses tensor_parallel_size in --speculative-config; the key is draft_tensor_parallel_size.",
+    ),
+    Rule("speculative-prompt-lookup", "error", "vLLM needs prompt_lookup_min <= prompt_lookup_max for n-gram speculation."),
+    Rule("kv-connector-role", "error", "vLLM refuses a --kv-transfer-config kv_connector without its kv_role."),
+    Rule(
+        "shuffle-kv-speculative",
+        "error",
+        "ROCM_AITER_FA asserts on the shuffled KV-cache layout together with speculative decoding (multi-token decode).",
+    ),
+)
+
+# Found by preflight, on the host's own facts (one read per host), before anything changes.
+_HOST_RULES = (
+    Rule(
+        "host-unreachable", "error", "The preflight facts could not be read: the host is down, refuses SSH or hangs past command_timeout."
+    ),
+    Rule(
+        "host-os", "error", "instinct-fleet installs packages with apt and regenerates GRUB the Debian way: Debian and Ubuntu hosts only."
+    ),
+    Rule("host-gpu", "error", "amd-smi (or rocm-smi) must be installed and list the host's GPUs (ROCm installed, 002 prerequisites)."),
+    Rule(
+        "host-driver", "error", "The amdgpu driver must be live with /dev/kfd and a /dev/dri render node per GPU, which the containers get."
+    ),
+    Rule("host-gpu-model", "error", "`gpu_model` must be what amd-smi reports: the recipes' settings are per GPU generation."),
+    Rule(
+        "host-gpu-count",
+        "error",
+        "The host must show `gpu_count` GPUs in its partition mode; a cluster node exactly that many, as Ray offers them all.",
+    ),
+    Rule(
+        "host-cluster-nic", "error", "`cluster_nic` must carry an IPv4 address on every member: it becomes VLLM_HOST_IP and Ray's node IP."
+    ),
+    Rule(
+        "host-cluster-member",
+        "error",
+        "A cluster member needs every peer's facts (addresses, GPUs); one unreachable member stops its cluster.",
+    ),
+    Rule("host-reboot-required", "warning", "The GRUB drop-in changed the kernel command line; it takes effect at the next boot."),
+    Rule("host-numa-balancing", "warning", "The kernel has no kernel.numa_balancing, so there is nothing to turn off."),
+    Rule("host-hf-token", "warning", "Without a token at `hf_token_path`, gated models (Llama) fail to download."),
+    Rule(
+        "host-api-key",
+        "error",
+        "`vllm_api_key_path` must be a non-empty file only root can read: vLLM refuses every /v1 request without the key it holds.",
+    ),
+    Rule(
+        "host-generation",
+        "error",
+        "`instinct-fleet rollback` needs the generation it asks for on the host, with a unit file and an env file for each serving unit the inventory gives the host, and no other: it puts back files, not instances. Without `--to`, a host with no older generation that passed the gate (one the change did not touch) keeps what it runs.",
+    ),
+)
+
+RULES: dict[str, Rule] = {r.id: r for r in (*_RULES, *_STARTUP_RULES, *_HOST_RULES)}
+
+
+def refused(findings: Iterable[Finding], consequence: str, warnings: bool = False) -> bool:
+    """Print the errors (and the warnings, if asked) to stderr with a count and what follows from them; True when there is an error.
+
+    The one printer for every command that validates before it acts: deploy, targets,
+    status, bench and plain pyinfra's gate.
+    """
+    shown = [f for f in findings if warnings or f.severity == "error"]
+    for f in shown:
+        print(str(f), file=sys.stderr)
+    errors = sum(f.severity == "error" for f in shown)
+    if errors:
+        print(f"{errors} error(s): {consequence}", file=sys.stderr, flush=True)
+    return errors > 0
+
+
+def finding(rule: str, host: str | None, key: str, message: str) -> Finding:
+    return Finding(rule=rule, severity=RULES[rule].severity, host=host, key=key, message=message)

@@ -1,0 +1,366 @@
+"""vLLM's own start-up checks, decided from argv and env before any host is touched.
+
+Why: vLLM refuses far more at start-up than unknown names: a quantization it does
+not know or ROCm does not run, a deprecated one without the flag that admits it, a
+JSON config key its ``@config`` forbids or a value outside a pydantic bound, an
+attention backend that refuses the KV-cache dtype or block size, and limits that
+contradict each other. On a fleet each is a crash-looping batch. The data comes from
+the per-version tables (``scripts/extract_vllm_knowledge.py``); the checks between
+settings are written here once, and a version carries one only where its source
+still raises it (``VllmKnowledge.startup_checks``, with the file and line).
+
+A checkpoint declares its own quantization in its ``config.json``;
+``knowledge/checkpoints.toml`` records it, with its attention shape, for the models
+the recipes and seeds name.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from instinct_fleet.model import knowledge
+from instinct_fleet.model.defaults import GPU_ARCH
+from instinct_fleet.model.rules import Finding, finding
+from instinct_fleet.model.spec import ServiceSpec
+
+TRUE = {"1", "true", "True", "TRUE"}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a model's ``config.json`` decides at start-up: its quantization and its attention shape."""
+
+    model: str
+    quant_method: str | None  # quantization_config.quant_method; None: not quantized
+    scheme: str | None  # the weight format inside a quark checkpoint (mxfp4), where it matters
+    mla: bool
+    sparse: bool
+    sinks: bool
+    source: str
+
+
+@cache
+def checkpoints() -> dict[str, Checkpoint]:
+    """The curated checkpoint table, by Hugging Face id."""
+    path = resources.files("instinct_fleet.model").joinpath("knowledge", "checkpoints.toml")
+    data = tomllib.loads(path.read_text())
+    return {
+        model: Checkpoint(
+            model=model,
+            quant_method=entry.get("quant_method") or None,
+            scheme=entry.get("scheme"),
+            mla=entry.get("mla", False),
+            sparse=entry.get("sparse", False),
+            sinks=entry.get("sinks", False),
+            source=entry["source"],
+        )
+        for model, entry in data["models"].items()
+    }
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One instance's launch, as vLLM's start-up sees it: flag values by canonical name, env, the checkpoint."""
+
+    svc: ServiceSpec
+    table: knowledge.VllmKnowledge
+    gpu_model: str
+    checkpoint: Checkpoint | None
+
+    def arg(self, flag: str) -> object:
+        return self.svc.args.get(flag)
+
+    def number(self, flag: str) -> float | None:
+        """A numeric flag's value (vLLM's human form 8k included), or None when unset or not a number."""
+        return _number(self.svc.args.get(flag))
+
+    def switch(self, flag: str) -> bool | None:
+        value = self.svc.args.get(flag)
+        return value if isinstance(value, bool) else None
+
+    def json(self, flag: str) -> dict[str, object] | None:
+        raw = self.svc.args.get(flag)
+        if not isinstance(raw, str):
+            return None
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError:
+            return None  # value-domain says so
+        return parsed if isinstance(parsed, dict) else None
+
+    @property
+    def speculative(self) -> dict[str, object] | None:
+        return self.json("speculative-config")
+
+    def where(self, flag: str) -> str:
+        return f"{self.svc.name}.args.--{flag}"
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    scale = {"k": 1e3, "K": 1024, "m": 1e6, "M": 1024**2, "g": 1e9, "G": 1024**3}
+    try:
+        return float(text[:-1]) * scale[text[-1]] if text and text[-1] in scale else float(text)
+    except ValueError:
+        return None
+
+
+def findings(svc: ServiceSpec, table: knowledge.VllmKnowledge, gpu_model: str) -> list[Finding]:
+    """Every start-up check of ``table``'s vLLM that this instance's argv and env trip."""
+    launch = Launch(svc, table, gpu_model, checkpoints().get(svc.model))
+    found = [*_quantization(launch), *_bounds(launch), *_attention_backend(launch)]
+    for check, source in table.startup_checks.items():
+        found += [finding(check, svc.host, key, f"{message} (vLLM {table.version}: {source})") for key, message in CHECKS[check](launch)]
+    return found
+
+
+def _quantization(launch: Launch) -> Iterator[Finding]:
+    """``ModelConfig._verify_quantization``: the method named, or the checkpoint's own, on ROCm."""
+    svc, quant, ckpt = launch.svc, launch.table.quantization, launch.checkpoint
+    host, version = svc.host, launch.table.version
+    given = launch.arg("quantization")
+    given = str(given) if given is not None and not isinstance(given, bool) else None
+    key = launch.where("quantization") if given else f"{svc.name}.model"
+    if given and ckpt is not None and ckpt.quant_method and _family(given) != _family(ckpt.quant_method):
+        yield finding(
+            "quantization-mismatch",
+            host,
+            key,
+            f"{svc.model} is a {ckpt.quant_method} checkpoint ({ckpt.source}); vLLM refuses --quantization {given} for it. "
+            "Drop --quantization, or serve the unquantized model",
+        )
+        return
+    method = given or (ckpt.quant_method if ckpt else None)
+    if method is None:
+        return
+    origin = f"--quantization {method}" if given else f"{svc.model}'s config.json declares {method} ({ckpt.source if ckpt else ''})"
+    if method not in quant.methods:
+        yield finding(
+            "quantization-unknown",
+            host,
+            key,
+            f"{origin}: vLLM {version} has no such method (Unknown quantization method). Known: {', '.join(sorted(quant.methods))}",
+        )
+    elif quant.rocm and method not in quant.rocm:
+        yield finding("quantization-rocm", host, key, f"{origin}: vLLM {version} does not run {method} on ROCm")
+    elif method in quant.deprecated and launch.switch((quant.deprecated_flag or "").lstrip("-")) is not True:
+        admit = f"; {quant.deprecated_flag} admits it" if quant.deprecated_flag else ""
+        yield finding(
+            "quantization-deprecated",
+            host,
+            key,
+            f"{origin}: vLLM {version} deprecates {method} and refuses it at start-up{admit}. Prefer a checkpoint in a current format",
+        )
+    if ckpt is not None and ckpt.scheme == "mxfp4" and method == "quark":
+        arch = GPU_ARCH.get(launch.gpu_model, "")
+        if not any(arch.startswith(prefix) for prefix in launch.table.mx_architectures):
+            yield finding(
+                "mxfp4-native",
+                host,
+                key,
+                f"{svc.model} is an MXFP4 checkpoint; {launch.gpu_model} ({arch}) has no native MXFP4, so vLLM {version} emulates it "
+                "in high precision (no memory or speed gain). Serve it on MI350X/MI355X, or an FP8 checkpoint here",
+            )
+
+
+def _family(method: str) -> str:
+    """Methods one checkpoint format answers to: vLLM's overrides turn gptq into gptq_marlin, awq into awq_marlin."""
+    return method.removeprefix("auto_").removesuffix("_marlin")
+
+
+def _bounds(launch: Launch) -> Iterator[Finding]:
+    """Pydantic bounds of plain flags and of every key of a JSON config flag, and keys a config computes itself."""
+    svc, table = launch.svc, launch.table
+    for flag, value in svc.args.items():
+        spec = table.flags.get(f"--{flag}")
+        if spec is None or isinstance(value, bool):
+            continue
+        number = _number(value)
+        broken = spec.out_of_bounds(number) if number is not None else None
+        if broken:
+            yield finding("value-domain", svc.host, launch.where(flag), f"must be {broken} in vLLM {table.version}, got {value!r}")
+        if spec.json_fields is not None:
+            parsed = launch.json(flag)
+            if parsed is not None:
+                yield from _json_bounds(launch, launch.where(flag), parsed, spec.json_fields)
+
+
+def _json_bounds(launch: Launch, where: str, parsed: dict[str, object], fields: dict[str, knowledge.Flag]) -> Iterator[Finding]:
+    for key, item in parsed.items():
+        field = fields.get(key)
+        if field is None:
+            continue  # validate.py names unknown keys
+        if not field.settable:
+            yield finding("value-domain", launch.svc.host, f"{where}.{key}", f"vLLM {launch.table.version} computes {key} itself; drop it")
+        elif field.json_fields is not None and isinstance(item, dict):
+            yield from _json_bounds(launch, f"{where}.{key}", item, field.json_fields)
+        elif isinstance(item, (int, float)) and not isinstance(item, bool) and (broken := field.out_of_bounds(float(item))):
+            yield finding("value-domain", launch.svc.host, f"{where}.{key}", f"must be {broken} in vLLM {launch.table.version}, got {item}")
+
+
+def _selected_backend(launch: Launch) -> tuple[str, str] | None:
+    """The backend named by ``--attention-backend`` or ``--attention-config.backend``, with the key that names it."""
+    named = launch.arg("attention-backend")
+    if isinstance(named, str) and named:
+        return named.upper(), launch.where("attention-backend")
+    config = launch.json("attention-config")
+    if config is not None and isinstance(config.get("backend"), str):
+        return str(config["backend"]).upper(), launch.where("attention-config") + ".backend"
+    return None
+
+
+def _attention_backend(launch: Launch) -> Iterator[Finding]:
+    """``validate_configuration`` of the chosen ROCm backend, or of every ROCm candidate when vLLM chooses."""
+    backends = launch.table.backends
+    if not backends:
+        return  # this version picks its ROCm backend in code, not from declarations
+    svc, version = launch.svc, launch.table.version
+    dtype = launch.arg("kv-cache-dtype")
+    dtype = str(dtype) if isinstance(dtype, str) else None
+    block = launch.number("block-size")
+    ckpt = launch.checkpoint
+    selected = _selected_backend(launch)
+    if selected is None:
+        if dtype and not any(b.accepts_kv_cache_dtype(dtype) for b in backends.values()):
+            yield finding(
+                "attention-backend",
+                svc.host,
+                launch.where("kv-cache-dtype"),
+                f"no attention backend vLLM {version} can pick on ROCm takes KV-cache dtype {dtype!r} (No valid attention backend found)",
+            )
+        return
+    name, key = selected
+    backend = backends.get(name)
+    if backend is None:
+        yield finding(
+            "attention-backend",
+            svc.host,
+            key,
+            f"{name} is not one of the backends vLLM {version} runs on ROCm ({', '.join(sorted(backends))})",
+        )
+        return
+    reasons = []
+    if dtype and not backend.accepts_kv_cache_dtype(dtype):
+        reasons.append(f"KV-cache dtype {dtype!r} (it takes {', '.join(backend.kv_cache_dtypes or ())})")
+    if block is not None and block == int(block) and not backend.accepts_block_size(int(block)):
+        sizes = ", ".join(f"multiples of {str(s)[1:]}" if str(s).startswith("*") else str(s) for s in backend.block_sizes or ())
+        reasons.append(f"block size {int(block)} (it takes {sizes})")
+    if ckpt is not None:
+        if ckpt.mla != backend.is_mla:
+            reasons.append(f"{'an MLA' if ckpt.mla else 'a non-MLA'} model ({ckpt.model})")
+        elif ckpt.sparse != backend.is_sparse:
+            reasons.append(f"{'sparse' if ckpt.sparse else 'dense'} attention ({ckpt.model})")
+        if ckpt.sinks and not backend.supports_sink:
+            reasons.append(f"attention sinks ({ckpt.model})")
+    if reasons:
+        yield finding(
+            "attention-backend",
+            svc.host,
+            key,
+            f"vLLM {version} refuses {name} with {'; '.join(reasons)} (Selected backend is not valid for this configuration)",
+        )
+
+
+# The checks between settings, one function each; VllmKnowledge.startup_checks says which
+# a version raises and where. Each yields (key, message) for the flags that trip it.
+Check = Callable[[Launch], Iterator[tuple[str, str]]]
+
+
+def _batched_below_seqs(launch: Launch) -> Iterator[tuple[str, str]]:
+    batched, seqs = launch.number("max-num-batched-tokens"), launch.number("max-num-seqs")
+    if batched is not None and seqs is not None and batched < seqs:
+        yield launch.where("max-num-batched-tokens"), f"{batched:g} is below --max-num-seqs {seqs:g}; vLLM needs it at least as large"
+
+
+def _batched_below_model_len(launch: Launch) -> Iterator[tuple[str, str]]:
+    batched, length = launch.number("max-num-batched-tokens"), launch.number("max-model-len")
+    if launch.switch("enable-chunked-prefill") is False and batched is not None and length is not None and batched < length:
+        yield (
+            launch.where("max-num-batched-tokens"),
+            f"{batched:g} is below --max-model-len {length:g} with chunked prefill off; raise it or lower --max-model-len",
+        )
+
+
+def _partial_prefills_chunked(launch: Launch) -> Iterator[tuple[str, str]]:
+    partial = launch.number("max-num-partial-prefills")
+    if partial is not None and partial > 1 and launch.switch("enable-chunked-prefill") is False:
+        yield launch.where("max-num-partial-prefills"), f"{partial:g} needs chunked prefill, which --no-enable-chunked-prefill turns off"
+
+
+def _long_partial_prefills(launch: Launch) -> Iterator[tuple[str, str]]:
+    long, partial = launch.number("max-long-partial-prefills"), launch.number("max-num-partial-prefills")
+    if long is not None and long > (partial if partial is not None else 1):
+        yield launch.where("max-long-partial-prefills"), f"{long:g} is above --max-num-partial-prefills {partial or 1:g}"
+
+
+def _speculative_draft_tp(launch: Launch) -> Iterator[tuple[str, str]]:
+    spec = launch.speculative or {}
+    draft = spec.get("draft_tensor_parallel_size")
+    tp = launch.svc.size("tensor-parallel-size")
+    if isinstance(draft, int) and not isinstance(draft, bool) and draft not in (1, tp):
+        yield launch.where("speculative-config") + ".draft_tensor_parallel_size", f"{draft} must be 1 or the target's TP {tp}"
+
+
+DRAFTLESS_METHODS = ("ngram", "[ngram]", "ngram_gpu", "suffix", "mtp", "extract_hidden_states", "custom_class")
+
+
+def _speculative_tokens_without_model(launch: Launch) -> Iterator[tuple[str, str]]:
+    spec = launch.speculative
+    if spec is None or spec.get("model") is not None or "num_speculative_tokens" not in spec:
+        return
+    method = str(spec.get("method") or "")
+    if method not in DRAFTLESS_METHODS and not method.endswith("_mtp"):
+        yield launch.where("speculative-config") + ".model", f"method {method or 'unset'} with num_speculative_tokens needs a draft model"
+
+
+def _speculative_tensor_parallel_key(launch: Launch) -> Iterator[tuple[str, str]]:
+    spec = launch.speculative or {}
+    if "tensor_parallel_size" in spec:
+        yield launch.where("speculative-config") + ".tensor_parallel_size", "is not accepted here; use draft_tensor_parallel_size"
+
+
+def _speculative_prompt_lookup(launch: Launch) -> Iterator[tuple[str, str]]:
+    spec = launch.speculative or {}
+    low, high = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        yield launch.where("speculative-config") + ".prompt_lookup_min", f"{low} is above prompt_lookup_max {high}"
+
+
+def _kv_connector_role(launch: Launch) -> Iterator[tuple[str, str]]:
+    config = launch.json("kv-transfer-config")
+    if config is not None and config.get("kv_connector") and not config.get("kv_role"):
+        yield launch.where("kv-transfer-config") + ".kv_role", f"kv_connector {config['kv_connector']} needs a kv_role"
+
+
+def _shuffle_kv_speculative(launch: Launch) -> Iterator[tuple[str, str]]:
+    env = launch.svc.env
+    if env.get("VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT") in TRUE and launch.speculative is not None:
+        selected = _selected_backend(launch)
+        if selected is None or selected[0] == "ROCM_AITER_FA":
+            yield (
+                f"{launch.svc.name}.env.VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT",
+                "the shuffled KV layout asserts on speculative decoding's multi-token decode in ROCM_AITER_FA; drop one of the two",
+            )
+
+
+CHECKS: dict[str, Check] = {
+    "scheduler-batched-below-seqs": _batched_below_seqs,
+    "scheduler-batched-below-model-len": _batched_below_model_len,
+    "scheduler-partial-prefills-chunked": _partial_prefills_chunked,
+    "scheduler-long-partial-prefills": _long_partial_prefills,
+    "speculative-draft-tp": _speculative_draft_tp,
+    "speculative-tokens-without-model": _speculative_tokens_without_model,
+    "speculative-tensor-parallel-key": _speculative_tensor_parallel_key,
+    "speculative-prompt-lookup": _speculative_prompt_lookup,
+    "kv-connector-role": _kv_connector_role,
+    "shuffle-kv-speculative": _shuffle_kv_speculative,
+}
