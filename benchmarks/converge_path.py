@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
 
-from instinct_fleet import managed  # noqa: E402
+from instinct_fleet.converge import managed  # noqa: E402
 from tests.unit import stages  # noqa: E402
 
 STAGES = ("preflight", "tuning", "runtime", "weights", "cluster", "firewall", "exporter", "services", "health")
