@@ -7,7 +7,7 @@ there, then every host copies it (instinct_fleet/fleet/run.py:weight_seeds).
 
 from pyinfra.context import host
 
-from instinct_fleet.converge import operations
+from instinct_fleet.converge import apply, operations
 from instinct_fleet.fleet.run import fleet_plan
 
 fleet = fleet_plan(host.state)
@@ -37,12 +37,4 @@ else:
         )
     if missing:
         operations.barrier(name="Weights: every missing model is in weights_source", note="weight downloads done")
-    for w in host.loop([w for w in weights if not plan.weights_staged(w)]):
-        operations.weights_staged(
-            name=f"Copy {w.model} into the Hugging Face cache",
-            model=w.model,
-            source=w.source,
-            local=w.local,
-            owner=v.service_user,
-            _timeout=v.image_pull_timeout,
-        )
+    apply.converge(plan, "weights")  # each model copied into the host's cache, by the one applier

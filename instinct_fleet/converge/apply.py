@@ -9,7 +9,7 @@ owners and what a change restarts are read from the entries
 The order is the same for every stage:
 
 1. units that must no longer run are stopped (before their files go);
-2. the service user and its groups, kernel settings, directories, files and images that drifted;
+2. the service user and its groups, kernel settings, directories, files, images and model weights that drifted;
 3. each unit file written is checked with ``systemd-analyze verify``, and systemd reloads once;
 4. the deduplicated actions: commands and reboots, then per unit its restart or reload and its wanted state.
 
@@ -45,6 +45,7 @@ TITLES: dict[Stage, str] = {
     "runtime": "container runtime",
     "docker": "dockerd settings",
     "pull": "images",
+    "weights": "model weights",
     "cluster": "Ray cluster",
     "firewall": "firewall",
     "exporter": "metrics exporter",
@@ -68,6 +69,7 @@ class Selection:
     sysctls: tuple[state.Sysctl, ...]
     tables: tuple[state.Table, ...]
     images: tuple[state.Image, ...]
+    weights: tuple[state.Weights, ...]
     user: state.User | None
 
 
@@ -85,6 +87,7 @@ def select(want: Desired, stage: Stage, units: Collection[str] | None = None) ->
         tuple(s for s in want.sysctls if s.stage == stage),
         tuple(t for t in want.tables if t.stage == stage),
         tuple(i for i in want.images if i.stage == stage),
+        tuple(w for w in want.weights if w.stage == stage),
         want.user if want.user is not None and want.user.stage == stage and units is None else None,
     )
 
@@ -176,6 +179,17 @@ def converge(
         if state.image_drifts(image, report):
             pulled = operations.image_present(name=image.label, image=image.ref, _if=gate, _timeout=plan.spec.vars.image_pull_timeout)
             wants(image.actions, pulled)
+    for w in sel.weights:
+        if state.weights_drift(w, report):
+            operations.weights_staged(
+                name=f"Copy {w.model} into the Hugging Face cache",
+                model=w.model,
+                source=w.source,
+                local=w.local,
+                owner=w.owner,
+                _if=gate,
+                _timeout=plan.spec.vars.image_pull_timeout,
+            )
     for table in sel.tables:
         if state.table_drifts(table, report):
             wants(table.actions, None)

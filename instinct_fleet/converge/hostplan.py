@@ -97,13 +97,11 @@ class HostPlan:
 
     def source_has(self, weights: Weights) -> bool:
         """Whether ``weights_source`` held a complete download of this model's revision at preflight."""
-        complete = self.report.weights.get(weights.source, ("", ""))[0]
-        return complete.split(" ")[0] == weights.revision
+        return state.source_has(weights, self.report)
 
     def weights_staged(self, weights: Weights) -> bool:
         """Whether the host's HF cache holds the copy of exactly what the source holds."""
-        complete, staged = self.report.weights.get(weights.source, ("", ""))
-        return bool(staged) and staged == complete and self.source_has(weights)
+        return not state.weights_drift(weights, self.report)
 
     def summary(self) -> str:
         r = self.report

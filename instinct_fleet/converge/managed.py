@@ -123,6 +123,13 @@ class UserEntry:
 
 
 @dataclass(frozen=True)
+class WeightsEntry:
+    """A model staged from ``weights_source`` into the host's HF cache."""
+
+    weights: Weights
+
+
+@dataclass(frozen=True)
 class TableEntry:
     """An nftables table that must be loaded while ``want`` says so; ``then`` loads it."""
 
@@ -143,7 +150,7 @@ class ImageEntry:
     then: tuple[Action, ...] = ()
 
 
-Entry = FileEntry | UnitEntry | SysctlEntry | UserEntry | TableEntry | ImageEntry
+Entry = FileEntry | UnitEntry | SysctlEntry | UserEntry | WeightsEntry | TableEntry | ImageEntry
 
 
 def _text(value: str | None) -> bytes | None:
@@ -255,6 +262,8 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
         ),
         # The serving image: one seed host per image pulls first (tasks/runtime.py), then the rest.
         *([ImageEntry(spec.services[0].image, "pull", "vLLM image present")] if spec.services else []),
+        # Stage 4, model weights (with weights_source).
+        *(WeightsEntry(w) for w in weights_of(spec)),
         # Stage 5, Ray cluster.
         FileEntry(
             paths.RAY_TMP, "cluster", "Shared Ray session directory", _when(cluster is not None, lambda _r: b""), mode=None, directory=True
@@ -382,6 +391,8 @@ def explain(spec: HostSpec) -> list[str]:
             lines.append(f"user {e.user.name} in {', '.join(e.user.groups)}  stage {e.user.stage}")
         elif isinstance(e, TableEntry):
             lines.append(f"nftables table {e.name}  stage {e.stage}{_then(e.then)}")
+        elif isinstance(e, WeightsEntry):
+            lines.append(f"weights {e.weights.model}@{e.weights.revision} -> {e.weights.local}  stage {e.weights.stage}")
         else:
             lines.append(f"image {e.ref}  stage {e.stage}{_then(e.then)}")
     return lines
@@ -397,7 +408,7 @@ def probe(spec: HostSpec) -> Probe:
         user=user.name,
         images=tuple(e.ref for e in entries if isinstance(e, ImageEntry)),
         endpoints=tuple((svc.port, render.served_model(svc), render.generates(svc)) for svc in spec.serves),
-        weights=tuple((w.source, w.local) for w in weights_of(spec)),
+        weights=tuple((e.weights.source, e.weights.local) for e in entries if isinstance(e, WeightsEntry)),
         tables=tuple(e.name for e in entries if isinstance(e, TableEntry)),
         sysctls=tuple(e.key for e in entries if isinstance(e, SysctlEntry)),
         api_key_path=spec.vars.vllm_api_key_path,
@@ -412,7 +423,8 @@ def weights_of(spec: HostSpec) -> tuple[Weights, ...]:
         return ()
     wanted = {(svc.model, render.revision(svc)): None for svc in spec.services if not svc.model.startswith("/")}
     return tuple(
-        Weights(model, rev, render.repo_dir(source, model), render.repo_dir(spec.vars.hf_cache_dir, model)) for model, rev in wanted
+        Weights(model, rev, render.repo_dir(source, model), render.repo_dir(spec.vars.hf_cache_dir, model), spec.vars.service_user)
+        for model, rev in wanted
     )
 
 
@@ -444,6 +456,7 @@ def desired(facts: HostFacts) -> Desired:
     sysctls: list[Sysctl] = []
     tables: list[Table] = []
     images: list[Image] = []
+    weights: list[Weights] = []
     user = None
     for e in declared:
         if isinstance(e, FileEntry):
@@ -465,6 +478,8 @@ def desired(facts: HostFacts) -> Desired:
                 tables.append(Table(e.name, e.stage, e.label, e.then))
         elif isinstance(e, ImageEntry):
             images.append(Image(e.ref, e.stage, e.label, e.then))
+        elif isinstance(e, WeightsEntry):
+            weights.append(e.weights)
         else:
             user = e.user
     stale_files, stale_units = _stale(facts, {f.path for f in files})
@@ -478,7 +493,7 @@ def desired(facts: HostFacts) -> Desired:
         images=tuple(images),
         serving=tuple(rendered.units),
         endpoints=tuple(Endpoint(paths.vllm_unit(s.name), s.port, render.served_model(s), render.generates(s)) for s in facts.serves),
-        weights=weights_of(facts.spec),
+        weights=tuple(weights),
     )
 
 

@@ -23,7 +23,7 @@ from instinct_fleet.converge.preflight import HostReport
 
 # Which stage of deploy.py converges an entry (one task file each; "docker" and "pull" run in the
 # runtime stage, or in a serving host's roll batch, "roll" in the roll).
-Stage = Literal["tuning", "runtime", "docker", "pull", "cluster", "firewall", "exporter", "services", "roll"]
+Stage = Literal["tuning", "runtime", "docker", "pull", "weights", "cluster", "firewall", "exporter", "services", "roll"]
 
 
 @dataclass(frozen=True)
@@ -180,12 +180,16 @@ class User:
 
 @dataclass(frozen=True)
 class Weights:
-    """A model copied from ``weights_source`` (``source``) into the host's HF cache (``local``) before its first start."""
+    """A model copied from ``weights_source`` (``source``) into the host's HF cache (``local``) before its first start,
+    owned by ``owner``. Its download into the source is fleet-wide (one host, then a barrier: tasks/weights.py); the
+    copy is the applier's, in the weights stage."""
 
     model: str
     revision: str
     source: str
     local: str
+    owner: str = "root"
+    stage: Stage = "weights"
 
 
 @dataclass(frozen=True)
@@ -273,6 +277,18 @@ def user_drifts(user: User, report: HostReport) -> bool:
     have = report.user
     groups_missing = any(g not in report.group_ids for g in user.groups)
     return groups_missing or have is None or have[0] != user.home or have[1] != user.shell or not set(user.groups) <= set(have[2])
+
+
+def source_has(want: Weights, report: HostReport) -> bool:
+    """Whether ``weights_source`` held a complete download of this model's revision at preflight."""
+    complete = report.weights.get(want.source, ("", ""))[0]
+    return complete.split(" ")[0] == want.revision
+
+
+def weights_drift(want: Weights, report: HostReport) -> bool:
+    """Whether the host's HF cache lacks the copy of exactly what the source holds."""
+    complete, staged = report.weights.get(want.source, ("", ""))
+    return not (bool(staged) and staged == complete and source_has(want, report))
 
 
 def sysctl_drifts(want: Sysctl, report: HostReport) -> bool:

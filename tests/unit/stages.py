@@ -329,6 +329,7 @@ def drifted(host_plan: HostPlan) -> list[str]:
     found += [s.key for s in want.sysctls if state.sysctl_drifts(s, report)]
     found += [t.name for t in want.tables if state.table_drifts(t, report)]
     found += [i.ref for i in want.images if state.image_drifts(i, report)]
+    found += [w.source for w in want.weights if state.weights_drift(w, report)]
     return found + ([want.user.name] if want.user is not None and state.user_drifts(want.user, report) else [])
 
 
