@@ -99,10 +99,6 @@ class HostPlan:
         """Whether ``weights_source`` held a complete download of this model's revision at preflight."""
         return state.source_has(weights, self.report)
 
-    def weights_staged(self, weights: Weights) -> bool:
-        """Whether the host's HF cache holds the copy of exactly what the source holds."""
-        return not state.weights_drift(weights, self.report)
-
     def summary(self) -> str:
         r = self.report
         gpus = r.gpus[0] if r.gpus else None

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet.converge import content, health, preflight
+from instinct_fleet.converge import content, health, preflight, state
 from instinct_fleet.converge.managed import probe
 from instinct_fleet.converge.probe import script as probe_script
 from instinct_fleet.fleet import bench, monitoring, status
@@ -241,11 +241,11 @@ def test_weights_are_probed_and_judged_by_their_markers() -> None:
     assert f"{want[0]}/{WEIGHTS_COMPLETE}" in script and f"{want[1]}/{WEIGHTS_STAGED}" in script
     fresh = pf.plan(data, preflight.parse_report(weights_output(want[0], "", "")))
     (w,) = fresh.desired.weights
-    assert not fresh.source_has(w) and not fresh.weights_staged(w)
+    assert not fresh.source_has(w) and state.weights_drift(w, fresh.report)
     copied = pf.plan(data, preflight.parse_report(weights_output(want[0], "main abc", "main abc")))
-    assert copied.source_has(w) and copied.weights_staged(w)
+    assert copied.source_has(w) and not state.weights_drift(w, copied.report)
     stale = pf.plan(data, preflight.parse_report(weights_output(want[0], "main def", "main abc")))
-    assert stale.source_has(w) and not stale.weights_staged(w)
+    assert stale.source_has(w) and state.weights_drift(w, stale.report)
     other_revision = pf.plan(
         {**data, "vllm_args": {"revision": "v2"}}, preflight.parse_report(weights_output(want[0], "main abc", "main abc"))
     )
