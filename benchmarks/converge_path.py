@@ -8,7 +8,8 @@ It traces two paths on the stage harness's fresh host (tests/unit/stages.py), co
 project's own code (instinct_fleet/ and tasks/):
 
 - **desired**: a host's desired state evaluated from its facts (``managed.desired``);
-- **stages**: every ``tasks/*.py`` stage of a first deploy emitting its operations, the plan already made.
+- **stages**: every ``tasks/*.py`` stage of a first deploy emitting its operations, the plan already made;
+  then each stage alone.
 
 For each: the modules visited, the functions a reader must open, and the distinct calls that cross from
 one function into another module (a loop over twenty entries is read once, so each caller-callee pair counts
@@ -80,9 +81,10 @@ def main() -> None:
     facts = getattr(fresh, "host", fresh)  # HostFacts where the plan carries them, else the plan itself
     desired = trace(lambda: managed.desired(facts))
     emitted = trace(lambda: [stages.emitted(patch, stage, fresh) for stage in STAGES])
+    each = {stage: trace(lambda stage=stage: stages.emitted(patch, stage, fresh)) for stage in STAGES}
     patch.undo()
-    for name, found in (("desired", desired), ("stages", emitted)):
-        print(f"{name:8} {found['modules']:3} modules {found['functions']:4} functions {found['crossings']:4} cross-module calls")
+    for name, found in (("desired", desired), ("stages", emitted), *each.items()):
+        print(f"{name:10} {found['modules']:3} modules {found['functions']:4} functions {found['crossings']:4} cross-module calls")
 
 
 if __name__ == "__main__":

@@ -14,21 +14,18 @@ from dataclasses import dataclass
 
 from instinct_fleet.converge import generations, state
 from instinct_fleet.converge.generations import GenerationPlan
-from instinct_fleet.converge.hostfacts import ClusterView, HostFacts
-from instinct_fleet.converge.preflight import HostReport
+from instinct_fleet.converge.hostfacts import HostFacts
 from instinct_fleet.converge.state import Desired, Weights
 from instinct_fleet.model.rules import Finding
-from instinct_fleet.model.spec import HostSpec, ServiceSpec
 
 
-@dataclass(frozen=True)
-class HostPlan:
-    """One host's plan, made once with its desired state (:func:`instinct_fleet.fleet.run.plan_inventory`).
+@dataclass(frozen=True, kw_only=True)
+class HostPlan(HostFacts):
+    """One host's plan: its facts, its findings and its desired state, made once (:func:`instinct_fleet.fleet.run.plan_inventory`).
 
     ``reached`` is False when the preflight fact could not be read: the plan then only carries that error.
     """
 
-    host: HostFacts
     errors: tuple[Finding, ...]
     warnings: tuple[Finding, ...]
     desired: Desired
@@ -37,34 +34,6 @@ class HostPlan:
     @property
     def ok(self) -> bool:
         return not self.errors
-
-    @property
-    def spec(self) -> HostSpec:
-        return self.host.spec
-
-    @property
-    def report(self) -> HostReport:
-        return self.host.report
-
-    @property
-    def cluster(self) -> ClusterView | None:
-        return self.host.cluster
-
-    @property
-    def role(self) -> str | None:
-        return self.host.role
-
-    @property
-    def serves(self) -> tuple[ServiceSpec, ...]:
-        return self.host.serves
-
-    @property
-    def image(self) -> str:
-        return self.host.image
-
-    @property
-    def stale_units(self) -> list[str]:
-        return self.host.stale_units
 
     # What differs on the host from its desired state, as the preflight fact read it.
 

@@ -91,7 +91,10 @@ def _plan(host: Checked, cluster: ClusterView | None, more: list[Finding]) -> Ho
     """The host's plan, whole: a host that failed preflight renders nothing (its facts may not fit its spec)."""
     facts = HostFacts(host.spec, host.report, cluster, host.restoring)
     errors = (*host.errors, *more)
-    return HostPlan(facts, errors, tuple(host.warnings), UNTOUCHED if errors else managed.desired(facts), host.reached)
+    desired = UNTOUCHED if errors else managed.desired(facts)
+    return HostPlan(
+        host.spec, host.report, cluster, host.restoring, errors=errors, warnings=tuple(host.warnings), desired=desired, reached=host.reached
+    )
 
 
 Reader = Callable[[dict[str, HostSpec]], dict[str, HostReport | None]]

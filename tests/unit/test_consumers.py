@@ -95,7 +95,7 @@ def test_what_validation_accepts_every_reader_accepts(data: dict[str, Any]) -> N
     with tempfile.TemporaryDirectory(prefix="instinct-fleet-consumers-") as scratch:
         tmp = Path(scratch)
         for plan in accepted:
-            ruleset = content.firewall(plan.host)
+            ruleset = content.firewall(plan)
             if ruleset is not None:
                 path = tmp / f"{plan.spec.host}.nft"
                 path.write_text(ruleset)
@@ -103,7 +103,7 @@ def test_what_validation_accepts_every_reader_accepts(data: dict[str, Any]) -> N
                 event("nft -c -f")
             units = {path: text for files in unit_files(plan).values() for path, text in files.items() if path.endswith(".service")}
             units.update({path: text for path, text in exporter_files(plan).items() if path.endswith(".service")})
-            if content.firewall(plan.host) is not None:
+            if content.firewall(plan) is not None:
                 units[paths.unit_path(paths.FIREWALL_UNIT)] = render.firewall_unit()
             assert consumers.units_check(units) == "", units
             event("systemd-analyze verify")

@@ -150,7 +150,7 @@ def test_the_api_key_reaches_vllm_only_through_its_file() -> None:
     plan = pf.plan({**G, "vllm_api_key_path": "/etc/instinct-fleet/api-key"}, report)
     assert plan.ok, [str(e) for e in plan.errors]
     (svc,) = plan.serves
-    argv = content.vllm_argv(plan.host, svc)
+    argv = content.vllm_argv(plan, svc)
     entry = argv.index("--entrypoint")
     assert argv[entry + 1 : entry + 4] == ["/bin/sh", svc.image, "-c"]
     assert argv[entry + 4] == 'VLLM_API_KEY="$(cat /run/secrets/vllm-api-key)" exec vllm "$@"'

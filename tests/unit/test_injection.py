@@ -59,7 +59,7 @@ def files(p: HostPlan) -> dict[str, str]:
     out = {path: text for path, text in docker_files(p).items() if text is not None}
     for unit in unit_files(p).values():
         out.update(unit)
-    ruleset = content.firewall(p.host)
+    ruleset = content.firewall(p)
     if ruleset is not None:
         out["firewall"] = ruleset
     return out

@@ -150,7 +150,7 @@ def test_plan_reports_warnings_packages_and_stale_units() -> None:
     assert plan_.stale_units == ["ray-worker", "vllm-old"]  # this host left its cluster too
     assert {w.rule for w in plan_.warnings} == {"host-reboot-required", "host-hf-token"}
     assert any("reboot required" in w.message for w in plan_.warnings)
-    assert plan_.host.group_ids == [44, 993]
+    assert plan_.group_ids == [44, 993]
 
 
 def test_invalid_input_stops_the_plan_before_the_host_is_judged() -> None:
@@ -187,12 +187,12 @@ def test_cluster_members_learn_addresses_from_facts() -> None:
     )
     assert worker.serves == () and head.serves == head.spec.services
     assert worker.stale_units == ["vllm-old"]  # its own ray-worker unit stays
-    assert worker.host.env(worker.spec.services[0])["VLLM_HOST_IP"] == "172.17.0.6"
-    assert "--address=172.17.0.5:6379" in content.ray_argv(worker.host) and "--num-gpus=8" in content.ray_argv(worker.host)
-    assert len(head.host.devices(head.spec.services[0])) == 8  # Ray gets the whole node
-    unit = content.unit_vars(head.host, head.spec.services[0])
+    assert worker.env(worker.spec.services[0])["VLLM_HOST_IP"] == "172.17.0.6"
+    assert "--address=172.17.0.5:6379" in content.ray_argv(worker) and "--num-gpus=8" in content.ray_argv(worker)
+    assert len(head.devices(head.spec.services[0])) == 8  # Ray gets the whole node
+    unit = content.unit_vars(head, head.spec.services[0])
     assert unit["ray_unit"] == "ray-head" and "python3 - 2 16 600" in unit["ray_ready"]
-    firewall = content.firewall(worker.host)
+    firewall = content.firewall(worker)
     assert firewall is not None and "172.17.0.5, 172.17.0.6" in firewall
 
 

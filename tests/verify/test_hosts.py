@@ -117,9 +117,9 @@ def test_metrics_exporter_serves_gpu_metrics(target: Target) -> None:
 def _containers(target: Target) -> list[tuple[str, list[str], str]]:
     """(container, the docker run argv the unit holds, its env file text) for every container of the host."""
     plan = target.plan
-    found = [(paths.vllm_unit(svc.name), content.vllm_argv(plan.host, svc), content.env_text(plan.host, svc)) for svc in plan.serves]
+    found = [(paths.vllm_unit(svc.name), content.vllm_argv(plan, svc), content.env_text(plan, svc)) for svc in plan.serves]
     if plan.role is not None:
-        found.append((paths.ray_unit(plan.role), content.ray_argv(plan.host), content.env_text(plan.host, plan.spec.services[0])))
+        found.append((paths.ray_unit(plan.role), content.ray_argv(plan), content.env_text(plan, plan.spec.services[0])))
     return found
 
 
@@ -181,7 +181,7 @@ def test_api_key_never_leaves_its_file(target: Target) -> None:
     """With vllm_api_key_path, the key is only in that file and, mounted, in each vLLM container: no unit, env file, argv or inspect."""
     path = target.plan.spec.vars.vllm_api_key_path
     if path is None:
-        assert not [s for s in target.plan.serves if paths.API_KEY_IN_CONTAINER in render.exec_line(content.vllm_argv(target.plan.host, s))]
+        assert not [s for s in target.plan.serves if paths.API_KEY_IN_CONTAINER in render.exec_line(content.vllm_argv(target.plan, s))]
         return
     key = target.sh(f"cat {shlex.quote(path)}").strip()
     assert key and target.sh(f"stat -c '%a %U' {shlex.quote(path)}").strip() == "600 root"
