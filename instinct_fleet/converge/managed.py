@@ -370,7 +370,7 @@ def _then(actions: tuple[Action, ...]) -> str:
         if isinstance(a, Restart | Reload):
             said.append(f"{type(a).__name__.lower()}s {a.unit}")
         elif isinstance(a, Roll):
-            said.append(f"the roll restarts {a.unit}")
+            said.append(f"restarts {a.unit} in its roll batch")
         else:
             said.append(f"runs: {a.label}")
     return f", a change {'; '.join(said)}" if said else ""

@@ -318,3 +318,22 @@ def test_a_connection_lost_mid_command_is_that_hosts_result() -> None:
     hosts.inventory = type("Inventory", (), {"get_host": lambda self, name: Resetting()})()
     result = hosts.run("gpu-1", "true", 5)
     assert not result.ok and result.error == "connection lost: [Errno 104] Connection reset by peer"
+
+
+def test_plan_explain_lists_each_managed_thing_with_its_stage_and_what_a_change_runs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    code, out, _ = run(capsys, "plan", "inventories/prod.py", "--explain")
+    assert code == 0
+    host = out.split("mi300x-a01.example.net manages")[1].split(" manages (")[0]
+    for line in (
+        "sysctl kernel.numa_balancing  stage tuning",
+        "file /etc/default/grub.d/90-instinct-fleet.cfg  644 root:root  stage tuning, a change runs: Regenerate the GRUB configuration",
+        "file /etc/instinct-fleet/firewall.nft  600 root:root  stage firewall, a change reloads instinct-fleet-firewall",
+        "nftables table inet instinct_fleet  stage firewall, a change reloads instinct-fleet-firewall",
+        "file /etc/instinct-fleet/vllm-gpt-oss-0.env  600 root:root  stage roll, a change restarts vllm-gpt-oss-0 in its roll batch",
+        "user vllm in render, video  stage tuning",
+        "file /etc/instinct-fleet/README  644 root:root  stage services",
+    ):
+        assert f"  {line}\n" in host, line
