@@ -14,7 +14,6 @@ from typing import Any
 from fleetctl import ROOT, deploy
 
 FLOOR_PYTHON = ROOT / ".venv-floor" / "bin" / "python"
-FLEET_SHARE = 1  # beside test_roll: the shares' times stay close (conftest.py)
 
 
 def test_the_pyinfra_floor_runs_the_documented_deploy_and_changes_nothing(converged: Any) -> None:
