@@ -96,9 +96,14 @@ def _sysctl_value(value: str) -> int | str:
     return int(value) if value.isdigit() else value  # pyinfra's sysctl fact reads numbers as int
 
 
+def _systemd_reads(path: str) -> bool:
+    """Whether systemd reads the file (a unit or a drop-in): a change of it needs a daemon-reload."""
+    return path.startswith(paths.SYSTEMD_DIR + "/")
+
+
 def _unit_name(path: str) -> str | None:
     """The unit a unit file defines (None for a drop-in or any other file)."""
-    if path.startswith(paths.SYSTEMD_DIR + "/") and path.endswith(".service") and path.count("/") == paths.SYSTEMD_DIR.count("/") + 1:
+    if _systemd_reads(path) and path.endswith(".service") and path.count("/") == paths.SYSTEMD_DIR.count("/") + 1:
         return path.rsplit("/", 1)[-1].removesuffix(".service")
     return None
 
@@ -157,7 +162,7 @@ def converge(
     for d in sel.directories:
         if state.directory_drifts(d, report):
             written.append(pyinfra_files.directory(name=d.label, path=d.path, mode=d.mode, user=d.owner, group=d.group, _if=gate))
-    unit_files: list[tuple[str, Any]] = []
+    unit_files: list[tuple[str, str, Any]] = []  # unit, its file, the operation that wrote it
     systemd_ops: list[Any] = []
     for f in sel.files:
         if not state.file_drifts(f, report):
@@ -168,13 +173,13 @@ def converge(
             op = pyinfra_files.put(name=f.label, src=BytesIO(f.content), dest=f.path, mode=f.mode, user=f.owner, group=f.group, _if=gate)
         written.append(op)
         wants(f.actions, op)
-        if f.path.startswith(paths.SYSTEMD_DIR + "/"):
+        if _systemd_reads(f.path):
             systemd_ops.append(op)
         unit = _unit_name(f.path)
         if unit is not None:
             touched.add(unit)
             if f.content is not None:
-                unit_files.append((f.path, op))
+                unit_files.append((unit, f.path, op))
     for image in sel.images:
         if state.image_drifts(image, report):
             pulled = operations.image_present(name=image.label, image=image.ref, _if=gate, _timeout=plan.spec.vars.image_pull_timeout)
@@ -194,8 +199,7 @@ def converge(
         if state.table_drifts(table, report):
             wants(table.actions, None)
 
-    for path, op in unit_files:
-        unit = _unit_name(path)
+    for unit, path, op in unit_files:
         operations.unit_verified(name=f"{unit} passes systemd-analyze verify", path=path, _if=[gate, any_changed(op)])
     if systemd_ops:
         systemd.daemon_reload(name=f"Reload systemd ({TITLES[stage]})", _if=any_changed(*systemd_ops))
@@ -244,7 +248,7 @@ def script(files: list[File]) -> str:
         steps.append(
             f"printf %s {q(data)} | base64 -d > {q(tmp)} && chmod {f.mode} {q(tmp)} && chown {f.owner}:{f.group} {q(tmp)} && mv -f {q(tmp)} {q(f.path)}"
         )
-    if any(f.path.startswith(paths.SYSTEMD_DIR + "/") for f in files):
+    if any(_systemd_reads(f.path) for f in files):
         steps.append("systemctl daemon-reload")
     restarts = dict.fromkeys(a.unit for f in files for a in f.actions if isinstance(a, Restart | Roll))
     steps += [f"systemctl restart {q(paths.service(unit))}" for unit in restarts]

@@ -17,7 +17,7 @@ from instinct_fleet.converge.generations import Generations
 from instinct_fleet.converge.probe import MARK
 from instinct_fleet.model import paths
 from instinct_fleet.model.defaults import GPU_MODELS
-from instinct_fleet.model.paths import KERNEL_ARGS
+from instinct_fleet.model.paths import KERNEL_ARGS, NUMA_BALANCING
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,6 @@ class HostReport:
     compute_partition: str | None
     memory_partition: str | None
     cmdline: str
-    numa_balancing: str | None
     docker_version: str | None
     os_id: str
     os_like: tuple[str, ...]
@@ -80,6 +79,11 @@ class HostReport:
     # weights_source repository -> (its completion marker, the host's staged marker); "" when absent.
     weights: dict[str, tuple[str, str]] = field(default_factory=dict)
     generations: Generations = field(default_factory=Generations)
+
+    @property
+    def numa_balancing(self) -> str | None:
+        """kernel.numa_balancing's live value, None on a kernel without it (the probe reads it as a declared sysctl)."""
+        return self.sysctls.get(NUMA_BALANCING)
 
     @property
     def missing_kernel_args(self) -> tuple[str, ...]:
@@ -231,7 +235,6 @@ def parse_report(text: str) -> HostReport:
         compute_partition="/".join(compute) or None,
         memory_partition="/".join(memory) or None,
         cmdline=part.get("cmdline", ""),
-        numa_balancing=part.get("numa-balancing") or None,
         docker_version=part.get("docker") or None,
         os_id=osr.get("ID", ""),
         os_like=tuple(osr.get("ID_LIKE", "").split()),

@@ -38,7 +38,6 @@ SCRIPT = "; ".join(
             'echo "$(cat "$d/current_compute_partition") $(cat "$d/current_memory_partition" 2>/dev/null)"; done 2>/dev/null',
         ),
         ("cmdline", "cat /proc/cmdline"),
-        ("numa-balancing", "cat /proc/sys/kernel/numa_balancing 2>/dev/null"),
         ("docker", "command -v docker >/dev/null 2>&1 && docker version --format '{{.Server.Version}}' 2>/dev/null"),
         ("os-release", "cat /etc/os-release 2>/dev/null"),
         ("groups", "getent group render video"),

@@ -101,7 +101,6 @@ class SimHost:
             name, home, shell, groups = self.user
             user = f"{name}:x:999:999::{home}:{shell}\n{name} {' '.join(groups)}"
         values = {
-            "numa_balancing": self.numa_balancing,
             "cmdline": self.cmdline,
             "files": "\n".join(f"{hashlib.sha256(self.files[p][0]).hexdigest()}  {p}" for p in read),
             "stat": "\n".join(stat),

@@ -46,7 +46,7 @@ def mi300x_host(**changes: str) -> str:
         "amdgpu_initstate": "live",
         "partitions": "\n".join(["SPX NPS1"] * 8),
         "cmdline": "BOOT_IMAGE=/vmlinuz-6.8.0-107-generic root=/dev/sda1 ro quiet iommu=pt",
-        "numa_balancing": "1",
+        "sysctls": "kernel.numa_balancing|1",
         "docker": "26.1.3",
         "os_release": 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"',
         "groups": "render:x:993:\nvideo:x:44:",
@@ -229,7 +229,6 @@ def as_found(plan_: HostPlan) -> str:
     user = want.user
     assert user is not None
     return mi300x_host(
-        numa_balancing="0",
         cmdline="ro iommu=pt pci=realloc=off",
         files="\n".join(f"{f.sha256}  {f.path}" for f in files),
         stat="\n".join(stat),
@@ -282,7 +281,7 @@ def test_any_amd_smi_json_shape_parses_without_raising(value: object) -> None:
 
 
 def test_a_kernel_without_numa_balancing_is_a_warning_not_a_failure() -> None:
-    plan_ = plan({}, preflight.parse_report(mi300x_host(numa_balancing="")))
+    plan_ = plan({}, preflight.parse_report(mi300x_host(sysctls="")))
     assert plan_.ok and "host-numa-balancing" in {w.rule for w in plan_.warnings}
 
 
