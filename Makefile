@@ -24,8 +24,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 lint: install
-	$(BIN)/ruff check instinct_fleet scripts tests group_data inventories tasks deploy.py config.py benchmarks
-	$(BIN)/ruff format --check instinct_fleet scripts tests group_data inventories tasks deploy.py config.py benchmarks
+	$(BIN)/ruff check instinct_fleet scripts tests group_data inventories deploy.py config.py benchmarks
+	$(BIN)/ruff format --check instinct_fleet scripts tests group_data inventories deploy.py config.py benchmarks
 	$(BIN)/mypy
 
 unit: install unit-deps

@@ -1,8 +1,8 @@
-"""Fleet-wide defaults: every instinct-fleet variable, at its default.
+"""Fleet-wide settings: every instinct-fleet variable, at its default.
 
 pyinfra reads this file for every host; group files (group_data/<group>.py) and
-host data in the inventory override it. The README table lists the same
-variables; instinct_fleet/model/defaults.py is where their defaults are defined.
+host data in the inventory override it. instinct_fleet/model/defaults.py defines
+each default; the README's Variables table lists the same variables.
 """
 
 # Built-in recipe each instance starts from (`instinct-fleet recipes` lists them); `None` starts

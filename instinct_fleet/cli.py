@@ -2,7 +2,8 @@
 
 The JSON printed with ``--json`` is a contract for CI pipelines:
 ``{"services": [...], "clusters": [...], "warnings": [...], "errors": [...]}``. Exit codes: 0 no
-errors, 1 validation errors, 2 usage errors. No input ever produces a traceback.
+errors, 1 validation errors, 2 usage errors, 141 the reader of stdout went away (`| head`). No input ever
+produces a traceback.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import tempfile
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from instinct_fleet import scaffold
 from instinct_fleet.converge import managed
 from instinct_fleet.fleet import bench, monitoring, remote, status, sweeps, trials, tunereport
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
@@ -37,6 +40,7 @@ from instinct_fleet.model.validate import validate_host
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
+EXIT_PIPE = 141  # as a shell reports a command ended by SIGPIPE
 
 
 class UsageError(Exception):
@@ -199,14 +203,18 @@ def _plan_limited(opts: argparse.Namespace) -> list[tuple[HostSpec, list[Finding
 def _plan_scope(opts: argparse.Namespace) -> tuple[list[tuple[HostSpec, list[Finding]]], set[str]]:
     """:func:`_plan_limited`, and the names of the hosts ``--limit`` chose themselves."""
     try:
-        hosts = load_inventory(opts.inventory, opts.project_dir)
+        hosts = load_inventory(opts.inventory, str(_project_dir(opts)))
     except InventoryError as exc:
         raise UsageError(str(exc)) from exc
     if not hosts:
         raise UsageError(f"{opts.inventory} lists no host")
-    chosen = {h.name for h in select(hosts, opts.limit)}
-    if not chosen:
-        raise UsageError(f"--limit {opts.limit!r} matches no host or group of {opts.inventory}")
+    limits = opts.limit or None
+    chosen = {h.name for h in select(hosts, limits)}
+    for pattern in limits or ():
+        if not select(hosts, [pattern]):
+            raise UsageError(
+                f"--limit {pattern!r} matches no host name or group of {opts.inventory} (a group name, or a glob of host names)"
+            )
     planned = plan_hosts(hosts)
     scope = with_cluster_peers(planned, chosen)
     return [p for p in planned if p[0].host in scope], chosen
@@ -217,24 +225,53 @@ def cmd_plan(opts: argparse.Namespace) -> int:
 
 
 def _project_dir(opts: argparse.Namespace) -> Path:
-    return Path(opts.project_dir) if opts.project_dir else Path(opts.inventory).resolve().parent.parent
+    """The directory pyinfra runs in, as pyinfra finds it: it reads config.py and group_data/ there.
+
+    ``--project-dir`` when given; else, for deploy and rollback, the deploy file's directory; else the
+    current directory. The inventory may sit anywhere.
+    """
+    if opts.project_dir:
+        return Path(opts.project_dir)
+    deploy_file = getattr(opts, "deploy_file", None)
+    return Path(deploy_file).resolve().parent if deploy_file else Path.cwd()
+
+
+def _deploy_file(opts: argparse.Namespace) -> tuple[Path, str]:
+    """The project directory and the deploy file's name in it."""
+    project = _project_dir(opts)
+    if opts.deploy_file:
+        given = Path(opts.deploy_file).resolve()
+        if opts.project_dir and given.parent != project.resolve():
+            raise UsageError(f"{opts.deploy_file} is not in --project-dir {opts.project_dir}; give one of them")
+        if not given.is_file():
+            raise UsageError(f"no deploy file {opts.deploy_file}")
+        return given.parent, given.name
+    if not (project / "deploy.py").is_file():
+        raise UsageError(
+            f"no deploy.py in {project}: run this from your project's directory, name the deploy file "
+            f"(instinct-fleet deploy INVENTORY path/to/deploy.py), or write a project with `instinct-fleet init DIR`"
+        )
+    return project, "deploy.py"
 
 
 def cmd_deploy(opts: argparse.Namespace) -> int:
     """Validate every chosen host before connecting to any, then hand over to pyinfra."""
+    _deploy_file(opts)  # a missing deploy file is a usage error before anything else
     if refused((f for _, fs in _plan_limited(opts) for f in fs), "nothing was deployed and no host was contacted", warnings=True):
         return EXIT_INVALID
     return _deploy(opts)
 
 
 def _deploy(opts: argparse.Namespace) -> int:
-    """pyinfra with deploy.py, on a validated inventory."""
-    project = _project_dir(opts)
-    if not (project / "deploy.py").is_file():
-        raise UsageError(f"no deploy.py in {project}; pass --project-dir")
-    argv = [sys.executable, "-m", "pyinfra", "-y", str(Path(opts.inventory).resolve()), "deploy.py"]
-    if opts.limit:
-        argv += ["--limit", opts.limit]
+    """pyinfra with the deploy file, on a validated inventory, in the project directory (its config.py and group_data/)."""
+    project, deploy_file = _deploy_file(opts)
+    if opts.json and not (opts.yes or opts.dry):
+        raise UsageError("--json does not ask before it changes hosts: add -y to deploy, or --dry to show what would change")
+    argv = [sys.executable, "-m", "pyinfra", str(Path(opts.inventory).resolve()), deploy_file]
+    argv += ["-y"] if opts.yes else []
+    argv += ["--dry"] if opts.dry else []
+    for pattern in opts.limit or ():
+        argv += ["--limit", pattern]
     sys.stdout.flush()
     if not opts.json:
         code, _ = _pyinfra([*argv, *opts.passthrough], project, dict(os.environ), capture=False)
@@ -260,6 +297,7 @@ def _generation(text: str) -> int:
 
 def cmd_rollback(opts: argparse.Namespace) -> int:
     """A deploy whose serving files come from an earlier generation on each host (instinct_fleet/converge/generations.py)."""
+    _deploy_file(opts)
     if refused((f for _, fs in _plan_limited(opts) for f in fs), "nothing was rolled back and no host was contacted", warnings=True):
         return EXIT_INVALID
     os.environ[ROLLBACK_ENV] = "previous" if opts.to is None else str(opts.to)
@@ -293,18 +331,30 @@ VERIFY_NEEDS = {"pytest": "pytest", "testinfra": "pytest-testinfra"}
 
 
 def cmd_verify(opts: argparse.Namespace) -> int:
-    """Run the testinfra verify module against the hosts of an inventory."""
+    """Run the testinfra verify module (instinct_fleet.verify) against the reachable chosen hosts; one line for each other host."""
     missing = [package for module, package in VERIFY_NEEDS.items() if importlib.util.find_spec(module) is None]
     if missing:
         raise UsageError(f"verify runs testinfra, but {' and '.join(missing)} is not installed: pip install 'instinct-fleet[verify]'")
-    project = _project_dir(opts)
-    module = project / "tests" / "verify"
-    if not module.is_dir():
-        raise UsageError(f"no tests/verify in {project}; pass --project-dir")
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(module), "--inventory", str(Path(opts.inventory).resolve())]
-    if opts.limit:
-        argv += ["--limit", opts.limit]
-    return subprocess.call([*argv, *opts.passthrough], cwd=project)
+    specs = _valid_specs(opts, "nothing was verified and no host was contacted")
+    if specs is None:
+        return EXIT_INVALID
+    # Each host is reached once first: an unreachable host is one line with its cause, not an error per check.
+    hosts = remote.Hosts(opts.inventory, str(_project_dir(opts)))
+    timeout = min(max(s.vars.command_timeout for s in specs), 60)
+    reached = hosts.run_all({str(s.host): "true" for s in specs}, timeout)
+    unreachable = {name: r.error or r.stderr.strip() or "`true` failed" for name, r in reached.items() if not r.ok}
+    for name, why in sorted(unreachable.items()):
+        print(f"{name}: not verified: {why}", file=sys.stderr)
+    if len(unreachable) == len(specs):
+        return EXIT_INVALID
+    module = Path(str(resources.files("instinct_fleet").joinpath("verify")))
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(module), str(module)]
+    argv += ["--inventory", str(Path(opts.inventory).resolve()), "--project-dir", str(_project_dir(opts).resolve())]
+    for name in sorted(reached):
+        if name not in unreachable:
+            argv += ["--limit", name]
+    code = subprocess.call([*argv, *opts.passthrough], cwd=_project_dir(opts))
+    return code or (EXIT_INVALID if unreachable else EXIT_OK)
 
 
 def cmd_targets(opts: argparse.Namespace) -> int:
@@ -352,7 +402,7 @@ def cmd_status(opts: argparse.Namespace) -> int:
     specs = _valid_specs(opts, "no host was contacted")
     if specs is None:
         return EXIT_INVALID
-    rows = _read_status(remote.Hosts(opts.inventory, opts.project_dir), specs)
+    rows = _read_status(remote.Hosts(opts.inventory, str(_project_dir(opts))), specs)
     if opts.json:
         print(json.dumps(status.as_json(rows), indent=2))
     else:
@@ -367,7 +417,7 @@ def cmd_bench(opts: argparse.Namespace) -> int:
         return EXIT_INVALID
     client = None
     if opts.client:
-        everyone = {str(spec.host): spec for spec, _ in plan_hosts(load_inventory(opts.inventory, opts.project_dir))}
+        everyone = {str(spec.host): spec for spec, _ in plan_hosts(load_inventory(opts.inventory, str(_project_dir(opts))))}
         if opts.client not in everyone:
             raise UsageError(f"--client {opts.client!r} is not a host of {opts.inventory}")
         client = everyone[opts.client]
@@ -382,7 +432,7 @@ def cmd_bench(opts: argparse.Namespace) -> int:
         raise UsageError(f"{exc}; no host was contacted") from exc
     if not todo:
         raise UsageError("no vLLM instance matches --limit and --instance")
-    hosts = remote.Hosts(opts.inventory, opts.project_dir)
+    hosts = remote.Hosts(opts.inventory, str(_project_dir(opts)))
     benched = {str(j.spec.host): j.spec for j in todo}
     rows = {(r.host, r.instance): r for r in _read_status(hosts, list(benched.values()))}
     refused = []
@@ -449,24 +499,24 @@ def cmd_tune(opts: argparse.Namespace) -> int:
             if (directory / "sweep.json").exists():
                 raise sweeps.TuneError(f"{directory} holds an earlier sweep: go on with --resume {directory}, or choose another --output")
         results = trials.Results(directory)
-        opts.limit = definition.limit
+        opts.limit = [definition.limit] if definition.limit else None
         planned, chosen = _plan_scope(opts)
         if refused((f for _, fs in planned for f in fs), "nothing was tuned and no host was contacted"):
             return EXIT_INVALID
-        hosts = load_inventory(opts.inventory, opts.project_dir)
+        hosts = load_inventory(opts.inventory, str(_project_dir(opts)))
         checked = sweeps.check(hosts, chosen, definition)
     except sweeps.TuneError as exc:
         raise UsageError(f"{exc}; no host was contacted") from exc
     specs = {str(spec.host): spec for spec, _ in planned if str(spec.host) in checked.hosts}
     print(sweeps.plan_text(checked, definition, specs, results.done()), flush=True)
-    if opts.dry_run:
+    if opts.dry:
         return EXIT_OK
     if not opts.resume:
         results.start(definition)
     print(f"results in {directory}", flush=True)
     started = time.monotonic()
     outcome = tune.run(
-        remote.Hosts(opts.inventory, opts.project_dir), hosts, checked, definition, results, lambda line: print(line, flush=True)
+        remote.Hosts(opts.inventory, str(_project_dir(opts))), hosts, checked, definition, results, lambda line: print(line, flush=True)
     )
     wall = time.monotonic() - started
     speed = (
@@ -503,6 +553,21 @@ def _tune_settings(opts: argparse.Namespace) -> dict[str, Any]:
     return data
 
 
+def cmd_init(opts: argparse.Namespace) -> int:
+    """Write the example project into DIR, keeping every file that is there."""
+    directory = Path(opts.directory)
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{opts.directory} exists and is not a directory")
+    written = scaffold.init(directory)
+    for w in written:
+        print(f"{'kept ' if w.kept else 'wrote'} {w.path}")
+    print(
+        f"next: put your hosts in {directory / 'inventories' / 'prod.py'}, your settings in {directory / 'group_data'}, then\n"
+        f"  cd {directory} && instinct-fleet plan inventories/prod.py && instinct-fleet deploy inventories/prod.py"
+    )
+    return EXIT_OK
+
+
 def cmd_report(opts: argparse.Namespace) -> int:
     """Write report.md and PNG plots from a directory of vLLM benchmark results, and print the fleet table."""
     if importlib.util.find_spec("matplotlib") is None:
@@ -535,8 +600,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="resolve and validate every host of an inventory")
     plan.add_argument("inventory")
-    plan.add_argument("--limit", help="host or group name (glob)")
-    plan.add_argument("--project-dir", help="directory holding group_data/ (default: the inventory's parent's parent)")
     plan.set_defaults(func=cmd_plan)
 
     for p in (recipes, render, plan):
@@ -545,7 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     deploy = sub.add_parser(
         "deploy",
-        help="validate an inventory, then run pyinfra with deploy.py (no host is contacted on errors); arguments after -- go to pyinfra",
+        help="validate an inventory, then run pyinfra with the deploy file (no host is contacted on errors); arguments after -- go to pyinfra",
     )
     verify = sub.add_parser(
         "verify", help="check deployed hosts with the testinfra verify module (read-only); arguments after -- go to pytest"
@@ -554,28 +617,39 @@ def build_parser() -> argparse.ArgumentParser:
         "rollback",
         help="put back an earlier generation of each host's serving files through the roll's batches and health gates; arguments after -- go to pyinfra",
     )
-    for p in (deploy, verify, rollback):
-        p.add_argument("inventory")
-        p.add_argument("--limit", help="host or group name (glob)")
-        p.add_argument("--project-dir", help="directory holding deploy.py (default: the inventory's parent's parent)")
+    status_p = sub.add_parser("status", help="every unit of the fleet now: state, health, image, requests running/waiting, KV cache")
+    bench_p = sub.add_parser(
+        "bench", help="vllm bench serve against each instance, from its own image, on its host (or --client); results for report"
+    )
+    targets = sub.add_parser("targets", help="Prometheus file_sd JSON for every vLLM /metrics endpoint and metrics exporter")
     for p in (deploy, rollback):
+        p.add_argument("inventory")
+        p.add_argument(
+            "deploy_file",
+            nargs="?",
+            metavar="DEPLOY",
+            help="the deploy file (default: deploy.py in --project-dir or the current directory)",
+        )
+        p.add_argument("-y", "--yes", action="store_true", help="do not ask: change the hosts without showing the changes first")
+        p.add_argument("--dry", action="store_true", help="show what would change on each host, change nothing")
         p.add_argument("--json", action="store_true", help="pyinfra's JSON results (operations, totals, failed hosts) and the roll summary")
+    for p in (verify, status_p, bench_p, targets):
+        p.add_argument("inventory")
+    for p in (plan, deploy, verify, rollback, status_p, bench_p, targets):
+        p.add_argument(
+            "--limit", action="append", metavar="PATTERN", help="a group name or a glob of host names, as pyinfra's --limit (repeatable)"
+        )
+    for p in (plan, deploy, verify, rollback, status_p, bench_p, targets):
+        p.add_argument(
+            "--project-dir",
+            help="the directory pyinfra runs in: config.py and group_data/ (default: the deploy file's directory, else the current one)",
+        )
     rollback.add_argument(
         "--to", type=_generation, help="generation number (default: the newest one older than the healthy one that passed the gate)"
     )
     deploy.set_defaults(func=cmd_deploy)
     rollback.set_defaults(func=cmd_rollback)
     verify.set_defaults(func=cmd_verify)
-
-    status_p = sub.add_parser("status", help="every unit of the fleet now: state, health, image, requests running/waiting, KV cache")
-    bench_p = sub.add_parser(
-        "bench", help="vllm bench serve against each instance, from its own image, on its host (or --client); results for report"
-    )
-    targets = sub.add_parser("targets", help="Prometheus file_sd JSON for every vLLM /metrics endpoint and metrics exporter")
-    for p in (targets, status_p, bench_p):
-        p.add_argument("inventory")
-        p.add_argument("--limit", help="host or group name (glob)")
-        p.add_argument("--project-dir", help="directory holding group_data/ (default: the inventory's parent's parent)")
     targets.add_argument("-o", "--output", help="write to this file (Prometheus re-reads it) instead of printing")
     targets.set_defaults(func=cmd_targets)
     status_p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -595,7 +669,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="sweep one instance's flags and env over some hosts at once, behind the health gate; restore them; report the Pareto front",
     )
     tune_p.add_argument("inventory")
-    tune_p.add_argument("--project-dir", help="directory holding group_data/ (default: the inventory's parent's parent)")
+    tune_p.add_argument("--project-dir", help="the directory holding group_data/ (default: the current one)")
     tune_p.add_argument("--config", help="a TOML file with the sweep's settings (the options below override it)")
     tune_p.add_argument("--instance", help="the instance whose configuration varies")
     tune_p.add_argument("--vary", action="append", default=[], metavar="FLAG=V1,V2", help="values of one vllm serve flag (repeatable)")
@@ -604,12 +678,18 @@ def build_parser() -> argparse.ArgumentParser:
     tune_p.add_argument("--num-prompts", type=int, help="override the profile's prompt count")
     tune_p.add_argument("--concurrency", type=int, help="the one concurrency each trial runs (default: the profile's)")
     tune_p.add_argument("--slo", action="append", default=[], metavar="METRIC<=VALUE", help="a bound on a vLLM result field (repeatable)")
-    tune_p.add_argument("--limit", help="hosts to tune on (glob of host or group names), typically a staging group")
+    tune_p.add_argument("--limit", help="hosts to tune on: a group name (typically a staging group) or a glob of host names")
     tune_p.add_argument("--max-out", type=int, help="at most this many hosts away from their deployed configuration at once (default 1)")
     tune_p.add_argument("--output", help="results directory (default results/tune-<UTC timestamp>)")
     tune_p.add_argument("--resume", metavar="DIR", help="go on with the sweep in DIR, skipping what it measured")
-    tune_p.add_argument("--dry-run", action="store_true", help="print the plan and stop: no host is contacted")
+    tune_p.add_argument("--dry", action="store_true", help="print the plan and stop: no host is contacted")
     tune_p.set_defaults(func=cmd_tune)
+
+    init = sub.add_parser(
+        "init", help="write a starting infra repo (deploy.py, config.py, inventories/, group_data/) into DIR; overwrites nothing"
+    )
+    init.add_argument("directory", metavar="DIR")
+    init.set_defaults(func=cmd_init)
 
     report = sub.add_parser(
         "report", help="report.md, plots and a table from vllm bench serve results (RESULTS_DIR/<host>/<instance>/*.json)"
@@ -637,10 +717,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if passthrough and opts.command not in ("deploy", "verify", "rollback"):
         parser.error(f"{opts.command} takes no arguments after --")
     try:
-        return int(opts.func(opts))
+        code = int(opts.func(opts))
+        sys.stdout.flush()  # here, not at exit: a reader that went away is then a BrokenPipeError below
+        return code
     except UsageError as exc:
         print(f"instinct-fleet: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as a command killed by SIGPIPE does. Python flushes
+        # stdout again at exit, so it is pointed at /dev/null first, or that flush would fail in turn.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE
     except Exception as exc:  # last line of defence: never show a traceback to a user
         if os.environ.get("INSTINCT_FLEET_DEBUG"):
             raise

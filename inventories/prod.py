@@ -1,8 +1,14 @@
-"""Example production inventory: copy it, put in your host names, keep the groups.
+"""Example production inventory: put in your host names, keep the groups.
 
 Groups are the top-level lists; group_data/<group>.py holds each group's data,
 and a (host, {data}) tuple sets data for one host.
 """
+
+from instinct_fleet.model import gate
+
+# Validate every host before pyinfra connects to any, wherever pyinfra is started from
+# (config.py does the same, but pyinfra reads config.py only from the directory it is started in).
+gate.install()
 
 # Eight single-GPU gpt-oss-120b instances per host, ports 8080-8087.
 gpt_oss_hosts = [

@@ -10,20 +10,13 @@ import json
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 from instinct_fleet.model.defaults import VARIABLES
 from instinct_fleet.model.rules import RULES
+from instinct_fleet.scaffold import group_data_all
 
 ROOT = Path(__file__).resolve().parents[1]
-HEADER = '''"""Fleet-wide defaults: every instinct-fleet variable, at its default.
-
-pyinfra reads this file for every host; group files (group_data/<group>.py) and
-host data in the inventory override it. The README table lists the same
-variables; instinct_fleet/model/defaults.py is where their defaults are defined.
-"""
-'''
 
 
 def readme_table() -> str:
@@ -38,14 +31,6 @@ def rules_table() -> str:
     return "\n".join(rows)
 
 
-def group_data_all() -> str:
-    blocks = []
-    for v in VARIABLES:
-        comment = "\n".join(textwrap.wrap(v.doc, width=96, initial_indent="# ", subsequent_indent="# "))
-        blocks.append(f"{comment}\n{v.name} = {v.default!r}")
-    return HEADER + "\n" + "\n\n".join(blocks) + "\n"
-
-
 def main() -> None:
     readme = ROOT / "README.md"
     text = readme.read_text()
@@ -58,7 +43,7 @@ def main() -> None:
         raise SystemExit("README.md has no rules table to replace")
     readme.write_text(rules.sub(lambda _: rules_table() + "\n", text, count=1))
     all_py = ROOT / "group_data" / "all.py"
-    all_py.write_text(group_data_all())
+    all_py.write_text(group_data_all(commented=False))
     # The project's one formatter owns the layout of Python files, generated or not.
     subprocess.run([sys.executable, "-m", "ruff", "format", "--quiet", str(all_py)], check=True)
 

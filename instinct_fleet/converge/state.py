@@ -181,7 +181,7 @@ class User:
 @dataclass(frozen=True)
 class Weights:
     """A model copied from ``weights_source`` (``source``) into the host's HF cache (``local``) before its first start,
-    owned by ``owner``. Its download into the source is fleet-wide (one host, then a barrier: tasks/weights.py); the
+    owned by ``owner``. Its download into the source is fleet-wide (one host, then a barrier: instinct_fleet.deploys.weights); the
     copy is the applier's, in the weights stage."""
 
     model: str

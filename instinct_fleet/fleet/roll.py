@@ -10,7 +10,7 @@ from the preflight facts, before anything runs:
 * ``restart``: something differs and the unit is serving: it rolls.
 
 Batch 0 holds every ``start`` unit at once; restarts follow in batches of
-``rolling_batch`` units. ``tasks/services.py`` emits each batch's operations
+``rolling_batch`` units. The serving stage (:func:`instinct_fleet.deploys.serving`) emits each batch's operations
 behind a barrier that every host shares, so pyinfra finishes a batch, health
 gate included, before the next one begins. Each batch's operations run only
 while :meth:`Roll.proceeds` says so; it reads the hosts pyinfra has failed, so

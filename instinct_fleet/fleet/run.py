@@ -1,6 +1,6 @@
 """The pyinfra run's wiring: one plan for the whole run, made once, and the roll summary at its end.
 
-``deploy.py`` and every file in ``tasks/`` call :func:`plan_for` (or
+Every deploy function (:mod:`instinct_fleet.deploys`) calls :func:`plan_for` (or
 :func:`fleet_plan`). The first host to ask reads every needed host's preflight
 fact at once, validates, builds each host's plan and desired state, and
 classifies the roll; every other host waits for that answer. Stages branch only
@@ -29,6 +29,7 @@ from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.managed import UNTOUCHED
 from instinct_fleet.converge.preflight import HostReport
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV, Roll, dump_summary, format_summary, plan_roll
+from instinct_fleet.model import gate
 from instinct_fleet.model.inventory import HostData, hosts_of, plan_hosts
 from instinct_fleet.model.rules import Finding, finding
 from instinct_fleet.model.spec import HostSpec
@@ -297,6 +298,28 @@ def _plan_run(state: Any) -> FleetPlan:
     return FleetPlan(plans, plan_roll(plans))
 
 
+def _refuse_unchecked(state: Any) -> None:
+    """End the run before its first operation when pyinfra skipped the project's files or an input is invalid.
+
+    pyinfra reads ``config.py`` and ``group_data/`` from the directory it is started in; started
+    elsewhere, it deploys without them (the defaults, the wrong recipe) and without the gate. The
+    inventory is then validated here, when no gate ran before the first connection.
+    """
+    from pyinfra.api.exceptions import PyinfraError
+
+    deploy_file = getattr(state, "current_deploy_filename", None)
+    if deploy_file:
+        project = Path(deploy_file).resolve().parent
+        skipped = [p for p in (project / "group_data", project / "config.py") if p.exists()]
+        if skipped and project != Path(state.cwd).resolve():
+            raise PyinfraError(
+                f"pyinfra was started in {state.cwd}, so it did not read {' or '.join(map(str, skipped))}; "
+                f"nothing was deployed. Run it from {project} (cd {project}), or pass --chdir {project}"
+            )
+    if not gate.check(state, "nothing was deployed: no operation ran on any host"):
+        raise PyinfraError("the inventory is invalid (the findings are above); nothing was deployed")
+
+
 def fleet_plan(state: Any) -> FleetPlan:
     """The plan of this pyinfra run (its State), made once."""
     from gevent.event import AsyncResult
@@ -306,6 +329,7 @@ def fleet_plan(state: Any) -> FleetPlan:
         pending = AsyncResult()
         setattr(state, _PLAN_ATTRIBUTE, pending)
         try:
+            _refuse_unchecked(state)
             fleet = _plan_run(state)
         except BaseException as exc:
             pending.set_exception(exc)

@@ -1,4 +1,4 @@
-"""The operations of one host's turn in the roll: what ``tasks/services.py`` runs inside the host's batch.
+"""The operations of one host's turn in the roll: what the serving stage (:func:`instinct_fleet.deploys.serving`) runs inside the host's batch.
 
 Everything whose change takes an instance down happens here, in this order:
 the pre-stop hook, stale units stopped, docker's new settings (when they were
@@ -105,7 +105,7 @@ def _rollback(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[],
     healthy(plan, back, fleet.roll.note, units=answered)
 
 
-def converge(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], set[str]]) -> None:
+def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], set[str]]) -> None:
     """Emit this host's operations for ``batch``; each runs only while the roll proceeds."""
 
     host = str(plan.spec.host)

@@ -1,14 +1,21 @@
-"""Plain ``pyinfra INVENTORY deploy.py`` refuses an invalid inventory before it connects to any host.
+"""Plain ``pyinfra INVENTORY deploy.py`` refuses an invalid inventory, before it connects where it can, and always before it acts.
 
-pyinfra loads ``config.py`` before the inventory and calls ``host_before_connect``
-before it opens the first connection; ``config.py`` registers :class:`InventoryGate`,
-which validates every chosen host then, as ``instinct-fleet deploy`` does, and
-ends the run with the findings when there is an error.
+Two places run the same check (:func:`check`), once per run:
+
+* Before the first connection, when the gate is installed (:func:`install`): by the project's
+  ``config.py``, which pyinfra loads from the directory it is started in, and by an inventory
+  that ``instinct-fleet init`` wrote, which installs it itself, so the gate holds from any working
+  directory. pyinfra then calls ``host_before_connect`` before it opens the first connection.
+* When the gate was not installed (a project's own ``config.py`` and inventory without it):
+  before the first operation is queued, from the deploy functions
+  (:func:`instinct_fleet.fleet.run.fleet_plan`). Facts have been read then, but nothing was
+  changed on any host: the run ends with a pyinfra error.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from pyinfra.api.state import BaseStateCallback
@@ -16,28 +23,47 @@ from pyinfra.api.state import BaseStateCallback
 from instinct_fleet.model.inventory import hosts_of, plan_hosts, record_groups, with_cluster_peers
 from instinct_fleet.model.rules import refused
 
+_CHECKED = "instinct_fleet_gate_passed"  # on the run's State: None (not checked yet), True or False
+_INSTALLED = "instinct_fleet_gate_installed"
+
+
+def check(state: Any, consequence: str) -> bool:
+    """Validate every chosen host of the run (and its cluster peers) once; print the findings; True when the run may go on."""
+    passed = getattr(state, _CHECKED, None)
+    if passed is not None:
+        return bool(passed)
+    planned = plan_hosts(hosts_of(state.inventory))
+    chosen = with_cluster_peers(planned, {h.name for h in state.inventory if state.is_host_in_limit(h)})
+    ok = not refused((f for spec, findings in planned if spec.host in chosen for f in findings), consequence)
+    setattr(state, _CHECKED, ok)
+    return ok
+
 
 class InventoryGate(BaseStateCallback):
-    def __init__(self) -> None:
-        self.checked = False
-
     def host_before_connect(self, state: Any, host: Any) -> None:  # type: ignore[override]  # pyinfra calls it on the instance
-        if self.checked:
-            return
-        self.checked = True  # the first host's greenlet validates all of them before any connection yields
-        data = hosts_of(state.inventory)
-        planned = plan_hosts(data)
-        chosen = with_cluster_peers(planned, {h.name for h in state.inventory if state.is_host_in_limit(h)})
-        if refused(
-            (f for spec, findings in planned if spec.host in chosen for f in findings), "nothing was deployed and no host was contacted"
-        ):
+        if getattr(state, _CHECKED, None) is None and not check(state, "nothing was deployed and no host was contacted"):
+            sys.stdout.flush()
+            sys.stderr.flush()
             # Inside pyinfra's connect greenlet an exception would become a traceback; leave before any connection.
             os._exit(1)
 
 
-def install(state: Any) -> None:
-    """Register the gate on the run's State once pyinfra initialises it (``State.init`` resets the handlers)."""
+def install(state: Any | None = None) -> None:
+    """Register the gate on the run's State once pyinfra initialises it (``State.init`` resets the handlers). Idempotent.
+
+    ``state`` defaults to pyinfra's current one: the State the command line made before it
+    loads ``config.py`` and the inventory.
+    """
+    if state is None:
+        from pyinfra.context import ctx_state
+
+        if not ctx_state.isset():  # type: ignore[no-untyped-call]
+            return  # not inside a pyinfra run (the inventory read by instinct-fleet plan): nothing to guard
+        state = ctx_state.get()  # type: ignore[no-untyped-call]
     record_groups()
+    if getattr(state, _INSTALLED, False):
+        return
+    setattr(state, _INSTALLED, True)
     init = state.init
 
     def init_then_gate(*args: Any, **kwargs: Any) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import os
 import traceback
 from collections import defaultdict
+from collections.abc import Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +88,7 @@ def hosts_of(inventory: Any) -> list[HostData]:
 
 
 def load_inventory(path: str, project_dir: str | None = None) -> list[HostData]:
-    """Every host of ``path`` with its merged data. ``project_dir`` holds group_data/."""
+    """Every host of ``path`` with its merged data. ``project_dir`` (default: the current directory) holds group_data/."""
     return hosts_of(pyinfra_inventory(path, project_dir))
 
 
@@ -103,7 +105,7 @@ def pyinfra_inventory(path: str, project_dir: str | None = None) -> Any:
         raise InventoryError(f"inventory file {path!r} does not exist")
     if project_dir is not None and not Path(project_dir).is_dir():
         raise InventoryError(f"--project-dir {project_dir!r} is not a directory; it must hold group_data/ (and deploy.py)")
-    cwd = project_dir or str(inventory_file.resolve().parent.parent)
+    cwd = project_dir or os.getcwd()  # where pyinfra reads group_data/, as it does (and the inventory's own directory)
     sink = io.StringIO()
     record_groups()
     try:
@@ -136,11 +138,13 @@ def _blamed(error: BaseException, inventory: Path, project: Path) -> str:
     return f"{kind} {where.filename!r} (line {where.lineno})"
 
 
-def select(hosts: list[HostData], limit: str | None) -> list[HostData]:
-    """Hosts whose name or one of whose groups matches ``limit`` (a glob)."""
-    if limit is None:
+def select(hosts: list[HostData], limits: Sequence[str] | None) -> list[HostData]:
+    """The hosts ``--limit`` chooses, as pyinfra chooses them: for each pattern, the hosts of the group of that
+    name, or else the hosts whose name matches it as a glob; several patterns add up. None: every host."""
+    if not limits:
         return hosts
-    return [h for h in hosts if fnmatch.fnmatch(h.name, limit) or any(fnmatch.fnmatch(g, limit) for g in h.groups)]
+    groups = {g for h in hosts for g in h.groups}
+    return [h for h in hosts if any((p in h.groups) if p in groups else fnmatch.fnmatch(h.name, p) for p in limits)]
 
 
 def conflict_findings(host: HostData) -> list[Finding]:

@@ -150,6 +150,28 @@ class VllmKnowledge:
         return difflib.get_close_matches(name, sorted(self.env_vars), n=3, cutoff=0.75)
 
 
+@dataclass(frozen=True)
+class Seed:
+    """One of the public documents the recipes and rules cite (``knowledge/seeds/index.toml``)."""
+
+    number: str  # "000" to "004", as citations write it
+    file: str
+    title: str
+    kind: str
+
+
+@cache
+def seeds() -> dict[str, Seed]:
+    """The seeds by number, shipped with the package so that a citation can be checked where the package is installed."""
+    index = tomllib.loads(resources.files("instinct_fleet.model").joinpath("knowledge", "seeds", "index.toml").read_text())
+    return {s["file"][:3]: Seed(s["file"][:3], s["file"], s["title"], s["kind"]) for s in index["seed"]}
+
+
+def seed_text(number: str) -> str:
+    """The text of seed ``number`` ("002"), as published."""
+    return resources.files("instinct_fleet.model").joinpath("knowledge", "seeds", seeds()[number].file).read_text()
+
+
 def supported_versions() -> list[str]:
     """Versions with a generated table, oldest first."""
     files = resources.files("instinct_fleet.model").joinpath("knowledge").iterdir()

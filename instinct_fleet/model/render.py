@@ -11,10 +11,10 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from instinct_fleet.model import knowledge, paths
 from instinct_fleet.model.defaults import FleetVars
@@ -260,13 +260,15 @@ def docker_run(container: Container, v: FleetVars, group_ids: list[int], with_to
     return argv
 
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+# The templates are package data (instinct_fleet/templates), read through importlib.resources as pyinfra's
+# packaged deploys read theirs: an installed wheel renders exactly what a checkout does.
+TEMPLATES = ("instinct_fleet", "templates")
 
 
 @cache
 def _templates() -> Environment:
     # The settings pyinfra's files.template uses, so a rendered file is byte for byte what pyinfra would write.
-    return Environment(undefined=StrictUndefined, keep_trailing_newline=True, loader=FileSystemLoader(TEMPLATES))
+    return Environment(undefined=StrictUndefined, keep_trailing_newline=True, loader=PackageLoader(*TEMPLATES))
 
 
 def template(name: str, **values: Any) -> str:
@@ -284,7 +286,7 @@ def firewall_unit() -> str:
 
 def template_bytes(name: str) -> bytes:
     """A file from ``templates/`` copied as it is (the Ray readiness script)."""
-    return (TEMPLATES / name).read_bytes()
+    return resources.files(TEMPLATES[0]).joinpath(TEMPLATES[1], name).read_bytes()
 
 
 def ray_ready_command(nodes: int, gpus: int, timeout: int) -> list[str]:

@@ -54,7 +54,7 @@ def deploy(*extra: str, inventory: str = INVENTORY, results: bool = True, comman
     """``instinct-fleet deploy --json`` (or ``command``: rollback); ``results=False`` when pyinfra is expected
     to stop with no host left."""
     started = time.monotonic()
-    argv = [*CLI, command, inventory, "--project-dir", str(ROOT), "--json", *extra]
+    argv = [*CLI, command, inventory, "--project-dir", str(ROOT), "--json", "-y", *extra]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     try:
         payload = json.loads(done.stdout)

@@ -4,11 +4,11 @@ pyinfra tests its operations on JSON fixtures of arguments and facts; this does
 the same for this tool's stages. A :class:`SimHost` holds a host's managed state
 and answers the preflight fact's probe as the fact's shell would, reading only
 the paths and units the probe names (so a gap between the declaration and the
-probe shows as drift here too). :func:`emitted` runs a real ``tasks/*.py`` file
-with the pyinfra operations it calls replaced by a recorder, and returns the
+probe shows as drift here too). :func:`emitted` runs a real stage of
+:mod:`instinct_fleet.deploys` with the pyinfra operations it calls replaced by a recorder, and returns the
 name of every operation that would run, in order: each ``_if`` is evaluated as
 pyinfra does at execution, every earlier operation counting as a change. The end-to-end suite runs the same
-files for real.
+functions for real.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import base64
 import dataclasses
 import fnmatch
 import hashlib
-import runpy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from gevent.event import AsyncResult
 from pyinfra.context import ctx_host
 from pyinfra.operations import apt, files, server, systemd
 
+from instinct_fleet import deploys
 from instinct_fleet.converge import managed, operations, preflight, state
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.probe import Probe
@@ -43,6 +43,7 @@ from tests.unit.test_preflight import mi300x_host
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_ID = "sha256:" + "a" * 64
 STAGES = ("preflight", "tuning", "runtime", "weights", "cluster", "firewall", "exporter", "services", "health")
+DEPLOYS = {"services": "serving"}  # a stage whose deploy function has another name
 
 
 @dataclass
@@ -295,7 +296,7 @@ def run_stage(
     interrupted: str | None = None,
     sick: dict[str, int] | None = None,
 ) -> list[Recorded]:
-    """The operations ``tasks/<stage>.py`` emits for this host (h1), in order; ``interrupted``: a signal that
+    """The operations the deploy function of ``stage`` (:data:`DEPLOYS`) emits for this host (h1), in order; ``interrupted``: a signal that
     arrived before the stage ran; ``sick``: failing health gates per unit (:func:`recording`)."""
     fleet = FleetPlan({"h1": host_plan}, plan_roll({"h1": host_plan}))
     fleet.roll.interrupted = interrupted
@@ -304,7 +305,7 @@ def run_stage(
     state = SimpleNamespace(instinct_fleet_plan=done, failed_hosts=set())
     host = SimpleNamespace(name="h1", state=state, data=SimpleNamespace(), loop=lambda items: items)
     with monkeypatch.context() as patched, recording(patched, dict(sick or {})) as ops, ctx_host.use(host):
-        runpy.run_path(str(ROOT / "tasks" / f"{stage}.py"))
+        getattr(deploys, DEPLOYS.get(stage, stage))._inner()  # the function, outside pyinfra's @deploy context
     return ops
 
 

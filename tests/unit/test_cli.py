@@ -124,7 +124,7 @@ def test_plan_resolves_host_over_group_over_all(tmp_path: Path, capsys: pytest.C
     )
     (tmp_path / "group_data" / "all.py").write_text('vllm_args = {"max-num-seqs": 8}\n')
     (tmp_path / "group_data" / "llama.py").write_text('vllm_recipe = "llama-3.1-70b"\nvllm_args = {"max-num-seqs": 32}\n')
-    code, out, _ = run(capsys, "plan", str(tmp_path / "inventories" / "t.py"), "--json")
+    code, out, _ = run(capsys, "plan", str(tmp_path / "inventories" / "t.py"), "--json", "--project-dir", str(tmp_path))
     doc = json.loads(out)
     seqs = {s["host"]: s["vllm_args"][s["vllm_args"].index("--max-num-seqs") + 1] for s in doc["services"]}
     assert seqs == {"h1": "64", "h2": "32", "h3": "8"}
@@ -231,9 +231,12 @@ def test_inventory_and_project_dir_mistakes_say_what_is_wrong(tmp_path: Path, ca
     assert code == 2 and "--project-dir" in err and "is not a directory" in err
 
 
-def test_a_raising_group_data_file_is_blamed_not_the_inventory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_raising_group_data_file_is_blamed_not_the_inventory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     inventory = _inventory(tmp_path, "hosts = ['gpu-1']\n")
     (tmp_path / "group_data" / "all.py").write_text("vllm_recipe = 'gpt-oss-120b'\nboom = 1 / 0\n")
+    monkeypatch.chdir(tmp_path)  # group_data/ is read from the current directory, as pyinfra reads it
     code, _, err = run(capsys, "plan", str(inventory))
     assert code == 2 and "group data" in err and "all.py" in err and "(line 2)" in err and "ZeroDivisionError" in err
 

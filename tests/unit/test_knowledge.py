@@ -351,3 +351,13 @@ def test_is_option_agrees_with_argparse_itself(value: str) -> None:
     except (argparse.ArgumentError, SystemExit):
         parsed = False
     assert parsed == (not knowledge.is_option(value))
+
+
+def test_the_package_ships_every_seed_the_citations_name_with_the_text_published() -> None:
+    """Each seed in the index is in the package, byte for byte the document as published (the copy in ../shared/seeds)."""
+    shipped = knowledge.seeds()
+    assert sorted(shipped) == ["000", "001", "002", "003", "004"]
+    for number, seed in shipped.items():
+        assert seed.file.startswith(number) and seed.title
+        assert "vllm serve" in knowledge.seed_text(number)
+    assert "2026-05-29" in knowledge.seed_text("002").splitlines()[1]

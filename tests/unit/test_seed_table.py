@@ -8,6 +8,7 @@ table that changes a verdict changes this table too.
 from __future__ import annotations
 
 import tomllib
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from .test_seed_recipes import argv_pairs, flag_pairs
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = tomllib.loads((Path(__file__).parent / "seed_commands.toml").read_text())["command"]
 VERSIONS = knowledge.supported_versions()
-SEEDS = ROOT / "tests" / "fixtures" / "seeds"  # copies of ../shared/seeds, so the line numbers are checked in every checkout
+SEEDS = Path(str(resources.files("instinct_fleet.model").joinpath("knowledge", "seeds")))  # the seeds as the package ships them
 
 
 def pinned(version: str) -> dict[str, Any]:

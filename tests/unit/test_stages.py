@@ -100,7 +100,7 @@ FRESH = {
 
 def converged(monkeypatch: pytest.MonkeyPatch, data: dict[str, Any]) -> SimHost:
     """A host after one deploy of ``data`` succeeded: what every stage emitted, replayed. Read back, nothing
-    declared differs: an entry that no stage converges would (the stages run from tasks/, as deploy.py runs them)."""
+    declared differs: an entry that no stage converges would (the stages run as instinct_fleet.deploys runs them)."""
     sim = SimHost()
     deploy(monkeypatch, plan(data, sim), sim)
     assert drifted(plan(data, sim)) == []

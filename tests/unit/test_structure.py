@@ -27,9 +27,13 @@ def dotted(path: Path) -> str:
     return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
 
 
-MODULES = {dotted(p): p for p in sorted(PACKAGE.rglob("*.py")) if p.name != "__init__.py"}
+MODULES = {
+    dotted(p): p
+    for p in sorted(PACKAGE.rglob("*.py"))
+    if p.name != "__init__.py" and not ({"templates", "project"} & set(p.relative_to(PACKAGE).parts))
+}
 # The folders, lowest first: a module imports only from its own folder and the folders below it.
-LAYERS = ("model", "converge", "fleet", "")  # "": the command line, at the package's root
+LAYERS = ("model", "converge", "fleet", "verify", "")  # "": the deploy functions and the command line, at the package's root
 HOST_PATH = re.compile(r"^/(etc|run|var|dev|usr|root|opt|srv)(/[\w.@*+-]*)+$")
 
 
@@ -81,8 +85,9 @@ def test_the_import_graph_has_no_circle() -> None:
 
 
 def test_every_module_sits_in_a_layer_and_no_arrow_runs_back_up() -> None:
-    """model (what a host should be) < converge (how it gets there) < fleet (a live fleet) < the command line."""
-    assert sorted(m for m in MODULES if "." not in m) == ["__main__", "cli"]
+    """model (what a host should be) < converge (how it gets there) < fleet (a live fleet) < verify (testinfra)
+    < what a user calls: the deploy functions and the command line."""
+    assert sorted(m for m in MODULES if "." not in m) == ["__main__", "cli", "deploys", "scaffold"]
     upward = [(m, dep) for m, path in MODULES.items() for dep in imports(path) if layer(dep) > layer(m)]
     assert upward == []
 
@@ -119,11 +124,7 @@ def literals(path: Path) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize(
     "path",
-    [
-        p
-        for p in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tasks").glob("*.py"), ROOT / "deploy.py"])
-        if p.name not in ("paths.py", "defaults.py")
-    ],
+    [p for p in sorted([*MODULES.values(), ROOT / "deploy.py"]) if p.name not in ("paths.py", "defaults.py")],
     ids=lambda p: str(p.relative_to(ROOT)),
 )
 def test_host_paths_live_only_in_paths_py(path: Path) -> None:
@@ -139,7 +140,7 @@ def test_the_literal_finder_sees_a_path(tmp_path: Path) -> None:
     assert literals(source) == [(2, "/etc/instinct-fleet/y.env"), (5, "/run/")]
 
 
-TEMPLATES = ROOT / "templates"
+TEMPLATES = PACKAGE / "templates"
 HOST_PATH_IN_TEXT = re.compile(r"(?<![\w{/])/(?:etc|run|var|dev|usr|root|opt|srv)(?:/[\w.@*+-]+)+")
 
 

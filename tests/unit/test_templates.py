@@ -133,7 +133,7 @@ def test_static_units_parse_and_install(name: str) -> None:
 
 def test_every_template_is_rendered_by_a_test_here() -> None:
     source = Path(__file__).read_text()
-    for path in (ROOT / "templates").glob("*.j2"):
+    for path in (ROOT / "instinct_fleet" / "templates").glob("*.j2"):
         assert path.name in source or path.stem.split(".")[0] in ("vllm", "ray"), path.name
 
 

@@ -242,7 +242,7 @@ def test_a_dry_run_prints_the_whole_plan_and_touches_nothing(tmp_path: Path) -> 
     config.write_text(
         'instance = "main"\nmax_out = 2\nprofile = "latency"\nslo = ["median_tpot_ms<=20"]\n[vary]\nmax-num-seqs = [4, 32]\nmax-num-batched-tokens = [2048, 16384]\n'
     )
-    done = cli(str(inv), "--config", str(config), "--dry-run", "--output", str(tmp_path / "out"))
+    done = cli(str(inv), "--config", str(config), "--dry", "--output", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     assert "tune vllm-main: 2 point(s) to measure, 2 skipped as invalid, profile latency, SLOs median_tpot_ms<=20" in done.stdout
     assert "skipped --max-num-seqs=4 --max-num-batched-tokens=2048: [scheduler-batched-below-model-len]" in done.stdout

@@ -6,11 +6,11 @@ import json
 import shlex
 
 import pytest
-from conftest import Target
 
 from instinct_fleet.converge import content, health
 from instinct_fleet.model import paths, render
 from instinct_fleet.model.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
+from instinct_fleet.verify.conftest import Target
 
 
 def test_preflight_passes(target: Target) -> None:
@@ -83,9 +83,11 @@ def test_host_tuning_is_live(target: Target) -> None:
     if target.plan.spec.vars.tune_kernel_cmdline:
         generated = target.sh("cat /boot/grub/grub.cfg")
         assert all(arg in generated for arg in paths.KERNEL_ARGS), "the GRUB config was not regenerated"
-    user = target.host.user(want.user.name)
-    assert user.exists and user.home == want.user.home and user.shell == want.user.shell
-    assert set(want.user.groups) <= set(user.groups), f"{want.user.name} is in {user.groups}"
+    wanted = want.user
+    assert wanted is not None, f"{target.name}: no service user planned (the host failed preflight)"
+    user = target.host.user(wanted.name)
+    assert user.exists and user.home == wanted.home and user.shell == wanted.shell
+    assert set(wanted.groups) <= set(user.groups), f"{wanted.name} is in {user.groups}"
 
 
 def test_docker_has_the_pinned_image(target: Target) -> None:

@@ -1,6 +1,6 @@
 """Connect the verify module to a pyinfra inventory: one testinfra host per inventory host.
 
-    pytest tests/verify --inventory inventories/prod.py [--limit GROUP_OR_HOST]
+    pytest --pyargs instinct_fleet.verify --inventory inventories/prod.py [--limit GROUP_OR_HOST]
     instinct-fleet verify inventories/prod.py [--limit GROUP_OR_HOST]
 
 Expected values come from the same code the deploy renders with (instinct_fleet),
@@ -27,7 +27,8 @@ from instinct_fleet.model.spec import HostSpec
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--inventory", required=True, help="pyinfra inventory file, e.g. inventories/prod.py")
-    parser.addoption("--limit", default=None, help="host or group name (glob)")
+    parser.addoption("--limit", action="append", help="a group name or a glob of host names, as pyinfra's --limit (repeatable)")
+    parser.addoption("--project-dir", default=None, help="the directory holding group_data/ (default: the current directory)")
 
 
 @dataclass
@@ -62,10 +63,11 @@ def _connect(host: HostData) -> Any:
 _ALL: list[HostData] = []
 _HOSTS: dict[str, HostData] = {}
 _TARGETS: dict[str, Target] = {}
+_UNREAD: dict[str, str] = {}  # a chosen host whose preflight fact could not be read, and why (its last line of stderr)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    everyone = load_inventory(config.getoption("--inventory"))
+    everyone = load_inventory(config.getoption("--inventory"), config.getoption("--project-dir"))
     _ALL.extend(everyone)
     _HOSTS.update({h.name: h for h in select(everyone, config.getoption("--limit"))})
 
@@ -76,7 +78,11 @@ def _plan_all() -> None:
 
     def report_of(name: str, spec: HostSpec) -> preflight.HostReport | None:
         result = connections[name].run(probe.script(spec.vars.hf_token_path, managed.probe(spec)))
-        return preflight.parse_report(result.stdout) if result.rc == 0 else None
+        if result.rc != 0:
+            lines = str(result.stderr).strip().splitlines()
+            _UNREAD[name] = f"exit {result.rc}: {lines[-1] if lines else 'no output'}"
+            return None
+        return preflight.parse_report(result.stdout)
 
     def read_reports(specs: dict[str, HostSpec]) -> dict[str, preflight.HostReport | None]:
         with ThreadPoolExecutor(max(1, min(32, len(specs)))) as pool:  # every host's fact at once, as the deploy reads them
@@ -98,6 +104,6 @@ def target(request: pytest.FixtureRequest) -> Target:
     name = str(request.param)
     if not _TARGETS:
         _plan_all()
-    if name not in _TARGETS:
-        pytest.fail(f"{name}: no preflight report (cannot connect)")
+    if name not in _TARGETS or name in _UNREAD:
+        pytest.fail(f"{name}: its preflight fact could not be read ({_UNREAD.get(name, 'cannot connect')})", pytrace=False)
     return _TARGETS[name]
