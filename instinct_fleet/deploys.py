@@ -24,6 +24,10 @@ gate still changes nothing anywhere.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 from pyinfra import logger
 from pyinfra.api.deploy import deploy
 from pyinfra.context import host
@@ -35,7 +39,33 @@ from instinct_fleet.fleet.run import fleet_plan, plan_for
 from instinct_fleet.fleet.serving import converge_batch, healthy
 
 
-@deploy("Preflight")
+def stage(name: str) -> Callable[[Callable[[], None]], Callable[..., None]]:
+    """pyinfra's ``@deploy(name)``, with the host's ``command_timeout`` as every operation's ``_timeout``.
+
+    pyinfra's deploy wrapper takes a snapshot of every global argument when the function is
+    called, and its operations use that snapshot before host data; so the timeout is put in host
+    data before the wrapper runs. The first call plans the whole run (:func:`plan_for`), which also
+    validates every host before any operation. An image pull and a health wait set their own
+    ``_timeout``; the watchdog (instinct_fleet/converge/watchdog.py) cuts a host whose operation
+    outlives its timeout, so a hung host fails alone instead of stalling the run. Arguments given
+    to the call (``fleet(_sudo=True)``) apply to every operation, as with any pyinfra deploy.
+    """
+
+    def decorate(func: Callable[[], None]) -> Callable[..., None]:
+        wrapped = deploy(name)(func)
+
+        @functools.wraps(func)
+        def run(*args: Any, **kwargs: Any) -> None:
+            host.data._timeout = plan_for(host).spec.vars.command_timeout
+            wrapped(*args, **kwargs)
+
+        run._inner = func  # type: ignore[attr-defined]  # the function itself, as pyinfra's wrapper keeps it
+        return run
+
+    return decorate
+
+
+@stage("Preflight")
 def preflight() -> None:
     """Stage 1, read-only: one fact gathers the host; a host that cannot serve fails here, alone."""
     plan = plan_for(host)
@@ -46,7 +76,7 @@ def preflight() -> None:
         operations.fail(name="Preflight", message=f"{host.name} cannot serve: " + "; ".join(e.brief for e in plan.errors))
 
 
-@deploy("Host tuning")
+@stage("Host tuning")
 def tuning() -> None:
     """Stage 2, packages and host tuning: persistent and idempotent; each setting can be switched off in group_data.
 
@@ -63,7 +93,7 @@ def tuning() -> None:
     apply.converge(plan, "tuning")
 
 
-@deploy("Container runtime")
+@stage("Container runtime")
 def runtime() -> None:
     """Stage 3: docker's settings and the pinned image pre-pulled, on every host at once, before any batch stops anything.
 
@@ -86,7 +116,7 @@ def runtime() -> None:
             apply.converge(plan, "pull")
 
 
-@deploy("Model weights")
+@stage("Model weights")
 def weights() -> None:
     """Stage 4 (only with weights_source): each model copied into the host's HF cache before its first start.
 
@@ -121,13 +151,13 @@ def weights() -> None:
     apply.converge(plan, "weights")  # each model copied into the host's cache
 
 
-@deploy("Ray cluster")
+@stage("Ray cluster")
 def cluster() -> None:
     """Stage 5 (multi-node hosts only): what the Ray units need that does not restart them; the units roll in :func:`serving`."""
     apply.converge(plan_for(host), "cluster")
 
 
-@deploy("Firewall")
+@stage("Firewall")
 def firewall() -> None:
     """Stage 6: Ray ports only for cluster members, vLLM ports only for vllm_allow_from (nftables).
 
@@ -136,13 +166,13 @@ def firewall() -> None:
     apply.converge(plan_for(host), "firewall")
 
 
-@deploy("Metrics exporter")
+@stage("Metrics exporter")
 def exporter() -> None:
     """Stage 7 (metrics_exporter = True): AMD's device metrics exporter as a systemd-managed container; switched off, it is removed."""
     apply.converge(plan_for(host), "exporter")
 
 
-@deploy("Serving")
+@stage("Serving")
 def serving() -> None:
     """Stage 8, the roll: Ray and vLLM units restarted batch by batch behind a health gate.
 
@@ -172,7 +202,7 @@ def serving() -> None:
     )
 
 
-@deploy("Health")
+@stage("Health")
 def health() -> None:
     """Stage 9: each instance is healthy (/health, its model listed, one token generated) within health_timeout.
 
@@ -182,16 +212,11 @@ def health() -> None:
     healthy(plan_for(host))
 
 
-@deploy("instinct-fleet")
+@stage("instinct-fleet")
 def fleet() -> None:
     """Every stage in order: bare AMD Instinct hosts to tuned hosts serving vLLM. A host that fails preflight stops there, alone."""
-    plan = plan_for(host)
-    # pyinfra takes an operation's _timeout from host data: every command gets command_timeout (image pulls
-    # and health waits set their own), and the watchdog (instinct_fleet/converge/watchdog.py) cuts a host
-    # whose operation outlives it, so a hung host fails alone instead of stalling the run.
-    host.data._timeout = plan.spec.vars.command_timeout
     preflight()
-    if not plan.ok:
+    if not plan_for(host).ok:
         return
     tuning()
     runtime()

@@ -1,0 +1,78 @@
+"""The package as a team uses it: the built wheel in a venv of its own, a project from ``instinct-fleet init`` outside
+the checkout, and the simulated fleet deployed from there.
+
+The fleet was converged through the repository's deploy.py (the ``converged`` fixture); the init
+project, on the same inventory, must find nothing to change: every file it would write is byte
+for byte what the repository's deploy wrote. A template or data file missing from the wheel
+fails here (a stage could not render), as does anything read from the current directory or a clone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fleetctl import INVENTORY, ROOT, Run, simulated
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A venv with the wheel built from this checkout installed (not editable), its verify extra included."""
+    where = tmp_path_factory.mktemp("package")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(where / "dist"), str(ROOT)], capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = (where / "dist").glob("instinct_fleet-*.whl")
+    venv = where / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    done = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--quiet", f"instinct-fleet[verify] @ {wheel.as_uri()}"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    yield venv
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def _env() -> dict[str, str]:
+    """The user's environment: nothing that points Python at the checkout."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
+def test_an_init_project_with_the_installed_wheel_finds_the_fleet_converged_byte_for_byte(
+    converged: Any, installed: Path, tmp_path: Path
+) -> None:
+    cli = str(installed / "bin" / "instinct-fleet")
+    project = tmp_path / "infra"
+    made = subprocess.run([cli, "init", str(project)], capture_output=True, text=True, env=_env())
+    assert made.returncode == 0 and "wrote" in made.stdout, made.stderr
+    where = subprocess.run(
+        [str(installed / "bin" / "python"), "-c", "import instinct_fleet; print(instinct_fleet.__file__)"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    assert where.stdout.startswith(str(installed)), f"the project imports instinct_fleet from {where.stdout!r}, not the wheel"
+
+    # The demo inventory, as a user would copy it; it finds the simulated fleet through .fleet.
+    shutil.copy(ROOT / INVENTORY, project / INVENTORY)
+    (project / ".fleet").symlink_to(simulated.SHARED)
+    done = subprocess.run([cli, "deploy", INVENTORY, "-y", "--json"], cwd=project, capture_output=True, text=True, env=_env(), timeout=900)
+    payload = json.loads(done.stdout)
+    run = Run(done.returncode, payload["results"], done.stderr, payload["roll"])
+    assert run.results["failed_hosts"] == ["sim-nogpu"], done.stderr[-3000:]
+    assert run.changed() == set(), f"the init project's deploy changed what the repository's deploy.py wrote: {run.changed()}"
+
+    # The verify module from the wheel (its conftest and checks are package data of instinct_fleet.verify).
+    verified = subprocess.run(
+        [cli, "verify", INVENTORY, "--limit", "sim-gpu-1", "--", "-q"], cwd=project, capture_output=True, text=True, env=_env(), timeout=600
+    )
+    assert verified.returncode == 0 and " passed" in verified.stdout, verified.stdout[-3000:] + verified.stderr[-2000:]
