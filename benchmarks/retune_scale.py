@@ -13,7 +13,7 @@ For each N it starts a light fleet (``tests/fleet/fleet.py up --hosts N``) and m
 * memory per simulated host, from each host container's cgroup;
 * disk the fleet took, on the filesystem of Docker's root, after its first converge.
 
-It writes ``benchmarks/RESULTS.md`` with the machine it ran on and prints how each
+It writes its section of ``benchmarks/RESULTS.md`` with the machine it ran on and prints how each
 figure grows with N. Needs root (dockerd) and takes about half an hour; it is not
 part of ``make test``. ``fleet.py up`` refuses a fleet the disk cannot hold, before starting
 any host. Usage: ``sudo .venv/bin/python benchmarks/retune_scale.py [N ...]``
@@ -188,6 +188,10 @@ def main() -> None:
     subprocess.run([*FLEET, "down"], check=True)
 
 
+BEGIN = "<!-- benchmarks/retune_scale.py writes from here to the end marker -->"
+END = "<!-- end of benchmarks/retune_scale.py -->"
+
+
 def write_results(rows: list[dict]) -> None:
     keys = [k for k in rows[0] if k != "first_converge_tail"]
     table = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
@@ -197,8 +201,6 @@ def write_results(rows: list[dict]) -> None:
     ]
     text = "\n".join(
         [
-            "# Re-tune at fleet scale",
-            "",
             f"Measured by `benchmarks/retune_scale.py` on {time.strftime('%Y-%m-%d')}: {machine()}.",
             "Simulated hosts (tests/fleet/fleet.py, light fleet): single-node hosts run the slim stand-in (no Ray),",
             "cluster hosts the full one (421 MB); each host's dockerd stores them with overlay2 on a volume.",
@@ -208,10 +210,13 @@ def write_results(rows: list[dict]) -> None:
             "",
             "How each figure grows:",
             *grows,
-            "",
         ]
     )
-    (ROOT / "benchmarks" / "RESULTS.md").write_text(text)
+    # Only its own part of RESULTS.md, between the markers: the other sections are other measurements.
+    results = ROOT / "benchmarks" / "RESULTS.md"
+    before, rest = results.read_text().split(BEGIN + "\n", 1)
+    after = rest.split(END, 1)[1]
+    results.write_text(f"{before}{BEGIN}\n{text}\n{END}{after}")
 
 
 if __name__ == "__main__":

@@ -39,8 +39,11 @@ from instinct_fleet.fleet.run import fleet_plan, plan_for
 from instinct_fleet.fleet.serving import converge_batch, healthy
 
 
-def stage(name: str) -> Callable[[Callable[[], None]], Callable[..., None]]:
+def stage(name: str, after_preflight: bool = True) -> Callable[[Callable[[], None]], Callable[..., None]]:
     """pyinfra's ``@deploy(name)``, with the host's ``command_timeout`` as every operation's ``_timeout``.
+
+    ``after_preflight``: the stage does nothing on a host that failed preflight (its preflight
+    operation fails it, with the reason), so a ``deploy.py`` may call the stages one by one.
 
     pyinfra's deploy wrapper takes a snapshot of every global argument when the function is
     called, and its operations use that snapshot before host data; so the timeout is put in host
@@ -56,7 +59,10 @@ def stage(name: str) -> Callable[[Callable[[], None]], Callable[..., None]]:
 
         @functools.wraps(func)
         def run(*args: Any, **kwargs: Any) -> None:
-            host.data._timeout = plan_for(host).spec.vars.command_timeout
+            plan = plan_for(host)
+            if after_preflight and not plan.ok:
+                return
+            host.data._timeout = plan.spec.vars.command_timeout
             wrapped(*args, **kwargs)
 
         run._inner = func  # type: ignore[attr-defined]  # the function itself, as pyinfra's wrapper keeps it
@@ -65,7 +71,7 @@ def stage(name: str) -> Callable[[Callable[[], None]], Callable[..., None]]:
     return decorate
 
 
-@stage("Preflight")
+@stage("Preflight", after_preflight=False)
 def preflight() -> None:
     """Stage 1, read-only: one fact gathers the host; a host that cannot serve fails here, alone."""
     plan = plan_for(host)
@@ -212,12 +218,10 @@ def health() -> None:
     healthy(plan_for(host))
 
 
-@stage("instinct-fleet")
+@stage("instinct-fleet", after_preflight=False)
 def fleet() -> None:
     """Every stage in order: bare AMD Instinct hosts to tuned hosts serving vLLM. A host that fails preflight stops there, alone."""
     preflight()
-    if not plan_for(host).ok:
-        return
     tuning()
     runtime()
     weights()

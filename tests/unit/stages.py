@@ -295,9 +295,11 @@ def run_stage(
     host_plan: HostPlan,
     interrupted: str | None = None,
     sick: dict[str, int] | None = None,
+    called: bool = False,
 ) -> list[Recorded]:
     """The operations the deploy function of ``stage`` (:data:`DEPLOYS`) emits for this host (h1), in order; ``interrupted``: a signal that
-    arrived before the stage ran; ``sick``: failing health gates per unit (:func:`recording`)."""
+    arrived before the stage ran; ``sick``: failing health gates per unit (:func:`recording`); ``called``: through the
+    function as a deploy.py calls it (only for a host it skips: pyinfra's own @deploy wrapper needs a real host), not its body."""
     fleet = FleetPlan({"h1": host_plan}, plan_roll({"h1": host_plan}))
     fleet.roll.interrupted = interrupted
     done: AsyncResult = AsyncResult()
@@ -305,7 +307,8 @@ def run_stage(
     state = SimpleNamespace(instinct_fleet_plan=done, failed_hosts=set())
     host = SimpleNamespace(name="h1", state=state, data=SimpleNamespace(), loop=lambda items: items)
     with monkeypatch.context() as patched, recording(patched, dict(sick or {})) as ops, ctx_host.use(host):
-        getattr(deploys, DEPLOYS.get(stage, stage))._inner()  # the function, outside pyinfra's @deploy context
+        function = getattr(deploys, DEPLOYS.get(stage, stage))
+        function() if called else function._inner()  # _inner: the body, outside pyinfra's @deploy context
     return ops
 
 
@@ -334,8 +337,8 @@ def drifted(host_plan: HostPlan) -> list[str]:
 
 
 def deploy(monkeypatch: pytest.MonkeyPatch, host_plan: HostPlan, sim: SimHost) -> list[Recorded]:
-    """One deploy of h1: every stage of deploy.py in order, what they emit replayed on ``sim``; a host that
-    fails preflight stops there, as deploy.py stops it."""
+    """One deploy of h1: every stage of ``deploys.fleet`` in order, what they emit replayed on ``sim``; a host that
+    fails preflight stops there, as the stages skip it."""
     ops: list[Recorded] = []
     for stage in STAGES if host_plan.ok else STAGES[:1]:
         ops += run_stage(monkeypatch, stage, host_plan)

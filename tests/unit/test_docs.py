@@ -46,3 +46,22 @@ def test_the_pyinfra_floor_in_the_makefile_is_the_floor_pyproject_admits() -> No
     floor = re.search(r"^PYINFRA_FLOOR = (\S+)$", (ROOT / "Makefile").read_text(), re.M)
     assert floor is not None
     assert f'"pyinfra>={floor.group(1)},<4"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_the_readme_contents_list_every_section_in_order() -> None:
+    """Install, quick start, your own fleet, operating, reference, development: the order a user reads in (issue 31)."""
+    text = (ROOT / "README.md").read_text()
+    contents = text.split("## Contents\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^ *- \[(.+?)\]\(#([\w-]+)\)$", contents, re.M)
+    headings = re.findall(r"^#{2,3} (.+)$", text.split("\n## Install\n", 1)[1], re.M)
+    assert [title for title, _ in listed] == ["Install", *headings]
+    top = re.findall(r"^## (.+)$", text, re.M)
+    assert top == [
+        "Contents",
+        "Install",
+        "Quick start: a simulated fleet on one machine",
+        "Your own fleet",
+        "Operating a fleet",
+        "Reference",
+        "Development",
+    ]

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, given, settings
 from instinct_fleet.converge import managed
 from instinct_fleet.converge.state import Action, Roll, Run, Stage
 from instinct_fleet.model import paths
-from tests.unit.stages import STAGES, SimHost, deploy, drifted, emitted, plan
+from tests.unit.stages import STAGES, SimHost, deploy, drifted, emitted, plan, run_stage
 from tests.unit.test_consumers import CLUSTER, EXAMPLES, host_data
 
 DATA: dict[str, Any] = {"vllm_allow_from": ["10.0.0.0/8"], "metrics_exporter": True}
@@ -263,6 +263,8 @@ def test_preflight_fails_a_host_without_its_driver_and_nothing_else_runs(monkeyp
     host_plan = plan(DATA, converged(monkeypatch, DATA), kfd="")
     assert emitted(monkeypatch, "preflight", host_plan) == ["Preflight"]
     assert [e.rule for e in host_plan.errors] == ["host-driver"]
+    # A deploy.py that calls the stages one by one: each skips the host that failed preflight.
+    assert {stage: run_stage(monkeypatch, stage, host_plan, called=True) for stage in STAGES[1:]} == {s: [] for s in STAGES[1:]}
 
 
 @settings(
