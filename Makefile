@@ -86,7 +86,7 @@ checks: lint
 # The quick start: a local simulated fleet, the default recipe deployed, a sample completion.
 demo: install fleet-deps
 	$(BIN)/python tests/fleet/fleet.py up
-	-$(BIN)/instinct-fleet deploy inventories/local.py
+	-$(BIN)/instinct-fleet deploy inventories/local.py -y
 	$(BIN)/python tests/fleet/fleet.py sample
 
 demo-down:

@@ -137,7 +137,7 @@ def measure(count: int) -> dict[str, float | int | str]:
     _, _, debug = timed([*PYINFRA, "--debug"])
     commands = Counter(re.findall(r"Running command on (sim-[\w-]+):", debug))
     cli = subprocess.run(
-        [str(Path(sys.executable).parent / "instinct-fleet"), "deploy", "benchmarks/scale_inventory.py", "--json"],
+        [str(Path(sys.executable).parent / "instinct-fleet"), "deploy", "benchmarks/scale_inventory.py", "-y", "--json"],
         cwd=ROOT,
         capture_output=True,
         text=True,

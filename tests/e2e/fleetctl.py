@@ -185,7 +185,7 @@ def streamed_deploy(inventory_path: str, when: str, fault: Fault) -> tuple[int, 
     """Run a deploy and inject ``fault`` (a command, or a function of the deploy's process) as soon as its
     output shows ``when``."""
     started = time.monotonic()
-    argv = [*CLI, "deploy", inventory_path, "--project-dir", str(ROOT)]
+    argv = [*CLI, "deploy", inventory_path, "--project-dir", str(ROOT), "-y"]
     pending = True
     with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         assert proc.stdout is not None

@@ -217,3 +217,31 @@ def test_every_option_the_readme_shows_exists() -> None:
         known = {o for a in subparsers.choices[sub]._actions for o in a.option_strings}  # type: ignore[index]
         wrong += [f"instinct-fleet {sub} {o}" for o in options if o not in known]
     assert wrong == []
+
+
+def test_deploy_hands_pyinfra_its_own_flags_and_runs_where_the_deploy_file_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without -y pyinfra shows the changes and asks; --dry and repeated --limit pass through; the inventory may sit
+    beside deploy.py (pyinfra's usual layout), and the project is the deploy file's directory, wherever the command runs."""
+    from instinct_fleet import cli
+
+    project = tmp_path / "infra"
+    scaffold.init(project)
+    (project / "hosts.py").write_text('gpu = ["gpu-1", "gpu-2"]\nother = ["cpu-1"]\n')
+    calls: list[tuple[list[str], Path]] = []
+    monkeypatch.setattr(cli, "_pyinfra", lambda argv, cwd, env, capture: (calls.append((argv, cwd)), (0, ""))[1])
+    monkeypatch.chdir(tmp_path)
+    inventory = str(project / "hosts.py")
+    assert cli.main(["deploy", inventory, str(project / "deploy.py"), "--limit", "gpu", "--limit", "cpu-*", "--dry"]) == 0
+    assert cli.main(["deploy", inventory, "--project-dir", str(project), "-y"]) == 0
+    (first, cwd), (second, _) = calls
+    assert cwd == project and first[3:5] == [str(project / "hosts.py"), "deploy.py"]
+    assert "-y" not in first and "--dry" in first and first[first.index("--limit") :] == ["--limit", "gpu", "--limit", "cpu-*"]
+    assert "-y" in second and "--dry" not in second and "--limit" not in second
+    assert cli.main(["deploy", inventory, str(project / "deploy.py"), "--json"]) == 2
+    assert "--json does not ask" in capsys.readouterr().err
+    assert cli.main(["deploy", inventory]) == 2  # no deploy.py in the current directory (tmp_path)
+    assert "no deploy.py in" in capsys.readouterr().err and len(calls) == 2
+    assert cli.main(["deploy", inventory, str(project / "deploy.py"), "--limit", "nothing-*"]) == 2
+    assert "matches no host name or group" in capsys.readouterr().err
