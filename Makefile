@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: test checks check lint unit e2e $(E2E_TARGETS) unit-deps fleet-deps fleet-images floor-venv demo demo-down install clean
+.PHONY: test checks check lint unit e2e $(E2E_TARGETS) unit-deps fleet-deps fleet-images floor-venv wheel-venv demo demo-down install clean
 
 # The readers the unit tests hand rendered files to (tests/unit/consumers.py): nft, promtool; curl runs health.serving.
 # systemd-analyze and ip come with the machine's image (systemd, iproute2).
@@ -57,6 +57,21 @@ $(FLOOR_VENV)/.installed: pyproject.toml Makefile
 
 floor-venv: $(FLOOR_VENV)/.installed
 
+# The wheel built from this checkout, installed (not editable, with its verify extra) in a venv of its own, as a
+# team installs it: tests/e2e/test_package.py deploys from an `instinct-fleet init` project with it. Built
+# beside the fleet images, so it costs the end-to-end shares no time.
+WHEEL_VENV = .venv-wheel
+PACKAGE_FILES = $(shell find instinct_fleet -type f -not -path '*/__pycache__/*')
+
+$(WHEEL_VENV)/.installed: pyproject.toml $(PACKAGE_FILES)
+	rm -rf $(WHEEL_VENV)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip wheel --quiet --no-deps -w $(WHEEL_VENV)/dist .
+	$(WHEEL_VENV)/bin/pip install --quiet "instinct-fleet[verify] @ file://$$(ls $(CURDIR)/$(WHEEL_VENV)/dist/*.whl)"
+	touch $@
+
+wheel-venv: $(WHEEL_VENV)/.installed
+
 # End to end: the real CLI and pyinfra over SSH, testinfra, on simulated fleets. One fleet leaves the
 # CPU idle for much of the run, so the modules run in shares at once, each share on its own fresh
 # fleet (INSTINCT_FLEET_SLOT=N): a module names its share in FLEET_SHARE (default 0). Two shares keep
@@ -64,10 +79,10 @@ floor-venv: $(FLOOR_VENV)/.installed
 E2E_SHARES  = 0 1
 E2E_TARGETS = $(addprefix e2e-,$(E2E_SHARES))
 
-e2e: install fleet-deps floor-venv fleet-images
+e2e: install fleet-deps floor-venv wheel-venv fleet-images
 	$(MAKE) --no-print-directory -j$(words $(E2E_SHARES)) --output-sync=target $(E2E_TARGETS)
 
-$(E2E_TARGETS): e2e-%: install fleet-deps floor-venv fleet-images
+$(E2E_TARGETS): e2e-%: install fleet-deps floor-venv wheel-venv fleet-images
 	INSTINCT_FLEET_SLOT=$* $(BIN)/pytest -p no:cacheprovider tests/e2e --fleet-share $* --fleet-shares $(words $(E2E_SHARES)) --durations=0
 
 # dockerd and the images every fleet runs (a no-op once built); stdlib only, so it runs while pip installs.
@@ -93,4 +108,4 @@ demo-down:
 	for slot in $(E2E_SHARES); do INSTINCT_FLEET_SLOT=$$slot $(PYTHON) tests/fleet/fleet.py down || exit 1; done
 
 clean: demo-down
-	rm -rf $(VENV) $(FLOOR_VENV) .mypy_cache .pytest_cache .ruff_cache .fleet
+	rm -rf $(VENV) $(FLOOR_VENV) $(WHEEL_VENV) .mypy_cache .pytest_cache .ruff_cache .fleet

@@ -5,10 +5,10 @@ Run by hand from a checkout (any commit whose tests/unit/stages.py has ``plan`` 
     .venv/bin/python benchmarks/converge_path.py
 
 It traces two paths on the stage harness's fresh host (tests/unit/stages.py), counting only frames of the
-project's own code (instinct_fleet/ and tasks/):
+project's own code (instinct_fleet/):
 
 - **desired**: a host's desired state evaluated from its facts (``managed.desired``);
-- **stages**: every ``tasks/*.py`` stage of a first deploy emitting its operations, the plan already made;
+- **stages**: every stage of ``instinct_fleet.deploys`` in a first deploy emitting its operations, the plan already made;
   then each stage alone.
 
 For each: the modules visited, the functions a reader must open, and the distinct calls that cross from

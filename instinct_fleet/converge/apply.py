@@ -1,6 +1,6 @@
 """The one applier: what drifted of a stage's declared entries is brought in line, then the actions its change asks for run.
 
-Every stage of ``deploy.py`` hands its stage to :func:`converge`; the roll
+Every stage of :mod:`instinct_fleet.deploys` hands its stage to :func:`converge`; the roll
 hands it the serving units of a batch; ``instinct-fleet tune`` writes a trial's
 files through :func:`script`, the same entries as a shell script. Modes,
 owners and what a change restarts are read from the entries
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import base64
 import shlex
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
@@ -253,3 +253,44 @@ def script(files: list[File]) -> str:
     restarts = dict.fromkeys(a.unit for f in files for a in f.actions if isinstance(a, Restart | Roll))
     steps += [f"systemctl restart {q(paths.service(unit))}" for unit in restarts]
     return " && ".join(steps)
+
+
+def restore(want: Desired, number: int, kept: Mapping[str, str]) -> str:
+    """Generation ``number`` back on a host whose batch failed, as one shell script that runs only then.
+
+    ``kept``: the sha256 by path of that generation's files, read at preflight. Which serving files
+    the batch changed is known now, from those and the desired state; the script writes back only
+    those, with the mode and owner their entries declare, removes the ones the generation lacks (their
+    units stopped first), reloads systemd, and restarts each unit one of them restarts (its entries'
+    actions; a unit file the batch removed brings its unit back), Ray first. The content comes from the
+    generation on the host: it is the one copy of what ran before the batch.
+    """
+    q = shlex.quote
+    source = f"{paths.GENERATIONS_DIR}/{number}/files"
+    missing = q(f"instinct-fleet: generation {number} is not on this host ({paths.GENERATIONS_DIR}); nothing to roll back to")
+    serving = {f.path: f for f in want.files if f.restarts in want.serving}
+    steps = [f"if [ ! -d {source} ]; then printf '%s\\n' {missing} >&2; exit 1; fi"]
+    units: dict[str, None] = {}
+    for path, f in serving.items():
+        if path in kept or f.content is None:
+            continue
+        # A file the batch added: its unit (an instance new in the inventory) stops, the file goes.
+        if (unit := _unit_name(path)) is not None:
+            steps.append(f"systemctl disable --now {q(paths.service(unit))} >/dev/null 2>&1 || true")
+        steps.append(f"rm -f {q(path)}")
+    for path, digest in kept.items():
+        entry = serving.get(path)
+        if entry is not None and entry.sha256 == digest:
+            continue  # the batch did not change it
+        if entry is not None and entry.content is not None:
+            steps.append(f"install -D -m {entry.mode} -o {entry.owner} -g {entry.group} {q(source + path)} {q(path)}")
+        else:  # the batch removed it (a stale unit, an instance gone from the inventory): back as it was kept
+            steps.append(f"mkdir -p {q(path.rsplit('/', 1)[0])} && cp -p {q(source + path)} {q(path)}")
+        units |= dict.fromkeys(u for u in (entry.restarts if entry is not None else None, _unit_name(path)) if u is not None)
+    steps.append("systemctl daemon-reload")
+    kept_units = {u for p in kept if (u := _unit_name(p)) is not None}
+    ray_first = sorted((u for u in units if u in kept_units), key=lambda u: not u.startswith(paths.ray_unit("")))
+    steps += [f"systemctl enable --quiet {q(paths.service(u))} && systemctl restart {q(paths.service(u))}" for u in ray_first]
+    steps.append(f"rm -f {paths.ROLL_MARKER}")
+    steps.append(f"echo {q(f'restored generation {number}; restarted: ' + (' '.join(ray_first) or 'nothing'))}")
+    return "set -e; " + "; ".join(steps)

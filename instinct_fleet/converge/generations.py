@@ -10,7 +10,8 @@ The state lives on the host, not on the control machine: any machine that runs
 the deploy (a laptop, CI, plain ``pyinfra``) sees the same history. The preflight
 fact reads it (:func:`probe_command`), :func:`plan` decides from the fact alone
 which generation a roll keeps and which a rollback restores, and the roll runs
-:func:`save_script` and :func:`restore_script` (instinct_fleet/fleet/serving.py).
+:func:`save_script` and, after a failed batch, :func:`instinct_fleet.converge.apply.restore`
+(instinct_fleet/fleet/serving.py).
 
 - Before a host's serving files change, the files it runs now are kept, unless
   they already are the healthy generation. They count as healthy when every
@@ -26,11 +27,10 @@ from __future__ import annotations
 import base64
 import binascii
 import fnmatch
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from instinct_fleet.model.paths import GENERATIONS_DIR, ROLL_MARKER, SERVING_FILES, SYSTEMD_DIR
+from instinct_fleet.model.paths import GENERATIONS_DIR, SERVING_FILES
 
 HEALTHY = f"{GENERATIONS_DIR}/healthy"
 PASSED = "passed"  # in a generation's directory: it passed the health gate
@@ -60,13 +60,15 @@ class GenerationPlan:
     ``keep``: the generation the files running now are saved as before they change
     (None: they already are the healthy one, or there are none); ``keep_healthy``: whether
     that one counts as healthy; ``target``: what a rollback restores (None: nothing to go
-    back to); ``after``: the generation the new files become once they pass the gate.
+    back to); ``after``: the generation the new files become once they pass the gate;
+    ``target_files``: the sha256 of the target's files by path, as the preflight fact read them.
     """
 
     keep: int | None
     keep_healthy: bool
     target: int | None
     after: int
+    target_files: Mapping[str, str] = field(default_factory=dict)
 
 
 def probe_command(restore: str | None = None) -> str:
@@ -131,12 +133,15 @@ def plan(found: Generations, running: Mapping[str, str], answered: bool) -> Gene
     """What this run keeps and where a rollback goes: ``running``, the serving files on the host now;
     ``answered``, whether every instance on the host passed the health check at preflight."""
     newest = found.newest
+    healthy = dict(found.files) if found.healthy is not None else {}
     if found.healthy is not None and found.files == dict(running):
-        return GenerationPlan(keep=None, keep_healthy=False, target=found.healthy, after=newest + 1)
+        return GenerationPlan(keep=None, keep_healthy=False, target=found.healthy, after=newest + 1, target_files=healthy)
     if not running:  # a fresh host: nothing runs, nothing to go back to
-        return GenerationPlan(keep=None, keep_healthy=False, target=found.healthy, after=newest + 1)
+        return GenerationPlan(keep=None, keep_healthy=False, target=found.healthy, after=newest + 1, target_files=healthy)
     keep = newest + 1
-    return GenerationPlan(keep=keep, keep_healthy=answered, target=keep if answered else found.healthy, after=keep + 1)
+    if answered:
+        return GenerationPlan(keep=keep, keep_healthy=True, target=keep, after=keep + 1, target_files=dict(running))
+    return GenerationPlan(keep=keep, keep_healthy=False, target=found.healthy, after=keep + 1, target_files=healthy)
 
 
 def save_script(number: int, keep: int, healthy: bool) -> str:
@@ -152,27 +157,4 @@ def save_script(number: int, keep: int, healthy: bool) -> str:
         f"rm -rf {d}/{number}; mv {tmp} {d}/{number}; {mark}"
         f"h=$(cat {HEALTHY} 2>/dev/null || true); "
         f'for n in $({_NUMBERS} | head -n -{int(keep)}); do if [ "$n" != "$h" ]; then rm -rf {d}/"$n"; fi; done'
-    )
-
-
-def restore_script(number: int) -> str:
-    """Put generation ``number``'s serving files back byte for byte (mode and owner too), remove serving files
-    it did not have (their units stopped first), then restart, Ray first, the units whose files changed."""
-    g = f"{GENERATIONS_DIR}/{number}/files"
-    missing = shlex.quote(f"instinct-fleet: generation {number} is not on this host ({GENERATIONS_DIR}); nothing to roll back to")
-    name = "u=${f##*/}; u=${u%.service}; u=${u%.env}"
-    return (
-        f"set -e; if [ ! -d {g} ]; then printf '%s\\n' {missing} >&2; exit 1; fi; changed=' '; "
-        f"for f in {' '.join(SERVING_FILES)}; do "
-        f'if [ -e "$f" ] && [ ! -e "{g}$f" ]; then {name}; '
-        'case "$f" in *.service) systemctl disable --now "$u.service" >/dev/null 2>&1 || true;; esac; '
-        'rm -f "$f"; changed="$changed$u "; fi; done; '
-        f"for f in $(cd {g} && find . -type f | sed 's|^[.]||'); do "
-        f'if ! cmp -s "{g}$f" "$f"; then mkdir -p "${{f%/*}}"; cp -p "{g}$f" "$f"; {name}; changed="$changed$u "; fi; done; '
-        "systemctl daemon-reload; restarted=''; "
-        f"for f in $(cd {g}{SYSTEMD_DIR} 2>/dev/null && ls); do u=${{f%.service}}; "
-        'case "$changed" in *" $u "*) hit=1;; *) hit=0;; esac; '
-        'case "$u:$changed" in ray-*:*" ray "*) hit=1;; esac; '
-        'if [ "$hit" = 1 ]; then systemctl enable --quiet "$u.service"; systemctl restart "$u.service"; restarted="$restarted $u"; fi; done; '
-        f'rm -f {ROLL_MARKER}; echo "restored generation {number}; restarted:${{restarted:- nothing}}"'
     )

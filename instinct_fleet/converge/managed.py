@@ -260,7 +260,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             lambda _r: SKIP if v.docker_credentials_file is None else _local(v.docker_credentials_file),
             mode="600",
         ),
-        # The serving image: one seed host per image pulls first (tasks/runtime.py), then the rest.
+        # The serving image: one seed host per image pulls first (deploys.runtime), then the rest.
         *([ImageEntry(spec.services[0].image, "pull", "vLLM image present")] if spec.services else []),
         # Stage 4, model weights (with weights_source).
         *(WeightsEntry(w) for w in weights_of(spec)),

@@ -40,9 +40,10 @@ def generation_saved(number: int, keep: int, healthy: bool) -> Generator[str, No
 
 
 @operation(is_idempotent=False)
-def generation_restored(number: int) -> Generator[str, None, None]:
-    """Put generation ``number``'s serving files back and restart the units whose files changed."""
-    yield generations.restore_script(number)
+def generation_restored(number: int, script: str) -> Generator[str, None, None]:
+    """Put generation ``number``'s serving files back and restart the units whose files changed: ``script``,
+    made from the declaration by :func:`instinct_fleet.converge.apply.restore`."""
+    yield script
 
 
 @operation()

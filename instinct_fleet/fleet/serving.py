@@ -100,7 +100,13 @@ def _rollback(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[],
         )
         return
     fleet.roll.targets[host] = target
-    operations.generation_restored(name=f"Roll: back to generation {target}", number=target, _if=back, _timeout=timeout)
+    operations.generation_restored(
+        name=f"Roll: back to generation {target}",
+        number=target,
+        script=apply.restore(plan.desired, target, plan.generations.target_files),
+        _if=back,
+        _timeout=timeout,
+    )
     answered = {e.unit for e in plan.desired.endpoints if e.port in plan.report.healthy_ports}
     healthy(plan, back, fleet.roll.note, units=answered)
 

@@ -13,8 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +21,12 @@ from fleetctl import INVENTORY, ROOT, Run, simulated
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A venv with the wheel built from this checkout installed (not editable), its verify extra included."""
-    where = tmp_path_factory.mktemp("package")
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(where / "dist"), str(ROOT)], capture_output=True, text=True
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
-    (wheel,) = (where / "dist").glob("instinct_fleet-*.whl")
-    venv = where / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    done = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--quiet", f"instinct-fleet[verify] @ {wheel.as_uri()}"], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    yield venv
-    shutil.rmtree(where, ignore_errors=True)
+def installed() -> Path:
+    """The venv with the wheel built from this checkout installed (not editable), its verify extra included:
+    ``make wheel-venv``, which make e2e builds beside the fleet images (a no-op when it is up to date)."""
+    done = subprocess.run(["make", "--no-print-directory", "-s", "wheel-venv"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return ROOT / ".venv-wheel"
 
 
 def _env() -> dict[str, str]:

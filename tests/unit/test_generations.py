@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
-from instinct_fleet.converge import generations
+import pytest
+
+from instinct_fleet.converge import apply, generations
 from instinct_fleet.converge.generations import GenerationPlan, Generations
 from instinct_fleet.model import paths
+from tests.unit.stages import SimHost, deploy, plan
 
 UNIT = paths.unit_path("vllm-main")
 ENV = paths.unit_env_path("vllm-main")
@@ -34,15 +38,21 @@ def test_only_serving_files_count() -> None:
 
 def test_files_that_are_the_healthy_generation_are_not_kept_again() -> None:
     found = Generations((1, 2), 2, RUNNING)
-    assert generations.plan(found, RUNNING, answered=True) == GenerationPlan(keep=None, keep_healthy=False, target=2, after=3)
+    assert generations.plan(found, RUNNING, answered=True) == GenerationPlan(
+        keep=None, keep_healthy=False, target=2, after=3, target_files=RUNNING
+    )
 
 
 def test_other_files_are_kept_first_and_are_the_target_only_when_they_answered() -> None:
     found = Generations((1, 2), 2, RUNNING)
     edited = {**RUNNING, ENV: sha("env edited")}
-    assert generations.plan(found, edited, answered=True) == GenerationPlan(keep=3, keep_healthy=True, target=3, after=4)
+    assert generations.plan(found, edited, answered=True) == GenerationPlan(
+        keep=3, keep_healthy=True, target=3, after=4, target_files=edited
+    )
     # Not answering at preflight: kept for the record, but a rollback goes to the last healthy one.
-    assert generations.plan(found, edited, answered=False) == GenerationPlan(keep=3, keep_healthy=False, target=2, after=4)
+    assert generations.plan(found, edited, answered=False) == GenerationPlan(
+        keep=3, keep_healthy=False, target=2, after=4, target_files=RUNNING
+    )
     assert generations.plan(Generations(), edited, answered=False).target is None
 
 
@@ -50,12 +60,34 @@ def test_a_fresh_host_keeps_nothing_and_has_nothing_to_go_back_to() -> None:
     assert generations.plan(Generations(), {}, answered=True) == GenerationPlan(keep=None, keep_healthy=False, target=None, after=1)
 
 
-def test_the_scripts_keep_prune_and_restore_what_the_fact_reads() -> None:
+def test_the_save_script_keeps_and_prunes_what_the_fact_reads() -> None:
     save = generations.save_script(5, keep=3, healthy=True)
     assert f"{paths.GENERATIONS_DIR}/5" in save and "head -n -3" in save and 'cp -p "$f"' in save
     assert f"> {generations.HEALTHY}.tmp" in save and f"> {generations.HEALTHY}.tmp" not in generations.save_script(5, 3, False)
-    restore = generations.restore_script(5)
-    assert f"{paths.GENERATIONS_DIR}/5/files" in restore and "systemctl daemon-reload" in restore and paths.ROLL_MARKER in restore
+
+
+def test_a_failed_batch_puts_back_what_it_changed_with_the_declared_modes_and_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch changed instance a, removed b and added c: the restore writes back a's changed files with the modes
+    and owners their entries declare, brings b back as it was kept, stops c and removes its files, and restarts a
+    and b, nothing else (what each file restarts comes from the declaration)."""
+    before_data = {"vllm_instances": [{"name": "a"}, {"name": "b"}]}
+    sim = SimHost()
+    deploy(monkeypatch, plan(before_data, sim), sim)
+    kept = generations.serving_hashes(plan(before_data, sim).report.file_hashes)
+    after = plan({"vllm_instances": [{"name": "a", "args": {"max-num-seqs": 64}}, {"name": "c"}]}, sim)
+    script = apply.restore(after.desired, 7, kept)
+    source = f"{paths.GENERATIONS_DIR}/7/files"
+    a_unit, b_unit, c_unit = (paths.unit_path(paths.vllm_unit(n)) for n in "abc")
+    changed = [f for f in after.desired.files if f.path in kept and f.content is not None and f.sha256 != kept[f.path]]
+    assert [f.path for f in changed] == [a_unit]  # the flag is in the unit's argv; a's env file is as it was
+    assert f"install -D -m {changed[0].mode} -o {changed[0].owner} -g {changed[0].group} {source}{a_unit} {a_unit}" in script
+    assert f"cp -p {source}{b_unit} {b_unit}" in script and f"cp -p {source}{paths.unit_env_path('vllm-b')} " in script
+    assert "systemctl disable --now vllm-c.service" in script and f"rm -f {c_unit}" in script
+    assert f"rm -f {paths.unit_env_path('vllm-c')}" in script
+    restarted = re.findall(r"systemctl restart ([^\s;]+)", script)
+    assert restarted == ["vllm-a.service", "vllm-b.service"]
+    assert paths.unit_env_path("vllm-a") not in script  # unchanged files are left alone
+    assert script.startswith("set -e; ") and paths.ROLL_MARKER in script and script.index("daemon-reload") < script.index("restart")
 
 
 def test_the_fact_reads_back_the_generation_a_rollback_asks_for() -> None:
