@@ -13,6 +13,8 @@ from typing import Any
 
 from fleetctl import ROOT, deploy
 
+FLEET_SHARE = 1  # a short module beside test_roll, before it (conftest.py): the shares take about the same time
+
 FLOOR_PYTHON = ROOT / ".venv-floor" / "bin" / "python"
 
 
