@@ -42,6 +42,10 @@ class Run:
         """(host, operation names) for every operation that changed something on a host."""
         return {(host, " / ".join(op["names"])) for op in self.results["operations"] for host in op["success"]}
 
+    def changed_ops(self) -> set[tuple[str, str]]:
+        """(host, operation name without the deploy functions' prefixes) for every operation that changed something."""
+        return {(host, names.split(" | ")[-1]) for host, names in self.changed()}
+
     def status(self, host: str) -> set[str]:
         """The roll summary's statuses for one host's instances."""
         return {row["status"] for row in self.roll if row["host"] == host}

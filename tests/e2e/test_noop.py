@@ -13,8 +13,6 @@ from typing import Any
 
 from fleetctl import FIGURES, ROOT
 
-FLEET_SHARE = 1  # a short module beside test_roll, before it (conftest.py): the shares take about the same time
-
 HOSTS = ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2", "sim-nogpu")
 
 

@@ -1,4 +1,4 @@
-"""End to end: weights staged once per fleet, status, bench and report, and a real Prometheus scraping the fleet.
+"""End to end: weights staged once per fleet, status, and a real Prometheus scraping the fleet (bench and report: test_bench.py).
 
 On the fleet converged on inventories/local.py (the ``converged`` fixture), in any order. Prometheus is
 Debian's package, run on the test machine against the file_sd that
@@ -28,11 +28,6 @@ EXPORTERS = {"sim-gpu-1", "sim-c1", "sim-c2"}
 LLAMA = "/var/lib/instinct-fleet/huggingface/hub/models--meta-llama--Llama-3.1-70B-Instruct"
 
 
-def changed(run: Run) -> set[tuple[str, str]]:
-    """(host, operation name without its task file) for every operation that changed something."""
-    return {(host, names.split(" | ")[-1]) for host, names in run.changed()}
-
-
 def cli(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *argv], cwd=ROOT, capture_output=True, text=True, timeout=900)
 
@@ -41,7 +36,7 @@ def test_lost_weights_are_copied_again_from_the_fleet_store_not_downloaded(conve
     store = Path(fleet["weights_dir"]) / "hub"
     assert sorted(p.name for p in store.iterdir()) == ["models--meta-llama--Llama-3.1-70B-Instruct", "models--openai--gpt-oss-120b"]
     ssh(fleet, "sim-gpu-2", f"rm -rf {LLAMA}")
-    repaired = changed(deploy())
+    repaired = deploy().changed_ops()
     assert repaired == {("sim-gpu-2", "Copy meta-llama/Llama-3.1-70B-Instruct into the Hugging Face cache")}, repaired
     staged = ssh(fleet, "sim-gpu-2", f"cat {LLAMA}/.instinct-fleet-staged").split()
     assert staged[0] == "main" and ssh(fleet, "sim-gpu-2", f"test -f {LLAMA}/snapshots/{staged[1]}/config.json && echo ok").strip() == "ok"
@@ -71,56 +66,9 @@ def test_status_agrees_with_the_units(converged: Run, fleet: dict[str, Any]) -> 
     (exporter,) = [r for r in json.loads(stopped.stdout) if r["instance"] == paths.EXPORTER_UNIT]
     actual = ssh(fleet, "sim-c2", f"systemctl show -p ActiveState --value {paths.EXPORTER_UNIT}").strip()
     assert exporter["host"] == "sim-c2" and exporter["state"] == actual == "inactive" and not exporter["ok"]
-    repaired = changed(deploy())
+    repaired = deploy().changed_ops()
     assert repaired == {("sim-c2", f"{paths.EXPORTER_UNIT} running and enabled")}, repaired
     assert settled(INVENTORY, "--limit", "sim-c2").returncode == 0
-
-
-def test_bench_runs_the_seed_profile_on_every_instance_and_report_reads_it(converged: Run, tmp_path: Path) -> None:
-    started = time.monotonic()
-    done = cli("bench", INVENTORY, "--profile", "seed-001-gpt-oss", "--num-prompts", "16", "--output", str(tmp_path))
-    FIGURES.append(f"bench, seed-001 profile shortened to 16 prompts, 5 instances: {time.monotonic() - started:.0f}s")
-    assert done.returncode == 1, done.stdout + done.stderr  # sim-nogpu's instance is refused
-    assert "sim-nogpu/main seed-001-gpt-oss concurrency 8, 16 prompts: refused, the instance is not serving" in done.stderr
-    assert "[5/5]" in done.stdout and "done in" in done.stdout
-    (stamp,) = tmp_path.iterdir()
-    for host, instance in INSTANCES:
-        result = json.loads((stamp / host / instance / "seed-001-gpt-oss-c8.json").read_text())
-        assert result["completed"] == 16 and result["max_concurrency"] == 8 and result["label"] == "seed-001-gpt-oss"
-        assert result["total_input_tokens"] >= 16 * 4096 * 0.99 and result["output_lens"] == [1024] * 16
-        assert 0 < result["median_ttft_ms"] < result["median_e2el_ms"] and result["median_tpot_ms"] > 0
-        config = json.loads((stamp / host / instance / "config.json").read_text())
-        assert config["image"].endswith(":v0.22.0") and config["image_id"].startswith("sha256:") and config["vllm_version"] == "0.22.0"
-        assert config["recipe"] and "--port" in config["vllm_serve_args"] and config["profile_settings"]["input_len"] == 4096
-    report = cli("report", str(stamp))
-    assert report.returncode == 0, report.stderr
-    text = (stamp / "report.md").read_text()
-    assert "seed-001-gpt-oss" in text and "479.07" in text  # the seed's reference figure, beside the ratio
-    # Only the gpt-oss-120b instances on one GPU are set against 001's figures; the Llama ones are listed as unlike.
-    assert "| sim-gpu-1 | main | seed-001-gpt-oss | output_throughput | 479.07 |" in text
-    assert "sim-gpu-2/llama-a (seed-001-gpt-oss): it served meta-llama/Llama-3.1-70B-Instruct" in text
-    assert {p.name for p in stamp.glob("*.png")} == {"throughput.png", "ttft.png", "tpot.png", "instances.png"}
-
-
-def test_bench_from_a_client_host_reaches_the_instance_over_the_network(converged: Run, tmp_path: Path) -> None:
-    argv = ["--limit", "sim-gpu-1", "--instance", "main", "--client", "sim-gpu-2", "--profile", "latency", "--num-prompts", "4"]
-    done = cli("bench", INVENTORY, *argv, "--output", str(tmp_path))
-    assert done.returncode == 0, done.stdout + done.stderr
-    (stamp,) = tmp_path.iterdir()
-    assert [p.name for p in stamp.iterdir()] == ["sim-gpu-1"]
-    assert json.loads((stamp / "sim-gpu-1" / "main" / "config.json").read_text())["client"] == "sim-gpu-2"
-    result = json.loads((stamp / "sim-gpu-1" / "main" / "latency-c1.json").read_text())
-    assert (result["completed"], result["max_concurrency"], result["output_lens"]) == (4, 1, [128] * 4)
-
-
-def test_bench_refuses_a_host_whose_roll_is_in_progress(converged: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
-    ssh(fleet, "sim-gpu-2", f"mkdir -p /run/instinct-fleet && echo 'roll batch 1 started 2026-11-23T00:00:00Z' > {paths.ROLL_MARKER}")
-    done = cli("bench", INVENTORY, "--limit", "sim-gpu-2", "--num-prompts", "2", "--output", str(tmp_path))
-    assert done.returncode == 1
-    assert "refused, a roll is in progress on sim-gpu-2 (roll batch 1 started" in done.stderr
-    assert not list(tmp_path.iterdir())
-    cleared = changed(deploy())  # a marker left behind by a roll that failed goes once the host is whole
-    assert cleared == {("sim-gpu-2", "Roll: done on this host")}, cleared
 
 
 @pytest.fixture

@@ -19,8 +19,6 @@ from typing import Any
 import pytest
 from fleetctl import INVENTORY, ROOT, Run, simulated
 
-FLEET_SHARE = 1  # a short module beside test_roll, before it (conftest.py): the shares take about the same time
-
 
 @pytest.fixture(scope="module")
 def installed() -> Path:
