@@ -237,7 +237,9 @@ def _project_dir(opts: argparse.Namespace) -> Path:
 
 
 def _deploy_file(opts: argparse.Namespace) -> tuple[Path, str]:
-    """The project directory and the deploy file's name in it."""
+    """The project directory and the deploy file's name in it; the usage errors of deploy and rollback, before anything is read."""
+    if opts.json and not (opts.yes or opts.dry):
+        raise UsageError("--json does not ask before it changes hosts: add -y to deploy, or --dry to show what would change")
     project = _project_dir(opts)
     if opts.deploy_file:
         given = Path(opts.deploy_file).resolve()
@@ -265,8 +267,6 @@ def cmd_deploy(opts: argparse.Namespace) -> int:
 def _deploy(opts: argparse.Namespace) -> int:
     """pyinfra with the deploy file, on a validated inventory, in the project directory (its config.py and group_data/)."""
     project, deploy_file = _deploy_file(opts)
-    if opts.json and not (opts.yes or opts.dry):
-        raise UsageError("--json does not ask before it changes hosts: add -y to deploy, or --dry to show what would change")
     argv = [sys.executable, "-m", "pyinfra", str(Path(opts.inventory).resolve()), deploy_file]
     argv += ["-y"] if opts.yes else []
     argv += ["--dry"] if opts.dry else []
