@@ -178,9 +178,9 @@ class Roll:
     def note(self, host: str, reason: str) -> None:
         self.reasons.setdefault(host, []).append(reason)
 
-    def outcome(self, host: str, failed: set[str]) -> tuple[str, str]:
+    def outcome(self, host: str, failed: set[str], ran: bool = True) -> tuple[str, str]:
         """(status, why) of one host at the end of the run: rolled, started, unchanged, failed, rolled-back,
-        not-rolled or interrupted."""
+        not-rolled or interrupted; ``ran`` False (``--dry``: no operation ran): would-roll or would-start."""
         unit = self.unit_of(host)
         batch = self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None
         why = "; ".join(self.reasons.get(host, []))
@@ -200,17 +200,19 @@ class Roll:
             return "failed", why or "see the operation that failed above"
         if unit is None or unit.kind == "unchanged":
             return "unchanged", ""
+        if not ran:
+            return ("would-start" if unit.kind == "start" else "would-roll"), f"in batch {batch}; a dry run changed nothing"
         if batch is None or batch not in self.failed_at_start:
             stopped = self.failed_batches(failed, len(self.batches))
             where = ", ".join(map(str, stopped))
             return "not-rolled", f"the roll stopped after batch {where} failed; it keeps its old configuration"
         return ("started" if unit.kind == "start" else "rolled"), f"batch {batch}"
 
-    def summary(self, hosts: Mapping[str, tuple[str, ...]], failed: set[str]) -> list[dict[str, Any]]:
+    def summary(self, hosts: Mapping[str, tuple[str, ...]], failed: set[str], ran: bool = True) -> list[dict[str, Any]]:
         """One row per host and instance: the end-of-run report (also in ``instinct-fleet deploy --json``)."""
         rows = []
         for host in sorted(hosts):
-            status, why = self.outcome(host, failed)
+            status, why = self.outcome(host, failed, ran)
             unit = self.unit_of(host)
             for instance in hosts[host] or ("-",):
                 rows.append(

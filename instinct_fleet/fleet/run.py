@@ -185,8 +185,8 @@ def weight_seeds(plans: dict[str, HostPlan]) -> dict[str, str]:
     return seeds
 
 
-def summary_rows(fleet: FleetPlan, hosts: list[str], failed: set[str]) -> list[dict[str, Any]]:
-    """The roll's rows for ``hosts``, with preflight errors and unreachable hosts explained."""
+def summary_rows(fleet: FleetPlan, hosts: list[str], failed: set[str], ran: bool = True) -> list[dict[str, Any]]:
+    """The roll's rows for ``hosts``, with preflight errors and unreachable hosts explained; ``ran`` False: a dry run."""
     for name in hosts:
         plan = fleet.plans.get(name)
         if plan is None:
@@ -197,7 +197,7 @@ def summary_rows(fleet: FleetPlan, hosts: list[str], failed: set[str]) -> list[d
     for name in hosts:
         plan = fleet.plans.get(name)
         instances[name] = plan.desired.serving if plan is not None and plan.ok else ()
-    return fleet.roll.summary(instances, failed)
+    return fleet.roll.summary(instances, failed, ran)
 
 
 class RollReporter(BaseStateCallback):
@@ -228,7 +228,8 @@ class RollReporter(BaseStateCallback):
         for lost in state.failed_hosts:
             if lost.name in self.fleet.plans and not self.fleet.roll.reasons.get(lost.name) and not watchdog.connected(lost):
                 self.fleet.roll.note(lost.name, "lost its SSH connection during the run (host down, killed or rebooted)")
-        rows = summary_rows(self.fleet, hosts, {h.name for h in state.failed_hosts})
+        # No operation started: pyinfra's --dry (or no host left, whose rows say why): what would have rolled.
+        rows = summary_rows(self.fleet, hosts, {h.name for h in state.failed_hosts}, ran=self.last is not None)
         print(format_summary(rows), file=sys.stderr, flush=True)
         target = os.environ.get(SUMMARY_ENV)
         if target:

@@ -105,6 +105,13 @@ def test_the_roll_stops_when_more_batches_failed_than_allowed() -> None:
     assert r.outcome("d", {"a"}) == ("unchanged", "")
 
 
+def test_a_dry_run_says_what_would_roll_not_that_the_roll_stopped() -> None:
+    r = roll()  # no batch ever opened: pyinfra's --dry ran no operation
+    assert r.outcome("a", set(), ran=False) == ("would-roll", "in batch 1; a dry run changed nothing")
+    assert r.outcome("d", set(), ran=False) == ("unchanged", "")
+    assert r.outcome("b", {"b"}, ran=False)[0] == "not-rolled"  # a host that failed (preflight, unreachable) still says so
+
+
 def test_a_failure_allowance_lets_the_roll_go_on() -> None:
     r = roll(max_failures=1)
     assert r.proceeds(0, set()) and r.proceeds(1, set()) and r.proceeds(2, {"a"})
