@@ -310,7 +310,7 @@ def _refuse_unchecked(state: Any) -> None:
 
     deploy_file = getattr(state, "current_deploy_filename", None)
     if deploy_file:
-        project = Path(deploy_file).resolve().parent
+        project = Path(deploy_file).absolute().parent.resolve()  # the file may be a symlink; its directory is the project
         skipped = [p for p in (project / "group_data", project / "config.py") if p.exists()]
         if skipped and project != Path(state.cwd).resolve():
             raise PyinfraError(

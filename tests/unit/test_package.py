@@ -39,9 +39,10 @@ def test_init_writes_the_project_this_repository_is_and_overwrites_nothing(tmp_p
         "group_data/llama405.py",
     }
     assert not any(w.kept for w in first)
-    # The repository's own files are the ones init writes (group_data/all.py there sets each default instead).
+    # The repository's own files are the ones init writes, as links to them (group_data/all.py there sets each default instead).
     for name in ("deploy.py", "config.py", "inventories/prod.py", "group_data/llama405.py"):
         assert (project / name).read_bytes() == (ROOT / name).read_bytes(), name
+        assert (ROOT / name).resolve() == (PACKAGE / "project" / name).resolve(), f"{name} is a copy, not a link to the package's"
     (project / "deploy.py").write_text("# mine\n")
     second = scaffold.init(project)
     assert all(w.kept for w in second) and (project / "deploy.py").read_text() == "# mine\n"
