@@ -100,25 +100,33 @@ class Listener:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(8)
+        self.sock.settimeout(0.1)  # accept() wakes up to see stop: a closed socket does not end a blocked accept
         self.port = self.sock.getsockname()[1]
         self.accepted = 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
 
     def _serve(self) -> None:
-        while True:
+        while not self.stop.is_set():
             try:
                 conn, _ = self.sock.accept()
-            except OSError:
-                return
+            except TimeoutError:
+                continue
             self.accepted += 1
             conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.sock.close()
 
 
 @pytest.fixture
 def listener() -> Iterator[Listener]:
     listening = Listener()
     yield listening
-    listening.sock.close()
+    listening.close()
 
 
 def _pyinfra(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
