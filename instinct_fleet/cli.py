@@ -31,7 +31,7 @@ from instinct_fleet.fleet import bench, monitoring, remote, status, sweeps, tria
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
 from instinct_fleet.model import knowledge, paths, workload
 from instinct_fleet.model.defaults import DEFAULTS, default_image
-from instinct_fleet.model.inventory import InventoryError, load_inventory, plan_hosts, select, with_cluster_peers
+from instinct_fleet.model.inventory import InventoryError, load_inventory, plan_hosts, project_of, select, with_cluster_peers
 from instinct_fleet.model.recipes import all_recipes
 from instinct_fleet.model.render import render_args, service_json
 from instinct_fleet.model.rules import Finding, refused
@@ -233,7 +233,7 @@ def _project_dir(opts: argparse.Namespace) -> Path:
     if opts.project_dir:
         return Path(opts.project_dir)
     deploy_file = getattr(opts, "deploy_file", None)
-    return Path(deploy_file).resolve().parent if deploy_file else Path.cwd()
+    return project_of(deploy_file) if deploy_file else Path.cwd()
 
 
 def _deploy_file(opts: argparse.Namespace) -> tuple[Path, str]:
@@ -242,12 +242,12 @@ def _deploy_file(opts: argparse.Namespace) -> tuple[Path, str]:
         raise UsageError("--json does not ask before it changes hosts: add -y to deploy, or --dry to show what would change")
     project = _project_dir(opts)
     if opts.deploy_file:
-        given = Path(opts.deploy_file).resolve()
-        if opts.project_dir and given.parent != project.resolve():
+        given = Path(opts.deploy_file)
+        if opts.project_dir and project_of(opts.deploy_file) != project.resolve():
             raise UsageError(f"{opts.deploy_file} is not in --project-dir {opts.project_dir}; give one of them")
         if not given.is_file():
             raise UsageError(f"no deploy file {opts.deploy_file}")
-        return given.parent, given.name
+        return project_of(opts.deploy_file), given.name
     if not (project / "deploy.py").is_file():
         raise UsageError(
             f"no deploy.py in {project}: run this from your project's directory, name the deploy file "
@@ -258,15 +258,14 @@ def _deploy_file(opts: argparse.Namespace) -> tuple[Path, str]:
 
 def cmd_deploy(opts: argparse.Namespace) -> int:
     """Validate every chosen host before connecting to any, then hand over to pyinfra."""
-    _deploy_file(opts)  # a missing deploy file is a usage error before anything else
+    where = _deploy_file(opts)  # a missing deploy file is a usage error before anything else
     if refused((f for _, fs in _plan_limited(opts) for f in fs), "nothing was deployed and no host was contacted", warnings=True):
         return EXIT_INVALID
-    return _deploy(opts)
+    return _deploy(opts, *where)
 
 
-def _deploy(opts: argparse.Namespace) -> int:
+def _deploy(opts: argparse.Namespace, project: Path, deploy_file: str) -> int:
     """pyinfra with the deploy file, on a validated inventory, in the project directory (its config.py and group_data/)."""
-    project, deploy_file = _deploy_file(opts)
     argv = [sys.executable, "-m", "pyinfra", str(Path(opts.inventory).resolve()), deploy_file]
     argv += ["-y"] if opts.yes else []
     argv += ["--dry"] if opts.dry else []
@@ -297,11 +296,11 @@ def _generation(text: str) -> int:
 
 def cmd_rollback(opts: argparse.Namespace) -> int:
     """A deploy whose serving files come from an earlier generation on each host (instinct_fleet/converge/generations.py)."""
-    _deploy_file(opts)
+    where = _deploy_file(opts)
     if refused((f for _, fs in _plan_limited(opts) for f in fs), "nothing was rolled back and no host was contacted", warnings=True):
         return EXIT_INVALID
     os.environ[ROLLBACK_ENV] = "previous" if opts.to is None else str(opts.to)
-    code = _deploy(opts)
+    code = _deploy(opts, *where)
     print(
         "instinct-fleet: the hosts rolled back now run an earlier generation than the inventory describes; "
         "`instinct-fleet deploy` with this inventory rolls them forward again. Change the inventory to keep them there.",
@@ -339,7 +338,8 @@ def cmd_verify(opts: argparse.Namespace) -> int:
     if specs is None:
         return EXIT_INVALID
     # Each host is reached once first: an unreachable host is one line with its cause, not an error per check.
-    hosts = remote.Hosts(opts.inventory, str(_project_dir(opts)))
+    project = _project_dir(opts)
+    hosts = remote.Hosts(opts.inventory, str(project))
     timeout = min(max(s.vars.command_timeout for s in specs), 60)
     reached = hosts.run_all({str(s.host): "true" for s in specs}, timeout)
     unreachable = {name: r.error or r.stderr.strip() or "`true` failed" for name, r in reached.items() if not r.ok}
@@ -349,11 +349,11 @@ def cmd_verify(opts: argparse.Namespace) -> int:
         return EXIT_INVALID
     module = Path(str(resources.files("instinct_fleet").joinpath("verify")))
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(module), str(module)]
-    argv += ["--inventory", str(Path(opts.inventory).resolve()), "--project-dir", str(_project_dir(opts).resolve())]
+    argv += ["--inventory", str(Path(opts.inventory).resolve()), "--project-dir", str(project.resolve())]
     for name in sorted(reached):
         if name not in unreachable:
             argv += ["--limit", name]
-    code = subprocess.call([*argv, *opts.passthrough], cwd=_project_dir(opts))
+    code = subprocess.call([*argv, *opts.passthrough], cwd=project)
     return code or (EXIT_INVALID if unreachable else EXIT_OK)
 
 

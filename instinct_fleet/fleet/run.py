@@ -30,7 +30,7 @@ from instinct_fleet.converge.managed import UNTOUCHED
 from instinct_fleet.converge.preflight import HostReport
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV, Roll, dump_summary, format_summary, plan_roll
 from instinct_fleet.model import gate
-from instinct_fleet.model.inventory import HostData, hosts_of, plan_hosts
+from instinct_fleet.model.inventory import HostData, hosts_of, plan_hosts, project_of
 from instinct_fleet.model.rules import Finding, finding
 from instinct_fleet.model.spec import HostSpec
 
@@ -310,7 +310,7 @@ def _refuse_unchecked(state: Any) -> None:
 
     deploy_file = getattr(state, "current_deploy_filename", None)
     if deploy_file:
-        project = Path(deploy_file).absolute().parent.resolve()  # the file may be a symlink; its directory is the project
+        project = project_of(deploy_file)
         skipped = [p for p in (project / "group_data", project / "config.py") if p.exists()]
         if skipped and project != Path(state.cwd).resolve():
             raise PyinfraError(

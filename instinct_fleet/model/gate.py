@@ -41,7 +41,7 @@ def check(state: Any, consequence: str) -> bool:
 
 class InventoryGate(BaseStateCallback):
     def host_before_connect(self, state: Any, host: Any) -> None:  # type: ignore[override]  # pyinfra calls it on the instance
-        if getattr(state, _CHECKED, None) is None and not check(state, "nothing was deployed and no host was contacted"):
+        if not check(state, "nothing was deployed and no host was contacted"):  # checked once; every later host sees the answer
             sys.stdout.flush()
             sys.stderr.flush()
             # Inside pyinfra's connect greenlet an exception would become a traceback; leave before any connection.

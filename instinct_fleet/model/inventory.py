@@ -87,6 +87,12 @@ def hosts_of(inventory: Any) -> list[HostData]:
     return [HostData(h.name, tuple(h.groups), dict(h.data.dict()), _conflicts(inventory, h.name, tuple(h.groups))) for h in inventory]
 
 
+def project_of(deploy_file: str) -> Path:
+    """The project a deploy file belongs to: its own directory, as pyinfra's user runs it from there. A linked
+    deploy file (the repository's deploy.py) stays in the link's directory; only the directory is resolved."""
+    return Path(deploy_file).absolute().parent.resolve()
+
+
 def load_inventory(path: str, project_dir: str | None = None) -> list[HostData]:
     """Every host of ``path`` with its merged data. ``project_dir`` (default: the current directory) holds group_data/."""
     return hosts_of(pyinfra_inventory(path, project_dir))

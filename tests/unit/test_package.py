@@ -248,6 +248,10 @@ def test_deploy_hands_pyinfra_its_own_flags_and_runs_where_the_deploy_file_is(
     assert cwd == project and first[3:5] == [str(project / "hosts.py"), "deploy.py"]
     assert "-y" not in first and "--dry" in first and first[first.index("--limit") :] == ["--limit", "gpu", "--limit", "cpu-*"]
     assert "-y" in second and "--dry" not in second and "--limit" not in second
+    # A linked deploy file (the repository's deploy.py links to the package's example) runs in the link's directory.
+    assert cli.main(["deploy", inventory, str(ROOT / "deploy.py"), "-y"]) == 0
+    assert calls[-1][1] == ROOT and calls[-1][0][4] == "deploy.py"
+    calls.pop()
     assert cli.main(["deploy", inventory, str(project / "deploy.py"), "--json"]) == 2
     assert "--json does not ask" in capsys.readouterr().err
     assert cli.main(["deploy", inventory]) == 2  # no deploy.py in the current directory (tmp_path)
