@@ -1,24 +1,29 @@
-"""How far a reader follows the converge path: modules, cross-module calls and returns, measured by tracing.
+"""How far a reader follows the converge path: modules, calls and returns, measured by tracing.
 
-Run by hand from a checkout (any commit whose tests/unit/stages.py has ``plan`` and ``emitted``):
+Run by hand from a checkout:
 
     .venv/bin/python benchmarks/converge_path.py
 
-It traces two paths on the stage harness's fresh host (tests/unit/stages.py), counting only frames of the
-project's own code (instinct_fleet/):
+It traces, on the stage harness's fresh host (tests/unit/stages.py), counting only frames of the project's own code
+(instinct_fleet/):
 
-- **desired**: a host's desired state evaluated from its facts (``managed.desired``);
-- **stages**: every stage of ``instinct_fleet.deploys`` in a first deploy emitting its operations, the plan already made;
-  then each stage alone.
+- **each stage**: the body of one deploy function of ``instinct_fleet.deploys`` emitting its operations, the fleet
+  plan already made (the run makes it once, before any stage, so it is not part of a stage's path);
+- **stages**: all of them, in a first deploy's order;
+- **desired**: a host's desired state evaluated from its facts (``managed.desired``), the plan-time half.
 
-For each: the modules visited, the functions a reader must open, and the distinct calls that cross from
-one function into another module (a loop over twenty entries is read once, so each caller-callee pair counts
-once; a call inside one module is not counted: the reader stays in the file). The numbers describe one
-concrete walk; they are for comparing two versions of the code.
+The walk is the one a reader takes: open the stage function, then each function it calls, once per distinct call
+(a loop over twenty entries is read once). A comprehension or a nested function is read with the function around
+it. A function that pyinfra calls back (an ``_if`` condition, evaluated when the operation runs) is opened, but its
+call is not one the code makes, so it is not followed as one. Counted: the **modules** the walk visits, the **functions** it opens, the distinct **calls** it follows (within
+a module or across), the **cross**-module ones among them, and its **returns**: the cross-module calls into a module
+the walk had already visited and left. The numbers describe one concrete walk; they are for comparing two
+versions of the code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -48,21 +53,28 @@ def module_of(frame: FrameType) -> str | None:
     return ".".join(relative.with_suffix("").parts)
 
 
+def function_of(frame: FrameType) -> tuple[str, str] | None:
+    """The module and the function a reader opens for this frame: a comprehension, lambda or nested function is
+    read inside the function that holds it."""
+    module = module_of(frame)
+    return None if module is None else (module, frame.f_code.co_qualname.split(".<locals>.")[0])
+
+
 def trace(work: Callable[[], object]) -> dict[str, int]:
     """Run ``work`` and count its walk through the project's modules."""
     stack: list[tuple[str, str] | None] = []  # per frame: (module, function) for the project's own, else None
-    functions: set[tuple[str, str]] = set()
-    crossings: set[tuple[tuple[str, str], tuple[str, str]]] = set()
+    opened: list[tuple[str, str]] = []  # functions in the order the walk first opens them
+    calls: list[tuple[tuple[str, str], tuple[str, str]]] = []  # distinct calls in the order first followed
 
     def profile(frame: FrameType, event: str, _arg: object) -> None:
         if event == "call":
-            module = module_of(frame)
-            here = None if module is None else (module, frame.f_code.co_qualname)
+            here = function_of(frame)
             if here is not None:
-                functions.add(here)
-                caller = next((f for f in reversed(stack) if f is not None), None)
-                if caller is not None and caller[0] != here[0]:
-                    crossings.add((caller, here))
+                caller = stack[-1] if stack else None  # a callback pyinfra (or the harness) calls is no call in the code
+                if caller is not None and caller != here and (caller, here) not in calls:
+                    calls.append((caller, here))
+                if here not in opened:
+                    opened.append(here)
             stack.append(here)
         elif event == "return" and stack:
             stack.pop()
@@ -72,19 +84,44 @@ def trace(work: Callable[[], object]) -> dict[str, int]:
         work()
     finally:
         sys.setprofile(None)
-    return {"modules": len({m for m, _ in functions}), "functions": len(functions), "crossings": len(crossings)}
+    cross = [(a, b) for a, b in calls if a[0] != b[0]]
+    visited: set[str] = {opened[0][0]} if opened else set()
+    returns = 0
+    for _, (module, _function) in cross:
+        returns += module in visited
+        visited.add(module)
+    return {
+        "modules": len({m for m, _ in opened}),
+        "functions": len(opened),
+        "calls": len(calls),
+        "cross": len(cross),
+        "returns": returns,
+    }
+
+
+def stage_alone(patch: pytest.MonkeyPatch, stage: str, plan: Any) -> dict[str, int]:
+    """The walk of one stage's body; the fleet plan is made before the trace starts."""
+    with stages.staged(patch, stage, plan) as (body, _ops):
+        return trace(body)
+
+
+def all_stages(patch: pytest.MonkeyPatch, plan: Any) -> dict[str, int]:
+    """The walk of every stage in order, each one's fleet plan made outside the trace."""
+    with contextlib.ExitStack() as stack:
+        bodies = [stack.enter_context(stages.staged(patch, stage, plan))[0] for stage in STAGES]
+        return trace(lambda: [body() for body in bodies])
 
 
 def main() -> None:
     patch = pytest.MonkeyPatch()
     fresh = stages.plan(DATA, stages.SimHost())
-    facts = getattr(fresh, "host", fresh)  # HostFacts where the plan carries them, else the plan itself
-    desired = trace(lambda: managed.desired(facts))
-    emitted = trace(lambda: [stages.emitted(patch, stage, fresh) for stage in STAGES])
-    each = {stage: trace(lambda stage=stage: stages.emitted(patch, stage, fresh)) for stage in STAGES}
+    rows = {stage: stage_alone(patch, stage, fresh) for stage in STAGES}
+    rows["stages"] = all_stages(patch, fresh)
+    rows["desired"] = trace(lambda: managed.desired(fresh))
     patch.undo()
-    for name, found in (("desired", desired), ("stages", emitted), *each.items()):
-        print(f"{name:10} {found['modules']:3} modules {found['functions']:4} functions {found['crossings']:4} cross-module calls")
+    print(f"{'path':10} {'modules':>7} {'functions':>9} {'calls':>5} {'cross':>5} {'returns':>7}")
+    for name, found in rows.items():
+        print(f"{name:10} {found['modules']:7} {found['functions']:9} {found['calls']:5} {found['cross']:5} {found['returns']:7}")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ from pyinfra.context import host
 from pyinfra.operations import apt
 
 from instinct_fleet.converge import apply, content, operations
-from instinct_fleet.fleet import roll
 from instinct_fleet.fleet.run import fleet_plan, plan_for
 from instinct_fleet.fleet.serving import converge_batch, healthy
 
@@ -111,14 +110,15 @@ def runtime() -> None:
     fleet = fleet_plan(host.state)
     plan = fleet.plans[host.name]
     apply.converge(plan, "runtime")  # registry CA certificates and credentials
-    if roll.defers_docker(plan):
+    if fleet.roll.turns[host.name].defers_docker:
         return
     apply.converge(plan, "docker")
-    if plan.pulls_image:
-        if fleet.seeds_image(host.name):
+    pull = fleet.pulls.get(host.name)
+    if pull is not None:
+        if pull == "seed":
             apply.converge(plan, "pull")
         operations.barrier(name="Image: the first pull of each image is done", note="seed pulls done")
-        if not fleet.seeds_image(host.name):
+        if pull == "after":
             apply.converge(plan, "pull")
 
 
@@ -191,14 +191,11 @@ def serving() -> None:
     plan = fleet.plans[host.name]
     apply.converge(plan, "services")  # the config directory and the Hugging Face cache
 
-    def failed() -> set[str]:
-        return {h.name for h in host.state.failed_hosts}
-
-    mine = fleet.roll.batch_of(host.name) or 0  # an unchanged host checks its units in batch 0
+    mine = fleet.roll.turns[host.name].batch  # an unchanged host checks its units in batch 0
     for batch in host.loop(range(len(fleet.roll.batches))):  # type: ignore[no-untyped-call]
         operations.barrier(name=f"Roll: batch {batch}", note=f"roll batch {batch}")
         if batch == mine:
-            converge_batch(plan, fleet, batch, failed)
+            converge_batch(plan, fleet, batch, host.state)
     # After the last batch (on every host at once): a host whose batch an interrupt (SIGINT, SIGTERM)
     # kept from opening fails, so that the run exits non-zero.
     operations.fail(

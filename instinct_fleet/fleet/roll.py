@@ -25,9 +25,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from instinct_fleet.converge.generations import GenerationPlan
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.state import content_differs
 from instinct_fleet.fleet import canary
+from instinct_fleet.model import paths
 
 Kind = Literal["unchanged", "start", "restart"]
 # The file the deploy writes its roll summary to, as JSON, when set (``instinct-fleet deploy --json`` sets it).
@@ -72,6 +74,47 @@ def batches(units: list[ServingUnit], size: int, canary: bool = False) -> list[l
     return [starts, *first, *[restarts[i : i + size] for i in range(0, len(restarts), size)]]
 
 
+@dataclass(frozen=True)
+class Turn:
+    """What one host does in the serving stage, decided from its plan before anything runs (the preflight facts do
+    not change during a run), so the stage only acts: :func:`instinct_fleet.fleet.serving.converge_batch`."""
+
+    batch: int  # the host's batch; 0 for a host whose units are unchanged (it checks them in batch 0)
+    rolling: bool  # its serving unit restarts something that serves now
+    force: bool  # every serving unit restarts: docker's settings change, or a member of a cluster that rolls
+    stale: tuple[str, ...]  # units the inventory no longer names, still there: stopped, their files removed
+    pending: tuple[str, ...]  # serving units that (re)start in the batch
+    defers_docker: bool  # docker's new settings wait for the batch: restarting dockerd stops every container
+    measured: bool  # the canary's host: its instances are benchmarked before and after the change
+    generation: GenerationPlan  # what is kept before the serving files change, and where a rollback goes back to
+    busy: bool  # something of the host changes in its batch: the roll marker tells ``instinct-fleet bench`` to keep off
+    marker_left: bool  # a roll marker a failed roll left behind
+
+
+def turn(plan: HostPlan, roll: Roll) -> Turn:
+    """One host's :class:`Turn` in ``roll``."""
+    host = str(plan.spec.host)
+    unit = roll.unit_of(host)
+    rolling = unit is not None and unit.kind == "restart"
+    # A cluster rolls as one: when any member changes, every member's units restart together.
+    force = docker_changed(plan) or (rolling and plan.role is not None)
+    stale = tuple(u for u in plan.stale_units if plan.unit_drifted(u) or plan.drifted(paths.unit_path(u)))
+    pending = tuple(name for name in plan.desired.serving if force or not plan.serving_in_place(name))
+    deferred = defers_docker(plan)
+    return Turn(
+        batch=roll.batch_of(host) or 0,
+        rolling=rolling,
+        force=force,
+        stale=stale,
+        pending=pending,
+        defers_docker=deferred,
+        measured=rolling and host == roll.canary_host,
+        generation=plan.generations,
+        busy=bool(pending or stale or deferred),
+        marker_left=plan.drifted(paths.ROLL_MARKER),
+    )
+
+
 @dataclass
 class Roll:
     """One run's roll. It lives as long as pyinfra's State; the hosts pyinfra failed say which batch failed."""
@@ -98,6 +141,7 @@ class Roll:
     canary_limit: float = 10.0
     measured: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     compared: dict[str, list[canary.Comparison]] = field(default_factory=dict)
+    turns: dict[str, Turn] = field(default_factory=dict)  # per host that passed preflight: its part in the roll
 
     def batch_of(self, host: str) -> int | None:
         for index, batch in enumerate(self.batches):
@@ -289,16 +333,18 @@ def plan_roll(plans: Mapping[str, HostPlan]) -> Roll:
         hosts = tuple(str(p.spec.host) for p in members)
         units.append(ServingUnit(f"cluster {cluster_name}", hosts, combine(kind(p) for p in members)))
     if not ready:
-        return Roll([], [[]], 0)
-    # validate_rolling has checked that every host carries the same rolling settings.
-    v = next(iter(ready.values())).spec.vars
-    roll = Roll(
-        units,
-        batches(units, batch_size(v.rolling_batch, len(units)), canary=v.canary_profile is not None),
-        v.rolling_max_failures,
-        on_failure=v.rolling_on_failure,
-        canary_limit=v.canary_max_regression,
-    )
-    if v.canary_profile is not None and len(roll.batches) > 1 and roll.batches[1]:
-        roll.canary_host = roll.batches[1][0].hosts[0]  # the head of a cluster, where its instance answers
+        roll = Roll([], [[]], 0)
+    else:
+        # validate_rolling has checked that every host carries the same rolling settings.
+        v = next(iter(ready.values())).spec.vars
+        roll = Roll(
+            units,
+            batches(units, batch_size(v.rolling_batch, len(units)), canary=v.canary_profile is not None),
+            v.rolling_max_failures,
+            on_failure=v.rolling_on_failure,
+            canary_limit=v.canary_max_regression,
+        )
+        if v.canary_profile is not None and len(roll.batches) > 1 and roll.batches[1]:
+            roll.canary_host = roll.batches[1][0].hosts[0]  # the head of a cluster, where its instance answers
+    roll.turns.update({name: turn(plan, roll) for name, plan in sorted(plans.items()) if plan.ok})
     return roll

@@ -16,9 +16,8 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pyinfra.api.state import BaseStateCallback
 
@@ -137,26 +136,28 @@ def plan_inventory(hosts: list[HostData], active: set[str], read_reports: Reader
     return plans
 
 
-@dataclass
+@dataclass(frozen=True)
 class FleetPlan:
-    """What one pyinfra run decided before executing anything: every host's plan and the roll."""
+    """What one pyinfra run decided before executing anything: every host's plan, the roll, and who fetches first.
+
+    ``pulls``: per host that lacks its image, ``seed`` (it pulls first, filling a pull-through cache) or ``after``
+    (:func:`image_seeds`); ``weight_seeds``: per model repository missing from ``weights_source``, the one host that
+    downloads it there (:func:`weight_seeds`).
+    """
 
     plans: dict[str, HostPlan]
     roll: Roll
+    pulls: dict[str, Literal["seed", "after"]]
+    weight_seeds: dict[str, str]
 
-    @cached_property
-    def image_seeds(self) -> set[str]:
-        """Computed once per run; every host's runtime stage asks."""
-        return image_seeds(self.plans)
-
-    def seeds_image(self, host: str) -> bool:
-        """Whether this host pulls its image before the others that lack it (see :func:`image_seeds`)."""
-        return host in self.image_seeds
-
-    @cached_property
-    def weight_seeds(self) -> dict[str, str]:
-        """Model repository in ``weights_source`` -> the one host that downloads it there (see :func:`weight_seeds`)."""
-        return weight_seeds(self.plans)
+    @classmethod
+    def of(cls, plans: dict[str, HostPlan]) -> FleetPlan:
+        """The run's plan, made whole from the hosts' plans."""
+        seeds = image_seeds(plans)
+        pulls: dict[str, Literal["seed", "after"]] = {
+            name: "seed" if name in seeds else "after" for name, plan in plans.items() if plan.ok and plan.pulls_image
+        }
+        return cls(plans, plan_roll(plans), pulls, weight_seeds(plans))
 
 
 def image_seeds(plans: dict[str, HostPlan]) -> set[str]:
@@ -296,7 +297,7 @@ def _plan_run(state: Any) -> FleetPlan:
         return {name: job.value if isinstance(job.value, HostReport) else None for name, job in jobs.items()}
 
     plans = plan_inventory(data, active, read_all, restore)
-    return FleetPlan(plans, plan_roll(plans))
+    return FleetPlan.of(plans)
 
 
 def _refuse_unchecked(state: Any) -> None:

@@ -13,14 +13,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from io import StringIO
 
+from pyinfra.api.state import State
 from pyinfra.operations import files
 from pyinfra.operations.util import any_changed
 
 from instinct_fleet.converge import apply, operations
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet import canary, measure, roll
+from instinct_fleet.fleet import canary, measure
 from instinct_fleet.fleet.run import FleetPlan
-from instinct_fleet.model import paths, render, workload
+from instinct_fleet.model import paths, workload
 from instinct_fleet.model.defaults import Hook
 
 
@@ -29,8 +30,8 @@ def _hooks(plan: HostPlan, fleet: FleetPlan, which: str, hook: Hook | None, gate
         return
     env = {
         "INSTINCT_FLEET_HOST": str(plan.spec.host),
-        "INSTINCT_FLEET_UNITS": " ".join(paths.vllm_unit(s.name) for s in plan.serves),
-        "INSTINCT_FLEET_PORTS": " ".join(str(s.port) for s in plan.serves),
+        "INSTINCT_FLEET_UNITS": " ".join(e.unit for e in plan.desired.endpoints),
+        "INSTINCT_FLEET_PORTS": " ".join(str(e.port) for e in plan.desired.endpoints),
     }
     for where, command in (("host", hook.host), ("control", hook.control)):
         if command is not None:
@@ -47,19 +48,19 @@ def healthy(
     """The health gate: each instance of ``units`` (default: those that were not healthy at preflight) becomes
     healthy (health.serving: /health, its model listed, one token generated) within health_timeout."""
     timeout = plan.spec.vars.health_timeout
-    for svc in plan.serves:
-        name = paths.vllm_unit(svc.name)
-        if (units is not None and name not in units) or (units is None and svc.port in plan.report.healthy_ports):
+    for endpoint in plan.desired.endpoints:
+        name = endpoint.unit
+        if (units is not None and name not in units) or (units is None and endpoint.port in plan.report.healthy_ports):
             continue
         operations.healthy(
             name=f"{name} healthy",
             unit=paths.service(name),
-            port=svc.port,
-            served_model=render.served_model(svc),
+            port=endpoint.port,
+            served_model=endpoint.served,
             timeout=timeout,
             key_path=plan.spec.vars.vllm_api_key_path,
             record=record,
-            generates=render.generates(svc),
+            generates=endpoint.generates,
             hold=hold,
             _if=gate,
             _timeout=timeout + 60,  # the wait ends itself at health_timeout; this bounds a hung host
@@ -90,7 +91,8 @@ def _rollback(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[],
     def back() -> bool:
         return fleet.roll.rolls_back(batch, failed())
 
-    target = plan.generations.target
+    generation = fleet.roll.turns[host].generation
+    target = generation.target
     if target is None:
         operations.fail(
             name="Roll: roll back",
@@ -103,7 +105,7 @@ def _rollback(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[],
     operations.generation_restored(
         name=f"Roll: back to generation {target}",
         number=target,
-        script=apply.restore(plan.desired, target, plan.generations.target_files),
+        script=apply.restore(plan.desired, target, generation.target_files),
         _if=back,
         _timeout=timeout,
     )
@@ -111,26 +113,23 @@ def _rollback(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[],
     healthy(plan, back, fleet.roll.note, units=answered)
 
 
-def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[], set[str]]) -> None:
-    """Emit this host's operations for ``batch``; each runs only while the roll proceeds."""
+def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -> None:
+    """Emit this host's operations for ``batch``; each runs only while the roll proceeds (``state``: pyinfra's, whose
+    failed hosts say, when an operation runs, which batches failed)."""
 
     host = str(plan.spec.host)
+
+    def failed() -> set[str]:
+        return {h.name for h in state.failed_hosts}
 
     def gate() -> bool:  # a host whose gate failed in a batch that rolls back does nothing more but roll back
         return fleet.roll.proceeds(batch, failed()) and host not in fleet.roll.unhealthy
 
-    unit = fleet.roll.unit_of(host)
-    rolling = unit is not None and unit.kind == "restart"
+    me = fleet.roll.turns[host]
+    rolling, stale, pending = me.rolling, me.stale, me.pending
     v = plan.spec.vars
-    want = plan.desired
-    generation = plan.generations
-    # A cluster rolls as one: when any member changes, every member's units restart together.
-    force = roll.docker_changed(plan) or (rolling and plan.role is not None)
-    stale = [u for u in plan.stale_units if plan.unit_drifted(u) or plan.drifted(paths.unit_path(u))]
-    pending = [name for name in want.serving if force or not plan.serving_in_place(name)]
-    deferred = roll.defers_docker(plan)
-    busy = bool(pending or stale or deferred)
-    if busy:  # instinct-fleet bench refuses a host while this marker is there
+    generation = me.generation
+    if me.busy:  # instinct-fleet bench refuses a host while this marker is there
         started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         files.put(
             name="Roll: mark the host as rolling",
@@ -139,32 +138,31 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callabl
             _if=gate,
         )
     if (pending or stale) and generation.keep is not None:  # before any serving file changes
-        state = "healthy" if generation.keep_healthy else "not healthy at preflight"
+        kept = "healthy" if generation.keep_healthy else "not healthy at preflight"
         operations.generation_saved(
-            name=f"Roll: keep the serving files as generation {generation.keep} ({state})",
+            name=f"Roll: keep the serving files as generation {generation.keep} ({kept})",
             number=generation.keep,
             keep=v.rolling_keep_generations,
             healthy=generation.keep_healthy,
             _if=gate,
         )
-    measured = rolling and host == fleet.roll.canary_host and v.canary_profile is not None
-    if measured:
+    if me.measured:
         _canary(plan, fleet, "before", gate, None)
-    if rolling and plan.serves:
+    if rolling and plan.desired.endpoints:
         _hooks(plan, fleet, "pre-stop", v.rolling_pre_stop, gate)
 
-    if deferred:  # dockerd restarts with its new settings, stopping every container, in this batch
+    if me.defers_docker:  # dockerd restarts with its new settings, stopping every container, in this batch
         apply.converge(plan, "docker", gate)
         apply.converge(plan, "pull", gate)
     cluster = plan.spec.cluster
     # The operation's budget, not the unit's TimeoutStartSec (render.start_seconds): a command's, plus the Ray wait.
     start_timeout = v.command_timeout + (cluster.ready_timeout if cluster else 0)
     # The others' files match, they run, and their instances answered at preflight.
-    all_files = apply.converge(plan, "roll", gate, units=[*stale, *pending], force=force, timeout=start_timeout)
+    all_files = apply.converge(plan, "roll", gate, units=[*stale, *pending], force=me.force, timeout=start_timeout)
 
     rollback = rolling and v.rolling_on_failure == "rollback"
     healthy(plan, gate, fleet.roll.note, units=set(pending), hold=fleet.roll.hold if rollback else None)
-    if measured:
+    if me.measured:
         _canary(plan, fleet, "after", gate, fleet.roll.hold if rollback else None)
     if rollback:
         _rollback(plan, fleet, batch, failed, start_timeout * max(1, len(pending)))
@@ -180,7 +178,7 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callabl
             healthy=True,
             _if=[passed, any_changed(*all_files)],
         )
-    if rolling and plan.serves:  # after a rollback too: the units answer again
+    if rolling and plan.desired.endpoints:  # after a rollback too: the units answer again
         _hooks(plan, fleet, "post-start", v.rolling_post_start, lambda: gate() or fleet.roll.rolls_back(batch, failed()))
     if rollback:  # a host whose own gate failed fails now, back on its old files, so that the run exits non-zero
         operations.fail(
@@ -188,5 +186,5 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callabl
             message=lambda: f"rolled back to generation {generation.target} after: {fleet.roll.unhealthy.get(host, '')}",
             _if=[lambda: fleet.roll.rolls_back(batch, failed()), lambda: fleet.roll.back(host)],
         )
-    if busy or plan.drifted(paths.ROLL_MARKER):  # a marker left by a roll that failed goes once the host is whole
+    if me.busy or me.marker_left:  # a marker left by a roll that failed goes once the host is whole
         files.file(name="Roll: done on this host", path=paths.ROLL_MARKER, present=False, _if=gate)

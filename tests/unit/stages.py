@@ -17,7 +17,7 @@ import base64
 import dataclasses
 import fnmatch
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +34,6 @@ from instinct_fleet.converge import managed, operations, preflight, state
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.probe import Probe
 from instinct_fleet.converge.state import Endpoint
-from instinct_fleet.fleet.roll import plan_roll
 from instinct_fleet.fleet.run import FleetPlan, plan_inventory
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData
@@ -289,6 +288,31 @@ def recording(monkeypatch: pytest.MonkeyPatch, sick: dict[str, int]) -> Iterator
     yield names
 
 
+@contextmanager
+def staged(
+    monkeypatch: pytest.MonkeyPatch,
+    stage: str,
+    host_plan: HostPlan,
+    interrupted: str | None = None,
+    sick: dict[str, int] | None = None,
+    called: bool = False,
+) -> Iterator[tuple[Callable[[], object], list[Recorded]]]:
+    """The deploy function of ``stage`` (:data:`DEPLOYS`) ready to run on this host (h1), with the list its operations
+    are recorded into: the fleet plan is made first, as the run makes it before any stage (so a caller may time or
+    trace the stage alone). ``interrupted``: a signal that arrived before the stage ran; ``sick``: failing health
+    gates per unit (:func:`recording`); ``called``: through the function as a deploy.py calls it (only for a host it
+    skips: pyinfra's own @deploy wrapper needs a real host), not its body."""
+    fleet = FleetPlan.of({"h1": host_plan})
+    fleet.roll.interrupted = interrupted
+    done: AsyncResult = AsyncResult()
+    done.set(fleet)
+    state = SimpleNamespace(instinct_fleet_plan=done, failed_hosts=set())
+    host = SimpleNamespace(name="h1", state=state, data=SimpleNamespace(), loop=lambda items: items)
+    with monkeypatch.context() as patched, recording(patched, dict(sick or {})) as ops, ctx_host.use(host):
+        function = getattr(deploys, DEPLOYS.get(stage, stage))
+        yield (function if called else function._inner), ops  # _inner: the body, outside pyinfra's @deploy context
+
+
 def run_stage(
     monkeypatch: pytest.MonkeyPatch,
     stage: str,
@@ -297,18 +321,9 @@ def run_stage(
     sick: dict[str, int] | None = None,
     called: bool = False,
 ) -> list[Recorded]:
-    """The operations the deploy function of ``stage`` (:data:`DEPLOYS`) emits for this host (h1), in order; ``interrupted``: a signal that
-    arrived before the stage ran; ``sick``: failing health gates per unit (:func:`recording`); ``called``: through the
-    function as a deploy.py calls it (only for a host it skips: pyinfra's own @deploy wrapper needs a real host), not its body."""
-    fleet = FleetPlan({"h1": host_plan}, plan_roll({"h1": host_plan}))
-    fleet.roll.interrupted = interrupted
-    done: AsyncResult = AsyncResult()
-    done.set(fleet)
-    state = SimpleNamespace(instinct_fleet_plan=done, failed_hosts=set())
-    host = SimpleNamespace(name="h1", state=state, data=SimpleNamespace(), loop=lambda items: items)
-    with monkeypatch.context() as patched, recording(patched, dict(sick or {})) as ops, ctx_host.use(host):
-        function = getattr(deploys, DEPLOYS.get(stage, stage))
-        function() if called else function._inner()  # _inner: the body, outside pyinfra's @deploy context
+    """The operations the deploy function of ``stage`` emits for this host (h1), in order (:func:`staged`)."""
+    with staged(monkeypatch, stage, host_plan, interrupted, sick, called) as (body, ops):
+        body()
     return ops
 
 

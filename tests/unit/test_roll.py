@@ -27,9 +27,9 @@ def sha(text: str | None) -> str:
     return hashlib.sha256((text or "").encode()).hexdigest()
 
 
-def planned(files: str = "", active: str = "", units: str = "") -> HostPlan:
+def planned(files: str = "", active: str = "", units: str = "", name: str = "h1") -> HostPlan:
     report = preflight.parse_report(mi300x_host(files=files, active=active, units=units))
-    return plan_inventory([HostData("h1", (), DATA)], {"h1"}, lambda specs: dict.fromkeys(specs, report))["h1"]
+    return plan_inventory([HostData(name, (), DATA)], {name}, lambda specs: dict.fromkeys(specs, report))[name]
 
 
 def deployed(plan: HostPlan, **overrides: str | None) -> str:
@@ -247,3 +247,30 @@ def test_the_signal_handler_defers_inside_a_batch_and_stops_outside_one() -> Non
     with pytest.raises(SystemExit) as again:  # a second signal stops at once
         handle(signal.SIGINT, None)
     assert again.value.code == 128 + signal.SIGINT
+
+
+def test_each_host_s_turn_is_decided_at_plan_time_from_its_facts() -> None:
+    """The serving stage only acts on its turn: what restarts, whether docker waits, the canary and the marker."""
+    fresh = planned(name="fresh")
+    serving = planned(
+        files=deployed(fresh, **{"/etc/docker/daemon.json": "{}\n"}),
+        active="vllm-main.service loaded active running x\nvllm-old.service loaded active running x",
+        units="/etc/systemd/system/vllm-main.service\n/etc/systemd/system/vllm-old.service",
+        name="serving",
+    )
+    same = planned(
+        files=deployed(fresh),
+        active="vllm-main.service loaded active running vLLM",
+        units="/etc/systemd/system/vllm-main.service",
+        name="same",
+    )
+    turns = rolling.plan_roll({"fresh": fresh, "serving": serving, "same": same}).turns
+    assert set(turns) == {"fresh", "serving", "same"}
+    # A fresh host starts its unit in batch 0; nothing of it serves, so docker's settings need not wait.
+    assert turns["fresh"].pending == ("vllm-main",) and not turns["fresh"].rolling and not turns["fresh"].defers_docker
+    # docker's new settings on a serving host: every unit restarts in its batch, the stale one stops, the marker goes up.
+    mine = turns["serving"]
+    assert mine.rolling and mine.force and mine.defers_docker and mine.batch == 1 and mine.busy
+    assert mine.pending == ("vllm-main",) and mine.stale == ("vllm-old",)
+    # A host whose serving files match is in no restart batch; docker's settings do not wait for one.
+    assert turns["same"].batch == 0 and not turns["same"].rolling and not turns["same"].force and not turns["same"].defers_docker
