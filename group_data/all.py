@@ -226,13 +226,33 @@ rolling_keep_generations = 3
 canary_profile = None
 
 # Percent by which the canary's output throughput may fall, or its median TPOT or median TTFT
-# rise, before it counts as a failed batch (rolled back with `rolling_on_failure`, and the roll
-# stops).
+# rise, before it can count as a regression; it counts only when the change is also beyond
+# `canary_floors` and beyond the noise of the repeated runs (`canary_alpha`). A regression is a
+# failed batch (rolled back with `rolling_on_failure`, and the roll stops).
 canary_max_regression = 10
 
-# Runs of the canary profile per measurement; the means are compared. Raise it when one run of
-# the profile is too noisy.
-canary_runs = 1
+# The smallest change of each canary figure that counts, whatever its percentage:
+# `output_throughput` (tok/s), `median_tpot_ms`, `median_ttft_ms`; override single keys.
+canary_floors = {"output_throughput": 10.0, "median_tpot_ms": 0.5, "median_ttft_ms": 2.0}
+
+# Runs of the canary profile before and after the change. Every run is kept; the figures
+# compared are the medians over the runs, and the spreads of the runs on both sides, added up,
+# are the noise band of output throughput (one run gives none).
+canary_runs = 3
+
+# Requests sent to each canary instance before its measured runs, before and after the change,
+# whose results are discarded: the first requests after a restart are slow for reasons the
+# change does not cause. 0: none.
+canary_warmup = 8
+
+# Significance level of the canary's noise test on TTFT and TPOT: a one-sided Mann-Whitney U
+# test over the requests of every run before and after the change.
+canary_alpha = 0.001
+
+# What a canary does whose figures moved beyond `canary_max_regression` and `canary_floors` but
+# not beyond the noise: `"proceed"` rolls on and says so in the summary; `"rollback"` treats it
+# as a regression.
+canary_inconclusive = "proceed"
 
 # Seconds a stopping instance gets to finish in-flight requests: vLLM's `--shutdown-timeout`
 # where the pinned version has it, and the `docker stop` grace (plus 30 s) in any case.

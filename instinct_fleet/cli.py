@@ -412,6 +412,8 @@ def cmd_status(opts: argparse.Namespace) -> int:
 
 def cmd_bench(opts: argparse.Namespace) -> int:
     """Run vllm bench serve against the chosen instances; refuse those not serving and hosts mid-roll."""
+    if opts.warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {opts.warmup}: nothing was benchmarked and no host was contacted")
     specs = _valid_specs(opts, "nothing was benchmarked and no host was contacted")
     if specs is None:
         return EXIT_INVALID
@@ -455,7 +457,9 @@ def cmd_bench(opts: argparse.Namespace) -> int:
     out_dir = Path(opts.output) / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     image_ids = {key: row.image_id for key, row in rows.items()}
     print(f"benchmarking {len(ready)} run(s) with profile {opts.profile}; results in {out_dir}", flush=True)
-    outcomes = bench.run(hosts, ready, client, out_dir, workload.time_limit(ready), lambda line: print(line, flush=True), image_ids)
+    outcomes = bench.run(
+        hosts, ready, client, out_dir, workload.time_limit(ready), lambda line: print(line, flush=True), image_ids, opts.warmup
+    )
     failed = [o for o in outcomes if o.problem]
     for o in failed:
         print(f"{o.job.label()}: {o.problem}", file=sys.stderr)
@@ -545,7 +549,7 @@ def _tune_settings(opts: argparse.Namespace) -> dict[str, Any]:
         data["vary"] = {name: list(values) for name, values in (sweeps.parse_vary(v, False) for v in opts.vary)}
     if opts.vary_env:
         data["vary_env"] = {name: list(values) for name, values in (sweeps.parse_vary(v, True) for v in opts.vary_env)}
-    for key in ("profile", "num_prompts", "concurrency", "limit", "max_out"):
+    for key in ("profile", "num_prompts", "concurrency", "limit", "max_out", "repeats", "warmup"):
         if getattr(opts, key) is not None:
             data[key] = getattr(opts, key)
     if opts.slo:
@@ -661,6 +665,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_p.add_argument("--client", help="run the benchmark from this inventory host instead of each instance's own host")
     bench_p.add_argument("--num-prompts", type=int, help="override the profile's prompt count (a shorter run)")
     bench_p.add_argument("--concurrency", help="override the profile's concurrencies: comma-separated, e.g. 1,8")
+    bench_p.add_argument("--warmup", type=int, default=0, help="requests sent before each run, their results discarded (default 0: none)")
     bench_p.add_argument("--output", default="results", help="results root (default ./results)")
     bench_p.set_defaults(func=cmd_bench)
 
@@ -680,6 +685,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune_p.add_argument("--slo", action="append", default=[], metavar="METRIC<=VALUE", help="a bound on a vLLM result field (repeatable)")
     tune_p.add_argument("--limit", help="hosts to tune on: a group name (typically a staging group) or a glob of host names")
     tune_p.add_argument("--max-out", type=int, help="at most this many hosts away from their deployed configuration at once (default 1)")
+    tune_p.add_argument("--repeats", type=int, help="measured runs of each point, every one kept (default: the host's canary_runs)")
+    tune_p.add_argument("--warmup", type=int, help="requests sent before each point's runs, discarded (default: the host's canary_warmup)")
     tune_p.add_argument("--output", help="results directory (default results/tune-<UTC timestamp>)")
     tune_p.add_argument("--resume", metavar="DIR", help="go on with the sweep in DIR, skipping what it measured")
     tune_p.add_argument("--dry", action="store_true", help="print the plan and stop: no host is contacted")

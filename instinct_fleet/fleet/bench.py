@@ -34,8 +34,13 @@ from instinct_fleet.model.workload import METRIC_PERCENTILES, PERCENTILE_METRICS
 RESULT_MARK = "@@instinct-fleet-bench-result"
 
 
-def vllm_bench_args(job: Job, base_url: str) -> list[str]:
-    """``vllm bench serve`` flags, by the names of vLLM's vllm/benchmarks/serve.py."""
+def vllm_bench_args(job: Job, base_url: str, warmup: int | None = None) -> list[str]:
+    """``vllm bench serve`` flags, by the names of vLLM's vllm/benchmarks/serve.py.
+
+    A measured run saves vLLM's result JSON with its per-request records (``--save-detailed``: every request's
+    TTFT and inter-token latencies, which the noise test of :mod:`instinct_fleet.fleet.noise` reads). ``warmup``:
+    instead, that many requests of the same shape whose results are discarded (nothing saved).
+    """
     p = job.profile
     argv = ["bench", "serve", "--backend", "vllm", "--base-url", base_url, "--model", job.svc.model]
     argv += ["--served-model-name", render.served_model(job.svc), "--dataset-name", p.dataset]
@@ -43,13 +48,15 @@ def vllm_bench_args(job: Job, base_url: str) -> list[str]:
         argv += ["--random-input-len", str(p.input_len), "--random-output-len", str(p.output_len)]
     else:
         argv += ["--dataset-path", f"/datasets/{p.dataset_path.rsplit('/', 1)[-1]}" if p.dataset_path else ""]
-    argv += ["--num-prompts", str(job.num_prompts), "--max-concurrency", str(job.concurrency)]
+    argv += ["--num-prompts", str(warmup or job.num_prompts), "--max-concurrency", str(job.concurrency)]
     if p.request_rate is not None:
         argv += ["--request-rate", repr(p.request_rate)]
     if p.ignore_eos:
         argv.append("--ignore-eos")
     argv += ["--percentile-metrics", ",".join(PERCENTILE_METRICS), "--metric-percentiles", ",".join(map(str, METRIC_PERCENTILES))]
-    argv += ["--save-result", "--result-dir", paths.RESULTS_IN_CONTAINER, "--result-filename", job.filename, "--label", job.profile_name]
+    if warmup is None:
+        argv += ["--save-result", "--save-detailed", "--result-dir", paths.RESULTS_IN_CONTAINER]
+        argv += ["--result-filename", job.filename, "--label", job.profile_name]
     return argv
 
 
@@ -57,8 +64,9 @@ def remote_dir(stamp: str, job: Job) -> str:
     return f"{paths.BENCH_ROOT}/{stamp}/{job.spec.host}/{job.svc.name}"
 
 
-def command(job: Job, stamp: str, client: HostSpec | None) -> str:
-    """The shell command that runs one job on the instance's host (or ``client``), then prints vLLM's JSON."""
+def command(job: Job, stamp: str, client: HostSpec | None, warmup: int = 0) -> str:
+    """The shell command that runs one job on the instance's host (or ``client``), then prints vLLM's JSON;
+    ``warmup``: first that many requests of the same shape, unmeasured (a warm-up that fails ends the command)."""
     q = shlex.quote
     on = client or job.spec
     local = client is None
@@ -78,16 +86,27 @@ def command(job: Job, stamp: str, client: HostSpec | None) -> str:
     token = on.vars.hf_token_path
     mount = f"-v {token}:{paths.TOKEN_IN_CONTAINER}:ro -e HF_TOKEN_PATH={paths.TOKEN_IN_CONTAINER}"
     checks.append(f"token=; if test -r {q(token)}; then token={q(mount)}; fi")
-    # With vllm_api_key_path the instance answers /v1 only with the key: the bench host's file at that path
-    # becomes OPENAI_API_KEY inside the container, which vllm bench serve sends as the bearer token.
-    entrypoint, bench_argv, key_mounts = render.with_api_key(
-        "vllm", vllm_bench_args(job, base_url), job.spec.vars.vllm_api_key_path, variable="OPENAI_API_KEY"
-    )
-    for mount in key_mounts:
-        argv += ["-v", mount]
-    tail = " ".join(q(a) for a in ["--entrypoint", entrypoint, job.svc.image, *bench_argv])
-    run = " ".join(q(a) for a in argv) + " $token " + tail
-    return "; ".join([*checks, f"mkdir -p {q(out)} && {run} && printf '\\n%s\\n' {RESULT_MARK} && cat {q(out + '/' + job.filename)}"])
+
+    def container(bench_args: list[str]) -> str:
+        # With vllm_api_key_path the instance answers /v1 only with the key: the bench host's file at that path
+        # becomes OPENAI_API_KEY inside the container, which vllm bench serve sends as the bearer token.
+        entrypoint, wrapped, key_mounts = render.with_api_key(
+            "vllm", bench_args, job.spec.vars.vllm_api_key_path, variable="OPENAI_API_KEY"
+        )
+        mounts = [part for mount in key_mounts for part in ("-v", mount)]
+        return (
+            " ".join(q(a) for a in [*argv, *mounts])
+            + " $token "
+            + " ".join(q(a) for a in ["--entrypoint", entrypoint, job.svc.image, *wrapped])
+        )
+
+    steps = [*checks, f"mkdir -p {q(out)} || exit 1"]
+    if warmup:  # its output is shown only when it fails: then the measured run would measure nothing
+        warm = container(vllm_bench_args(job, base_url, warmup))
+        steps.append(f"warm=$({warm} 2>&1) || {{ printf '%s\\n' 'vllm bench serve warm-up failed:' \"$warm\" | tail -n 20; exit 4; }}")
+    measured = container(vllm_bench_args(job, base_url))
+    steps.append(f"{measured} && printf '\\n%s\\n' {RESULT_MARK} && cat {q(out + '/' + job.filename)}")
+    return "; ".join(steps)
 
 
 def result_of(stdout: str) -> dict[str, Any] | None:
@@ -174,8 +193,10 @@ def run(
     timeout: int,
     say: Callable[[str], None],
     image_ids: dict[tuple[str, str], str],
+    warmup: int = 0,
 ) -> list[Outcome]:
-    """Run the jobs: one host's jobs one after another, hosts at once (all on ``client`` when given).
+    """Run the jobs: one host's jobs one after another, hosts at once (all on ``client`` when given); ``warmup``
+    discarded requests before each.
 
     Each run's JSON and the instance's config.json go under ``out_dir/<host>/<instance>/``.
     Progress: a line when a run starts and ends, and every 30 s the runs still going.
@@ -194,7 +215,7 @@ def run(
         say(f"[{counter[0]}/{len(todo)}] {job.label()}: started")
         started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         running[job.label()] = time.monotonic()
-        result = hosts.run(where, command(job, stamp, client), timeout)
+        result = hosts.run(where, command(job, stamp, client, warmup), timeout)
         seconds = time.monotonic() - running.pop(job.label())
         data = result_of(result.stdout) if result.ok else None
         if data is None:

@@ -4,36 +4,35 @@ With ``canary_profile`` set, the roll's first restart batch holds exactly one
 serving unit (instinct_fleet/fleet/roll.py). Before it stops, each of its instances is
 benchmarked with that profile (``vllm bench serve`` from the instance's own
 image, on its host, as ``instinct-fleet bench`` runs it); after the health gate,
-again, with the same profile, on the same host, from the same client. When
-output throughput falls, or median TPOT or median TTFT rises, by more than
-``canary_max_regression`` percent, the canary counts as a failed batch: it is
-rolled back to its last healthy generation and the roll stops, with both
-measurements in the summary. ``canary_runs`` repeats each measurement and
-compares the means, for a profile too short to beat noise in one run.
+again, with the same profile, on the same host, from the same client. Each side is
+``canary_warmup`` discarded requests, then ``canary_runs`` measured runs, every one kept.
 
-Both measurements are stored as ``bench`` stores its runs, under
+The verdict (:mod:`instinct_fleet.fleet.noise`) counts a change as a regression only
+when output throughput fell, or median TPOT or median TTFT rose, beyond
+``canary_max_regression`` percent, beyond ``canary_floors`` and beyond the noise of the
+runs. A regression is a failed batch: it is rolled back to its last healthy generation
+and the roll stops, with the evidence in the summary. A change beyond the threshold and
+the floor but within the noise is inconclusive: ``canary_inconclusive`` says whether the
+roll proceeds (and says so) or treats it as a regression.
+
+The runs are stored as ``bench`` stores its runs, under
 ``results/<UTC stamp>-canary-before`` and ``-canary-after``, so that
 ``instinct-fleet report`` reads them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from statistics import mean
-from typing import Any
+from typing import Any, Literal
 
-from instinct_fleet.fleet import bench
+from instinct_fleet.fleet import bench, noise
 from instinct_fleet.model import workload
+from instinct_fleet.model.defaults import FleetVars
 from instinct_fleet.model.spec import HostSpec, ServiceSpec
 
-# vLLM's result fields the canary compares, and which way is better.
-METRICS: tuple[tuple[str, str, str, bool], ...] = (
-    ("output_throughput", "output throughput", "tok/s", True),
-    ("median_tpot_ms", "median TPOT", "ms", False),
-    ("median_ttft_ms", "median TTFT", "ms", False),
-)
 RESULTS = Path("results")
 
 
@@ -53,43 +52,49 @@ def store(results: Path, job: workload.Job, run: int, data: dict[str, Any]) -> N
 
 
 @dataclass(frozen=True)
+class Rule:
+    """How the canary judges (the canary host's variables; validation keeps them one for the fleet)."""
+
+    limit: float  # canary_max_regression
+    floors: Mapping[str, float]  # canary_floors
+    alpha: float  # canary_alpha
+    inconclusive: Literal["proceed", "rollback"]  # canary_inconclusive
+
+    @classmethod
+    def of(cls, v: FleetVars) -> Rule:
+        return cls(v.canary_max_regression, v.canary_floors.model_dump(), v.canary_alpha, v.canary_inconclusive)
+
+    def compare(self, instance: str, before: list[dict[str, Any]], after: list[dict[str, Any]]) -> Comparison:
+        return Comparison(instance, noise.compare(before, after, self.limit, self.floors, self.alpha))
+
+    def problem(self, found: Comparison) -> str | None:
+        """Why the canary fails (None: it passes, or is inconclusive and the roll proceeds)."""
+        outcome = found.verdict.outcome
+        if outcome == "passed" or (outcome == "inconclusive" and self.inconclusive == "proceed"):
+            return None
+        return f"canary {outcome}" + (" (canary_inconclusive = rollback)" if outcome == "inconclusive" else "") + f": {found.evidence()}"
+
+
+@dataclass(frozen=True)
 class Comparison:
-    """The canary's two measurements of one instance (the mean over its runs) and what got worse."""
+    """The canary's verdict on one instance: every run before and after the change, judged."""
 
     instance: str
-    before: dict[str, float]
-    after: dict[str, float]
-    regressions: tuple[str, ...]
+    verdict: noise.Verdict
 
-    def figures(self) -> str:
-        parts = []
-        for key, label, unit, _ in METRICS:
-            if key in self.before and key in self.after:
-                parts.append(
-                    f"{label} {self.before[key]:.1f} -> {self.after[key]:.1f} {unit} ({change(self.before[key], self.after[key]):+.1f}%)"
-                )
-        return f"{self.instance}: " + ", ".join(parts)
+    def evidence(self) -> str:
+        return f"{self.instance}: {self.verdict.evidence()}"
 
-
-def change(before: float, after: float) -> float:
-    """The change in percent; 0 when there was nothing to compare with."""
-    return (after - before) / before * 100 if before else 0.0
-
-
-def means(runs: list[dict[str, Any]]) -> dict[str, float]:
-    return {
-        key: mean(float(r[key]) for r in runs) for key, *_ in METRICS if runs and all(isinstance(r.get(key), int | float) for r in runs)
-    }
-
-
-def compare(instance: str, before: list[dict[str, Any]], after: list[dict[str, Any]], limit: float) -> Comparison:
-    """Whether the change made serving worse by more than ``limit`` percent, from vLLM's result JSON."""
-    b, a = means(before), means(after)
-    worse = []
-    for key, label, unit, higher_is_better in METRICS:
-        if key not in b or key not in a:
-            continue
-        delta = change(b[key], a[key])
-        if (higher_is_better and delta < -limit) or (not higher_is_better and delta > limit):
-            worse.append(f"{label} {b[key]:.1f} -> {a[key]:.1f} {unit} ({delta:+.1f}%, more than {limit:g}%)")
-    return Comparison(instance, b, a, tuple(worse))
+    def as_json(self) -> dict[str, Any]:
+        """The summary's entry (``instinct-fleet deploy --json``)."""
+        judged = self.verdict.judged
+        return {
+            "instance": self.instance,
+            "outcome": self.verdict.outcome,
+            "runs": list(judged[0].runs) if judged else [0, 0],
+            "before": {j.metric.key: j.before for j in judged},
+            "after": {j.metric.key: j.after for j in judged},
+            "evidence": [j.evidence() for j in judged],
+            "regressions": [j.evidence() for j in self.verdict.beyond()],
+            "inconclusive": [j.evidence() for j in self.verdict.inconclusive()],
+        }

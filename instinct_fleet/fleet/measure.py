@@ -25,7 +25,7 @@ class BenchRun(FactBase[tuple[dict[str, Any] | None, str]]):
     """
 
     def command(self, script: str, run: int) -> str:
-        return f": run {int(run)}; {{ {script}; }} 2>&1; true"
+        return f": run {int(run)}; ( {script} ) 2>&1; true"  # a subshell: the script's own exit ends only it
 
     def process(self, output: list[str]) -> tuple[dict[str, Any] | None, str]:
         return bench.result_of("\n".join(output)), " | ".join(line for line in output[-3:] if line.strip())
@@ -48,7 +48,9 @@ def canary_measured(
     by_instance: dict[str, list[dict[str, Any]]] = {}
     problem = None
     for index, (job, repeat) in enumerate(runs):
-        data, tail = host.get_fact(BenchRun, script=bench.command(job, folder.name, None), run=index)
+        # The warm-up (canary_warmup discarded requests) comes before each instance's first run of a job.
+        warmup = job.spec.vars.canary_warmup if repeat == 0 else 0
+        data, tail = host.get_fact(BenchRun, script=bench.command(job, folder.name, None, warmup), run=index)
         if data is None:
             problem = f"canary: vllm bench serve failed {phase} the change ({job.label()}): {tail or 'no output'}"
             break

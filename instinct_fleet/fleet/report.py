@@ -11,7 +11,9 @@ instance performs as the guide says and as its peers do. The report therefore
 compares each run with the seed's published figures (as a ratio), but only a run of
 the same model on the same number of GPUs as the seed, read from the ``config.json``
 that ``bench`` writes beside it, and flags an instance more than 10% below the median of the instances
-that ran the same model, profile and concurrency.
+that ran the same model, profile and concurrency. Repeats of a run (``-runN``, as ``bench`` and the canary write
+them) count as one measurement, by their median, with their spread shown; an outlier is confirmed only by
+repeats, since a difference between two single runs may be noise.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from instinct_fleet.fleet import noise
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p99")
@@ -174,22 +178,54 @@ def _config(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def outliers(runs: list[Run]) -> list[tuple[Run, float, float]]:
-    """(run, its output throughput, its group's median) for runs more than 10% below their group's median."""
-    groups: dict[tuple[str, str, int], list[Run]] = defaultdict(list)
+def measurements(runs: list[Run]) -> list[list[Run]]:
+    """The runs grouped into measurements: the repeats of one profile and concurrency on one instance, in one
+    folder (``bench`` and the canary write a repeat as ``-runN``). Runs that lost requests are left out."""
+    groups: dict[tuple[Path, str, int], list[Run]] = defaultdict(list)
     for run in runs:
         if not run.failed:
-            groups[(run.model, run.profile, run.concurrency)].append(run)
+            groups[(run.path.parent, run.profile, run.concurrency)].append(run)
+    return [groups[key] for key in sorted(groups, key=lambda k: (k[1], k[2], str(k[0])))]
+
+
+def middle(members: list[Run], key: str) -> float | None:
+    """A figure's median over a measurement's runs."""
+    values = [v for r in members if (v := r.value(key)) is not None]
+    return statistics.median(values) if values else None
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """An instance more than 10% below the median of its peers (the same model, profile and concurrency).
+
+    ``confirmed`` only when it ran more than once and even its best run is that far below: a difference between
+    single runs may be noise (:mod:`instinct_fleet.fleet.noise`), so it is named as unconfirmed.
+    """
+
+    run: Run
+    value: float  # the instance's median output throughput over its runs
+    peers: float  # the median of every instance's median
+    runs: int
+    confirmed: bool
+
+
+def outliers(runs: list[Run]) -> list[Outlier]:
+    """Instances more than 10% below their peers' median output throughput, each measurement by its median."""
+    groups: dict[tuple[str, str, int], list[list[Run]]] = defaultdict(list)
+    for members in measurements(runs):
+        first = members[0]
+        groups[(first.model, first.profile, first.concurrency)].append(members)
     found = []
-    for members in groups.values():
-        values = [v for r in members if (v := r.value("output_throughput")) is not None]
-        if len(values) < 2:
+    for peers in groups.values():
+        medians = [(members, v) for members in peers if (v := middle(members, "output_throughput")) is not None]
+        if len(medians) < 2:
             continue
-        median = statistics.median(values)
-        for run in members:
-            value = run.value("output_throughput")
-            if value is not None and value < (1 - OUTLIER_BELOW) * median:
-                found.append((run, value, median))
+        median = statistics.median(v for _, v in medians)
+        for members, value in medians:
+            if value < (1 - OUTLIER_BELOW) * median:
+                best = max(v for r in members if (v := r.value("output_throughput")) is not None)
+                confirmed = len(members) > 1 and best < (1 - OUTLIER_BELOW) * median
+                found.append(Outlier(members[0], value, median, len(members), confirmed))
     return found
 
 
@@ -198,36 +234,41 @@ def _fmt(value: float | None) -> str:
 
 
 def run_rows(runs: list[Run]) -> list[list[str]]:
-    header = ["host", "instance", "profile", "conc", "failed", "req/s", "out tok/s", "total tok/s"]
+    """One row per measurement: each figure's median over its runs, and the spread of output throughput where it
+    ran more than once. A run that lost requests has its own row (its figures count only the rest)."""
+    header = ["host", "instance", "profile", "conc", "runs", "failed", "req/s", "out tok/s", "total tok/s"]
     header += [f"{s} {m} ms" for m in METRICS for s in STATS]
     rows = [header]
-    for run in sorted(runs, key=lambda r: (r.profile, r.concurrency, r.host, r.instance)):
+    groups = measurements(runs) + [[r] for r in runs if r.failed]
+    for members in sorted(groups, key=lambda g: (g[0].profile, g[0].concurrency, g[0].host, g[0].instance)):
+        run = members[0]
         failed = run.value("failed")
-        row = [run.host, run.instance, run.profile, str(run.concurrency), "-" if failed is None else str(int(failed))]
-        row += [_fmt(run.value(k)) for k in ("request_throughput", "output_throughput", "total_token_throughput")]
-        row += [_fmt(run.value(f"{s}_{m}_ms")) for m in METRICS for s in STATS]
+        throughput = [v for r in members if (v := r.value("output_throughput")) is not None]
+        row = [run.host, run.instance, run.profile, str(run.concurrency), str(len(members))]
+        row += ["-" if failed is None else str(int(failed)), _fmt(middle(members, "request_throughput"))]
+        row += [noise.spread(throughput, 2) if throughput else "-", _fmt(middle(members, "total_token_throughput"))]
+        row += [_fmt(middle(members, f"{s}_{m}_ms")) for m in METRICS for s in STATS]
         rows.append(row)
     return rows
 
 
 def fleet_rows(runs: list[Run]) -> list[list[str]]:
-    """Per profile and concurrency: instances, summed throughput, median latencies across instances
-    (the runs whose requests all succeeded)."""
+    """Per profile and concurrency: instances, summed throughput, median latencies across instances; an instance
+    that ran more than once counts by its median (the runs whose requests all succeeded)."""
     rows = [["profile", "conc", "instances", "sum out tok/s", "sum total tok/s", "median TTFT ms", "median TPOT ms", "p99 TTFT ms (worst)"]]
-    groups: dict[tuple[str, int], list[Run]] = defaultdict(list)
-    for run in runs:
-        if not run.failed:
-            groups[(run.profile, run.concurrency)].append(run)
-    for (profile, conc), members in sorted(groups.items()):
+    groups: dict[tuple[str, int], list[list[Run]]] = defaultdict(list)
+    for members in measurements(runs):
+        groups[(members[0].profile, members[0].concurrency)].append(members)
+    for (profile, conc), instances in sorted(groups.items()):
 
-        def values(key: str, members: list[Run] = members) -> list[float]:
-            return [v for r in members if (v := r.value(key)) is not None]
+        def values(key: str, instances: list[list[Run]] = instances) -> list[float]:
+            return [v for members in instances if (v := middle(members, key)) is not None]
 
         rows.append(
             [
                 profile,
                 str(conc),
-                str(len(members)),
+                str(len(instances)),
                 _fmt(sum(values("output_throughput"))),
                 _fmt(sum(values("total_token_throughput"))),
                 _fmt(statistics.median(values("median_ttft_ms"))) if values("median_ttft_ms") else "-",
@@ -376,9 +417,18 @@ def write(results: Path) -> tuple[Path, str]:
     lines += ["## Outliers", ""]
     if flagged:
         lines += [
-            f"- **{r.host}** {r.instance} ({r.profile}, concurrency {r.concurrency}): {v:.1f} output tok/s, "
-            f"{(1 - v / m) * 100:.0f}% below the median {m:.1f} of its peers"
-            for r, v, m in flagged
+            f"- **{o.run.host}** {o.run.instance} ({o.run.profile}, concurrency {o.run.concurrency}): {o.value:.1f} output tok/s, "
+            f"{(1 - o.value / o.peers) * 100:.0f}% below the median {o.peers:.1f} of its peers"
+            + (
+                f", in each of its {o.runs} runs"
+                if o.confirmed
+                else (
+                    "; unconfirmed: one run may be noise, so measure it again with repeats"
+                    if o.runs == 1
+                    else f"; unconfirmed: its best of {o.runs} runs is within 10% of its peers"
+                )
+            )
+            for o in flagged
         ]
     else:
         lines.append(f"None: no instance is more than {OUTLIER_BELOW:.0%} below the median of its peers.")
@@ -389,5 +439,8 @@ def write(results: Path) -> tuple[Path, str]:
     if broken:
         terminal += "\n\nFailed requests (left out above): " + ", ".join(f"{r.host}/{r.instance} ({r.failed})" for r in broken)
     if flagged:
-        terminal += "\n\nOutliers: " + ", ".join(f"{r.host}/{r.instance} ({v:.1f} vs median {m:.1f})" for r, v, m in flagged)
+        terminal += "\n\nOutliers: " + ", ".join(
+            f"{o.run.host}/{o.run.instance} ({o.value:.1f} vs median {o.peers:.1f}{'' if o.confirmed else ', unconfirmed'})"
+            for o in flagged
+        )
     return report, terminal

@@ -135,10 +135,10 @@ class Roll:
     rolled_back: set[int] = field(default_factory=set)  # batches whose units were put back
     targets: dict[str, int] = field(default_factory=dict)  # per host, the generation a rollback restores
     restored: set[str] = field(default_factory=set)  # hosts whose rollback and its gate passed
-    # The canary (canary_profile): the host it is measured on, the allowed regression, and per host and
+    # The canary (canary_profile): the host it is measured on, how it judges (canary.Rule), and per host and
     # instance the runs of each phase ("before", "after") and the comparison.
     canary_host: str | None = None
-    canary_limit: float = 10.0
+    canary_rule: canary.Rule | None = None
     measured: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     compared: dict[str, list[canary.Comparison]] = field(default_factory=dict)
     turns: dict[str, Turn] = field(default_factory=dict)  # per host that passed preflight: its part in the roll
@@ -163,17 +163,23 @@ class Roll:
         ]
 
     def measure(self, host: str, phase: str, instance: str, runs: list[dict[str, Any]]) -> str | None:
-        """Record one canary measurement; after the change, what got worse beyond ``canary_limit`` (None: nothing)."""
+        """Record one canary measurement; after the change, why the canary fails (None: it passes, or its
+        inconclusive verdict lets the roll proceed, which the summary says)."""
         self.measured.setdefault((host, instance), {})[phase] = runs
         before = self.measured[(host, instance)].get("before")
-        if phase != "after" or before is None:
+        if phase != "after" or before is None or self.canary_rule is None:
             return None
-        found = canary.compare(instance, before, runs, self.canary_limit)
+        found = self.canary_rule.compare(instance, before, runs)
         self.compared.setdefault(host, []).append(found)
-        if not found.regressions:
-            self.note(host, f"canary {found.figures()}")
-            return None
-        return f"canary regressed beyond canary_max_regression: {'; '.join(found.regressions)} ({found.figures()})"
+        problem = self.canary_rule.problem(found)
+        if problem is None:
+            self.note(
+                host,
+                f"canary {found.verdict.outcome}"
+                + (", proceeding" if found.verdict.outcome == "inconclusive" else "")
+                + f": {found.evidence()}",
+            )
+        return problem
 
     def hold(self, host: str, reason: str) -> None:
         """A health gate failed in a batch that rolls back: the host stays in the run to be put back."""
@@ -267,10 +273,7 @@ class Roll:
                         "batch": self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None,
                         "status": status,
                         "why": why,
-                        "canary": [
-                            {"instance": c.instance, "before": c.before, "after": c.after, "regressions": list(c.regressions)}
-                            for c in self.compared.get(host, [])
-                        ],
+                        "canary": [c.as_json() for c in self.compared.get(host, [])],
                     }
                 )
         return rows
@@ -342,7 +345,7 @@ def plan_roll(plans: Mapping[str, HostPlan]) -> Roll:
             batches(units, batch_size(v.rolling_batch, len(units)), canary=v.canary_profile is not None),
             v.rolling_max_failures,
             on_failure=v.rolling_on_failure,
-            canary_limit=v.canary_max_regression,
+            canary_rule=canary.Rule.of(v) if v.canary_profile is not None else None,
         )
         if v.canary_profile is not None and len(roll.batches) > 1 and roll.batches[1]:
             roll.canary_host = roll.batches[1][0].hosts[0]  # the head of a cluster, where its instance answers

@@ -115,6 +115,8 @@ class Sweep:
     slos: tuple[Slo, ...] = ()
     limit: str | None = None
     max_out: int = 1
+    repeats: int | None = None  # measured runs per point (None: the host's canary_runs)
+    warmup: int | None = None  # discarded requests before a point's runs (None: the host's canary_warmup)
 
     def __post_init__(self) -> None:
         if not self.vary and not self.vary_env:
@@ -125,6 +127,10 @@ class Sweep:
             raise TuneError(f"--num-prompts must be 1 or more, got {self.num_prompts}")
         if self.concurrency is not None and self.concurrency < 1:
             raise TuneError(f"--concurrency must be 1 or more, got {self.concurrency}")
+        if self.repeats is not None and not 1 <= self.repeats <= 10:
+            raise TuneError(f"--repeats must be 1 to 10, got {self.repeats}")
+        if self.warmup is not None and self.warmup < 0:
+            raise TuneError(f"--warmup must be 0 or more, got {self.warmup}")
         names = [name for name, _ in self.vary] + [name for name, _ in self.vary_env]
         if len(set(names)) != len(names):
             raise TuneError("a name is varied twice")
@@ -171,6 +177,8 @@ class Sweep:
                 slos=tuple(parse_slo(str(s)) for s in slos),
                 limit=data.get("limit"),
                 max_out=int(data.get("max_out", 1)),
+                repeats=None if data.get("repeats") is None else int(data["repeats"]),
+                warmup=None if data.get("warmup") is None else int(data["warmup"]),
             )
         except (TypeError, ValueError) as exc:
             raise TuneError(f"the sweep's settings do not fit: {exc}") from None
@@ -250,6 +258,7 @@ class Checked:
     idle: tuple[tuple[str, str], ...]  # hosts of --limit that do not run it, and why
     points: tuple[Point, ...]
     skipped: tuple[tuple[Point, Finding], ...]
+    floor: float  # the smallest throughput gain (tok/s) that counts: the hosts' canary_floors.output_throughput
 
 
 def check(hosts: list[HostData], chosen: set[str], sweep: Sweep) -> Checked:
@@ -291,7 +300,8 @@ def check(hosts: list[HostData], chosen: set[str], sweep: Sweep) -> Checked:
             skipped.append((point, errors[0]))
         else:
             points.append(point)
-    return Checked(tuple(used), tuple(idle), tuple(points), tuple(skipped))
+    floor = planned[used[0]].vars.canary_floors.output_throughput  # validation keeps it one value for the fleet
+    return Checked(tuple(used), tuple(idle), tuple(points), tuple(skipped), floor)
 
 
 def assign(points: list[Point], hosts: tuple[str, ...]) -> dict[str, list[Point]]:

@@ -12,8 +12,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 from typing import Any
 
+from instinct_fleet.fleet import noise
 from instinct_fleet.fleet.sweeps import Point, Slo, Sweep, TuneError, Value
 
 # What tune.md and trials.json show of each trial; the Pareto front is output throughput against median TPOT.
@@ -31,7 +33,8 @@ class Trial:
     host: str
     status: str  # measured, failed or skipped
     baseline: bool = False
-    figures: dict[str, float] = dataclasses.field(default_factory=dict)
+    figures: dict[str, float] = dataclasses.field(default_factory=dict)  # the median of each field over the runs
+    runs: list[dict[str, float]] = dataclasses.field(default_factory=list)  # every measured run's figures, kept
     meets_slo: bool | None = None
     why: str | None = None
     journal: list[str] = dataclasses.field(default_factory=list)
@@ -48,6 +51,23 @@ class Trial:
 
     def label(self) -> str:
         return self.point.label()
+
+
+def medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each field's median over the runs that have it: a trial's figures."""
+    keys = dict.fromkeys(key for run in runs for key in run)
+    return {key: median(run[key] for run in runs if key in run) for key in keys}
+
+
+def samples(trial: Trial) -> list[dict[str, float]]:
+    """A trial's runs (a trials.json from before repeats holds only its one run's figures)."""
+    return trial.runs or ([trial.figures] if trial.figures else [])
+
+
+def gain(trial: Trial, base: Trial, floor: float) -> noise.Judged | None:
+    """The trial's output throughput against the deployed configuration's: ``beyond`` only when it is higher by more
+    than ``floor`` tok/s and by more than the spread of the baseline's repeats (:mod:`instinct_fleet.fleet.noise`)."""
+    return noise.judge(noise.THROUGHPUT, samples(base), samples(trial), 0, floor, 1.0, direction="better")
 
 
 def judge(figures: Mapping[str, Any], slos: tuple[Slo, ...]) -> bool:

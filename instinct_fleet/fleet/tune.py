@@ -15,7 +15,10 @@ The sweep itself, its grid and its validation before any host are
   fact), writes them through the one applier (:func:`instinct_fleet.converge.apply.script`:
   the declared modes, owners and restarts), waits behind the deploy's health gate
   (one token generated, :mod:`instinct_fleet.converge.health`) and benchmarks it as
-  ``bench`` does. A trial whose unit fails is recorded as failed, with its
+  ``bench`` does: ``--warmup`` discarded requests, then ``--repeats`` runs, every one
+  kept (the defaults are the host's ``canary_warmup`` and ``canary_runs``), so that a
+  point is ranked by its median and named best only when it beats the deployed
+  configuration beyond the noise (:mod:`instinct_fleet.fleet.noise`). A trial whose unit fails is recorded as failed, with its
   journal; the sweep goes on.
 - **Restore is guaranteed**: a host gets back the files its deploy wrote (the
   same render with the inventory's own settings), behind the same gate, when its
@@ -39,7 +42,7 @@ from instinct_fleet.converge import apply, health, managed, preflight, probe
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import bench, canary, remote, report
 from instinct_fleet.fleet.sweeps import BASELINE, RESULT_FIELDS, Checked, Point, Sweep, assign, with_point
-from instinct_fleet.fleet.trials import SHOWN, Results, Trial, judge
+from instinct_fleet.fleet.trials import SHOWN, Results, Trial, judge, medians
 from instinct_fleet.model import paths, render, workload
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.spec import ServiceSpec
@@ -147,22 +150,30 @@ class HostTuner:
         return trial
 
     def bench(self, plan: HostPlan, point: Point, trial: Trial) -> None:
+        """``repeats`` measured runs, the first after ``warmup`` discarded requests; every run is kept under runs/."""
         svc = self.service(plan)
         concurrency = [self.sweep.concurrency] if self.sweep.concurrency else None
         (job,) = workload.jobs(plan.spec, svc, self.sweep.profile, self.sweep.num_prompts, concurrency)
+        v = plan.spec.vars
+        repeats = self.sweep.repeats or v.canary_runs
+        warmup = v.canary_warmup if self.sweep.warmup is None else self.sweep.warmup
         stamp = f"tune-{self.results.dir.name}"
-        done = self.runner.run(self.name, bench.command(job, stamp, None), workload.time_limit([job]))
-        data = bench.result_of(done.stdout) if done.ok else None
-        if data is None:
-            trial.why = f"vllm bench serve failed: {done.error or (done.stderr or done.stdout).strip()[-500:]}"
-            return
-        canary.store(self.results.run_dir(point, self.name), job, 0, data)
-        failed = report.failed_requests(data)
-        if failed is not None:  # the figures of the requests left over would flatter the point
-            trial.why = f"vllm bench serve: {failed}; its result is kept under runs/, not compared"
-            return
+        for repeat in range(repeats):
+            done = self.runner.run(self.name, bench.command(job, stamp, None, warmup if repeat == 0 else 0), workload.time_limit([job]))
+            data = bench.result_of(done.stdout) if done.ok else None
+            if data is None:
+                trial.why = (
+                    f"vllm bench serve failed (run {repeat + 1} of {repeats}): {done.error or (done.stderr or done.stdout).strip()[-500:]}"
+                )
+                return
+            canary.store(self.results.run_dir(point, self.name), job, repeat, data)
+            failed = report.failed_requests(data)
+            if failed is not None:  # the figures of the requests left over would flatter the point
+                trial.why = f"vllm bench serve: {failed} (run {repeat + 1} of {repeats}); its result is kept under runs/, not compared"
+                return
+            trial.runs.append({k: float(data[k]) for k in RESULT_FIELDS if isinstance(data.get(k), int | float)})
         trial.status = "measured"
-        trial.figures = {k: float(data[k]) for k in RESULT_FIELDS if isinstance(data.get(k), int | float)}
+        trial.figures = medians(trial.runs)
         trial.meets_slo = judge(trial.figures, self.sweep.slos)
 
     def restore(self) -> str | None:

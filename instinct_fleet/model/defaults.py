@@ -242,6 +242,17 @@ class RayPorts(_Strict):
 RAY_PORTS = RayPorts().model_dump()
 
 
+class CanaryFloors(_Strict):
+    """The smallest change of each figure the canary counts, whatever its percentage (vLLM's result field names)."""
+
+    output_throughput: Annotated[float, Field(ge=0)] = 10.0  # tok/s
+    median_tpot_ms: Annotated[float, Field(ge=0)] = 0.5
+    median_ttft_ms: Annotated[float, Field(ge=0)] = 2.0
+
+
+CANARY_FLOORS = CanaryFloors().model_dump()
+
+
 class Instance(_Strict):
     """One entry of ``vllm_instances``; unset keys fall back to the host's variables and the recipe."""
 
@@ -520,11 +531,27 @@ class FleetVars(_Strict):
     )
     canary_max_regression: Annotated[float, Field(ge=0)] = Field(
         default=10,
-        description="Percent by which the canary's output throughput may fall, or its median TPOT or median TTFT rise, before it counts as a failed batch (rolled back with `rolling_on_failure`, and the roll stops).",
+        description="Percent by which the canary's output throughput may fall, or its median TPOT or median TTFT rise, before it can count as a regression; it counts only when the change is also beyond `canary_floors` and beyond the noise of the repeated runs (`canary_alpha`). A regression is a failed batch (rolled back with `rolling_on_failure`, and the roll stops).",
+    )
+    canary_floors: CanaryFloors = Field(
+        default_factory=_as_written(CANARY_FLOORS),
+        description="The smallest change of each canary figure that counts, whatever its percentage: `output_throughput` (tok/s), `median_tpot_ms`, `median_ttft_ms`; override single keys.",
     )
     canary_runs: Annotated[StrictInt, Field(ge=1, le=10)] = Field(
-        default=1,
-        description="Runs of the canary profile per measurement; the means are compared. Raise it when one run of the profile is too noisy.",
+        default=3,
+        description="Runs of the canary profile before and after the change. Every run is kept; the figures compared are the medians over the runs, and the spreads of the runs on both sides, added up, are the noise band of output throughput (one run gives none).",
+    )
+    canary_warmup: Annotated[StrictInt, Field(ge=0)] = Field(
+        default=8,
+        description="Requests sent to each canary instance before its measured runs, before and after the change, whose results are discarded: the first requests after a restart are slow for reasons the change does not cause. 0: none.",
+    )
+    canary_alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
+        default=0.001,
+        description="Significance level of the canary's noise test on TTFT and TPOT: a one-sided Mann-Whitney U test over the requests of every run before and after the change.",
+    )
+    canary_inconclusive: Literal["proceed", "rollback"] = Field(
+        default="proceed",
+        description='What a canary does whose figures moved beyond `canary_max_regression` and `canary_floors` but not beyond the noise: `"proceed"` rolls on and says so in the summary; `"rollback"` treats it as a regression.',
     )
     rolling_drain_timeout: Annotated[StrictInt, Field(ge=0)] = Field(
         default=60,

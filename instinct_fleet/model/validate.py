@@ -10,8 +10,10 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
+
+from pydantic import BaseModel
 
 from instinct_fleet.model import knowledge, startup, workload
 from instinct_fleet.model.crosscheck import member, unpinned_image, validate_crossings
@@ -481,21 +483,37 @@ def validate_clusters(specs: list[HostSpec]) -> list[Finding]:
     return found
 
 
+# The variables one roll reads for the whole fleet: its pace, and the canary's measurement and verdict.
+ROLLING_FLEET_KEYS = (
+    "rolling_batch",
+    "rolling_max_failures",
+    "rolling_on_failure",
+    "canary_profile",
+    "canary_max_regression",
+    "canary_floors",
+    "canary_runs",
+    "canary_warmup",
+    "canary_alpha",
+    "canary_inconclusive",
+)
+
+
+def _as_written(value: object) -> object:
+    return value.model_dump() if isinstance(value, BaseModel) else value
+
+
 def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
     """One roll paces the whole fleet: hosts that disagree on its pace are named with the value most hosts have."""
     found: list[Finding] = []
-    batches: list[object] = [spec.vars.rolling_batch for spec in specs]
-    failures: list[object] = [spec.vars.rolling_max_failures for spec in specs]
-    on_failure: list[object] = [spec.vars.rolling_on_failure for spec in specs]
-    canary: list[object] = [spec.vars.canary_profile for spec in specs]
-    for key, values in (
-        ("rolling_batch", batches),
-        ("rolling_max_failures", failures),
-        ("rolling_on_failure", on_failure),
-        ("canary_profile", canary),
-    ):
-        common = max(set(values), key=values.count, default=None)
-        for spec, value in zip(specs, values, strict=True):
+    for key in ROLLING_FLEET_KEYS:
+        # A settings model (canary_floors) is compared and named as group_data writes it, a dict.
+        written = {str(spec.host): _as_written(getattr(spec.vars, key)) for spec in specs}
+        counts = Counter(json.dumps(value, sort_keys=True) for value in written.values())
+        if len(counts) < 2:
+            continue
+        common = json.loads(max(counts, key=lambda k: counts[k]))
+        for spec in specs:
+            value = written[str(spec.host)]
             if value != common:
                 found.append(finding("rolling-fleet", spec.host, key, f"{value!r} here, {common!r} on most hosts; one value for the fleet"))
     return found

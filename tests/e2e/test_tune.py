@@ -45,7 +45,12 @@ SWEEP = [
     "2",
     "--limit",
     LIMIT,
+    "--repeats",  # the points differ by far more than noise; the equal sweep below runs the default repeats
+    "1",
 ]
+# Points the stand-in serves alike (vLLM's log level): none may be named best.
+EQUAL = ["--instance", "main", "--vary-env", "VLLM_LOGGING_LEVEL=INFO,DEBUG", "--profile", "tune"]
+EQUAL += ["--num-prompts", "8", "--concurrency", "8", "--max-out", "2", "--limit", LIMIT]
 
 
 def staging(fleet: dict[str, Any], tmp_path: Path) -> str:
@@ -165,6 +170,20 @@ def test_a_sweep_runs_in_parallel_restores_on_interrupt_resumes_and_finds_the_fr
     worst = min(first_probe.worst(), probe.worst())
     assert worst >= len(units(fleet)) - 2, probe.samples[:5]
     trial_seconds = sum(t["seconds"] for t in done if t["status"] != "skipped")
+
+    # Points equal within noise, each measured with the defaults (a warm-up, then 3 runs): no point beats the
+    # deployed configuration, tune.md says so with its evidence, and no best.py is written.
+    equal = tmp_path / "equal"
+    same = subprocess.run(
+        [*CLI, "tune", inv, "--project-dir", str(ROOT), *EQUAL, "--output", str(equal)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-3000:]
+    measured = [t for t in trials(equal) if t["status"] == "measured"]
+    assert len(measured) == 4 and all(len(t["runs"]) == 3 for t in measured), trials(equal)
+    said = (equal / "tune.md").read_text().split("## Best point within the SLOs")[1]
+    assert "No point beats the deployed configuration" in said and not (equal / "best.py").exists(), said
+    assert "3 runs)" in (equal / "tune.md").read_text()
+    assert serving_files(fleet, HOSTS) == before
     FIGURES.append(
         f"tune: 8 points (4 skipped as invalid) and 2 baselines on 2 hosts, max-out 2: {resumed.stdout.splitlines()[-2]}; "
         f"trials summed {trial_seconds:.0f} s; worst sample {worst}/{len(units(fleet))} units healthy"

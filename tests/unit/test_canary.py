@@ -2,56 +2,61 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+
+import pytest
 
 from instinct_fleet.fleet import canary
 from instinct_fleet.fleet.roll import Roll, ServingUnit, batches
 from instinct_fleet.model.inventory import resolve_host
 from instinct_fleet.model.validate import validate_canary
+from tests.unit.test_noise import ALPHA, FLOORS, runs
 
-# vLLM's result fields, as the stand-in's bench (and vLLM's) writes them: one run of a 16-prompt profile.
-BEFORE = {"output_throughput": 1500.0, "median_tpot_ms": 2.6, "median_ttft_ms": 45.0, "completed": 16}
-
-
-def run(throughput: float, tpot: float, ttft: float) -> dict[str, float]:
-    return {**BEFORE, "output_throughput": throughput, "median_tpot_ms": tpot, "median_ttft_ms": ttft}
+RULE = canary.Rule(limit=10, floors=FLOORS, alpha=ALPHA, inconclusive="proceed")
 
 
-def test_a_change_within_the_limit_passes_and_one_beyond_it_names_each_metric_with_its_figures() -> None:
-    faster = canary.compare("main", [BEFORE], [run(1650, 2.35, 41)], 10)
-    assert faster.regressions == () and "output throughput 1500.0 -> 1650.0 tok/s (+10.0%)" in faster.figures()
-    slower = canary.compare("main", [BEFORE], [run(760, 5.2, 47)], 10)
-    assert slower.regressions == (
-        "output throughput 1500.0 -> 760.0 tok/s (-49.3%, more than 10%)",
-        "median TPOT 2.6 -> 5.2 ms (+100.0%, more than 10%)",
-    )
-    # TTFT alone, just beyond the limit; and a stricter limit catches a smaller change.
-    assert canary.compare("main", [BEFORE], [run(1500, 2.6, 49.6)], 10).regressions[0].startswith("median TTFT")
-    assert canary.compare("main", [BEFORE], [run(1400, 2.6, 45)], 5).regressions[0].startswith("output throughput")
+def test_a_regression_beyond_the_noise_fails_the_canary_with_its_evidence() -> None:
+    found = RULE.compare("main", runs(1, 3, 45.0, 4.0, 726.0), runs(2, 3, 67.5, 6.0, 484.0))
+    problem = RULE.problem(found)
+    assert problem is not None and problem.startswith("canary regressed: main: output throughput")
+    assert "median TPOT" in problem and "Mann-Whitney p=" in problem
+    entry = found.as_json()
+    assert entry["outcome"] == "regressed" and entry["runs"] == [3, 3] and len(entry["regressions"]) == 3
+    assert entry["before"]["median_tpot_ms"] == pytest.approx(4.0, rel=0.05)
 
 
-def test_repeated_runs_are_compared_by_their_means() -> None:
-    noisy = [run(1300, 2.6, 45), run(1700, 2.6, 45)]  # one slow run alone would be a regression
-    assert canary.compare("main", noisy, [run(1500, 2.6, 45)], 10).regressions == ()
-    assert canary.means(noisy)["output_throughput"] == 1500
+def test_an_inconclusive_canary_proceeds_or_rolls_back_as_canary_inconclusive_says() -> None:
+    before, after = [{"output_throughput": 700.0}], [{"output_throughput": 600.0}]  # one run: no noise band
+    found = RULE.compare("main", before, after)
+    assert found.verdict.outcome == "inconclusive" and RULE.problem(found) is None
+    strict = dataclasses.replace(RULE, inconclusive="rollback")
+    problem = strict.problem(strict.compare("main", before, after))
+    assert problem is not None and problem.startswith("canary inconclusive (canary_inconclusive = rollback): main: output throughput")
 
 
-def test_a_result_missing_a_field_compares_only_what_both_have() -> None:
-    partial = {"output_throughput": 1500.0}
-    assert canary.compare("main", [partial], [run(1000, 9, 90)], 10).regressions == (
-        "output throughput 1500.0 -> 1000.0 tok/s (-33.3%, more than 10%)",
-    )
-
-
-def test_the_roll_records_both_phases_and_reports_the_regression() -> None:
+def test_the_roll_records_both_phases_and_says_what_it_decided() -> None:
     units = [ServingUnit("a", ("a",), "restart")]
-    roll = Roll(units, batches(units, 1, canary=True), 0, on_failure="rollback", canary_host="a", canary_limit=10)
-    assert roll.measure("a", "before", "main", [BEFORE]) is None
-    problem = roll.measure("a", "after", "main", [run(700, 5.5, 46)])
-    assert problem is not None and "canary regressed" in problem and "1500.0 -> 700.0" in problem
+    roll = Roll(units, batches(units, 1, canary=True), 0, on_failure="rollback", canary_host="a", canary_rule=RULE)
+    assert roll.measure("a", "before", "main", runs(1, 3, 45.0, 4.0, 726.0)) is None
+    problem = roll.measure("a", "after", "main", runs(2, 3, 67.5, 6.0, 484.0))
+    assert problem is not None and "canary regressed" in problem
     (row,) = roll.summary({"a": ("vllm-main",)}, set())
-    assert row["canary"][0]["before"]["output_throughput"] == 1500 and row["canary"][0]["after"]["median_tpot_ms"] == 5.5
+    assert row["canary"][0]["outcome"] == "regressed" and row["canary"][0]["after"]["median_tpot_ms"] == pytest.approx(6.0, rel=0.05)
+    # An inconclusive canary lets the roll go on and the summary says so.
+    roll = Roll(units, batches(units, 1, canary=True), 0, on_failure="rollback", canary_host="a", canary_rule=RULE)
+    roll.measure("a", "before", "main", [{"output_throughput": 700.0}])
+    assert roll.measure("a", "after", "main", [{"output_throughput": 600.0}]) is None
+    assert roll.reasons["a"][0].startswith("canary inconclusive, proceeding: main: output throughput 700.0 -> 600.0 tok/s")
+
+
+def test_the_canary_rule_is_the_fleet_s_variables() -> None:
+    spec, found = resolve_host("h1", {"canary_profile": "latency", "canary_floors": {"median_ttft_ms": 5}})
+    assert not found, found
+    rule = canary.Rule.of(spec.vars)
+    assert rule.floors == {"output_throughput": 10.0, "median_tpot_ms": 0.5, "median_ttft_ms": 5.0}
+    assert (rule.limit, rule.alpha, rule.inconclusive) == (10, 0.001, "proceed")
 
 
 def test_the_canary_is_the_smallest_restarting_unit_alone_then_rolling_batch() -> None:
@@ -82,8 +87,11 @@ def test_a_canary_profile_must_exist_and_fit_every_instance(tmp_path: Path) -> N
 def test_the_canary_stores_its_runs_where_bench_does_for_report(tmp_path: Path) -> None:
     spec, _ = resolve_host("h1", {"vllm_instances": [{"name": "main"}], "canary_runs": 2})
     (first, second) = canary.runs(spec, spec.services[0], "latency")
-    canary.store(tmp_path, first[0], first[1], BEFORE)
-    canary.store(tmp_path, second[0], second[1], BEFORE)
+    one, two = runs(1, 2, 45.0, 4.0, 726.0)
+    canary.store(tmp_path, first[0], first[1], one)
+    canary.store(tmp_path, second[0], second[1], two)
     folder = tmp_path / "h1" / "main"
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "latency-c1-run2.json", "latency-c1.json"]
     assert json.loads((folder / "config.json").read_text())["profile"] == "latency"
+    # Every run is kept whole, its per-request records included: report and the noise test read them.
+    assert json.loads((folder / "latency-c1-run2.json").read_text())["ttfts"] == two["ttfts"]

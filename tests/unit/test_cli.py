@@ -253,6 +253,7 @@ def test_a_top_level_list_named_like_a_variable_is_not_taken_for_hosts(tmp_path:
         (["--concurrency", "0"], "--concurrency values must be 1 or more"),
         (["--concurrency", "eight"], "--concurrency takes comma-separated whole numbers"),
         (["--num-prompts", "0"], "--num-prompts must be 1 or more"),
+        (["--warmup", "-1"], "--warmup must be 0 or more"),
         (["--profile", "long"], "more than gpu-1/main's --max-model-len 8192"),
     ],
 )

@@ -97,7 +97,7 @@ def test_bench_command_runs_the_instance_image_with_vllm_flag_names() -> None:
     )
     svc = spec.services[0]
     (seed,) = workload.jobs(spec, svc, "seed-001-gpt-oss", 16, None)
-    argv = shlex.split(bench.command(seed, "T", None).split(" && ", 1)[1].split(" && printf")[0])
+    argv = shlex.split(bench.command(seed, "T", None).rsplit("; ", 1)[1].split(" && printf")[0])
     entry = argv.index("--entrypoint")
     assert argv[entry + 1 : entry + 5] == ["vllm", svc.image, "bench", "serve"]
     flags = dict(zip(argv[entry + 5 :: 1], argv[entry + 6 :: 1], strict=False))
@@ -107,9 +107,17 @@ def test_bench_command_runs_the_instance_image_with_vllm_flag_names() -> None:
     )
     assert (
         "--save-result" in argv
+        and "--save-detailed" in argv  # every request's records, for the noise test (instinct_fleet/fleet/noise.py)
         and "--ignore-eos" in argv
         and ["--env-file", paths.unit_env_path(paths.vllm_unit(svc.name))] == argv[argv.index("--env-file") : argv.index("--env-file") + 2]
     )
+    # A warm-up: the same run with 8 prompts, nothing saved, before the measured one; its output shows only if it fails.
+    warmed = bench.command(seed, "T", None, 8)
+    warm = warmed.split("warm=$(", 1)[1].split(" 2>&1)", 1)[0]
+    warm_argv = shlex.split(warm)
+    assert warm_argv[warm_argv.index("--num-prompts") + 1] == "8" and "--save-result" not in warm_argv
+    assert warm_argv[: warm_argv.index("--num-prompts")] == argv[: argv.index("--num-prompts")]
+    assert "exit 4; }" in warmed and warmed.rsplit("; ", 1)[1] == bench.command(seed, "T", None).rsplit("; ", 1)[1]
     long = workload.jobs(spec, svc, "long", None, None)
     assert [(j.concurrency, j.num_prompts, j.filename) for j in long] == [(2, 10, "long-c2.json"), (4, 10, "long-c4.json")]
     assert set(workload.BUILTIN_PROFILES) <= set(workload.profiles(spec))

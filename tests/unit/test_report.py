@@ -65,7 +65,38 @@ def test_the_seed_is_compared_only_with_the_same_model_and_configuration(tmp_pat
 def test_an_instance_more_than_ten_percent_below_its_peers_is_flagged_with_its_host(tmp_path: Path) -> None:
     tree = results(tmp_path, {("gpu-1", "main"): 480.0, ("gpu-2", "main"): 470.0, ("gpu-3", "main"): 400.0, ("gpu-4", "main"): 440.0})
     flagged = report.outliers(report.load(tree))
-    assert [(r.host, round(v), round(m)) for r, v, m in flagged] == [("gpu-3", 400, 455)]
+    # One run each: named, but unconfirmed, since a difference between single runs may be noise.
+    assert [(o.run.host, round(o.value), round(o.peers), o.confirmed) for o in flagged] == [("gpu-3", 400, 455, False)]
+    report.write(tree)
+    assert "unconfirmed: one run may be noise, so measure it again with repeats" in (tree / "report.md").read_text()
+
+
+def repeat(tree: Path, host: str, values: list[float]) -> None:
+    """More runs of the same measurement, as bench and the canary write them (``-runN``)."""
+    first = tree / host / "main" / "vllm-8qps-gpt-oss-120b.json"
+    data = json.loads(first.read_text())
+    first.write_text(json.dumps({**data, "output_throughput": values[0]}))
+    for n, value in enumerate(values[1:], start=2):
+        (first.parent / f"vllm-8qps-gpt-oss-120b-run{n}.json").write_text(json.dumps({**data, "output_throughput": value}))
+
+
+def test_repeated_runs_count_once_by_their_median_with_their_spread_and_confirm_an_outlier(tmp_path: Path) -> None:
+    tree = results(tmp_path, {("gpu-1", "main"): 480.0, ("gpu-2", "main"): 470.0, ("gpu-3", "main"): 400.0})
+    repeat(tree, "gpu-1", [480.0, 470.0, 490.0])
+    repeat(tree, "gpu-2", [470.0, 475.0, 465.0])
+    repeat(tree, "gpu-3", [400.0, 405.0, 395.0])
+    runs = report.load(tree)
+    assert len(runs) == 9
+    # The fleet sums each instance once, by its median: not three runs of each.
+    assert report.fleet_rows(runs)[1][2:4] == ["3", "1350.00"]
+    rows = {row[0]: row for row in report.run_rows(runs)[1:]}
+    assert rows["gpu-1"][4:5] == ["3"] and rows["gpu-1"][7] == "480.00 (470.00-490.00, 3 runs)"
+    (flagged,) = report.outliers(runs)
+    assert (flagged.run.host, flagged.runs, flagged.confirmed) == ("gpu-3", 3, True)
+    # A best run within 10% of the peers leaves it unconfirmed.
+    repeat(tree, "gpu-3", [400.0, 405.0, 460.0])
+    (flagged,) = report.outliers(report.load(tree))
+    assert not flagged.confirmed
 
 
 def test_report_writes_markdown_plots_and_prints_the_fleet_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,10 +159,10 @@ def test_a_run_that_lost_requests_is_listed_and_left_out_of_every_comparison(tmp
     assert gpu3.failed and gpu3.unlike(report.REFERENCES["seed-001-gpt-oss"]) == gpu3.failed
     assert report.outliers(runs) == []  # gpu-3's 900 tok/s neither sets the median nor is compared
     assert report.fleet_rows(runs)[1][2:4] == ["2", "949.07"]
-    assert [row[:5] for row in report.run_rows(runs)[1:]] == [
-        ["gpu-1", "main", "seed-001-gpt-oss", "8", "0"],
-        ["gpu-2", "main", "seed-001-gpt-oss", "8", "0"],
-        ["gpu-3", "main", "seed-001-gpt-oss", "8", "12"],
+    assert [row[:6] for row in report.run_rows(runs)[1:]] == [
+        ["gpu-1", "main", "seed-001-gpt-oss", "8", "1", "0"],
+        ["gpu-2", "main", "seed-001-gpt-oss", "8", "1", "0"],
+        ["gpu-3", "main", "seed-001-gpt-oss", "8", "1", "12"],
     ]
     assert {row[0] for row in report.reference_rows(runs)[1:]} == {"gpu-1", "gpu-2"}
     assert main(["report", str(tree)]) == 0

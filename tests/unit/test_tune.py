@@ -90,6 +90,11 @@ def test_a_sweep_with_nothing_to_vary_or_a_bad_setting_is_refused() -> None:
         Sweep.from_json({"instance": "main"})
     with pytest.raises(TuneError, match="max-out must be 1 or more"):
         sweep(max_out=0)
+    with pytest.raises(TuneError, match="--repeats must be 1 to 10, got 0"):
+        sweep(repeats=0)
+    with pytest.raises(TuneError, match="--warmup must be 0 or more, got -1"):
+        sweep(warmup=-1)
+    assert (sweep(repeats=5, warmup=0).repeats, Sweep.from_json(sweep(repeats=5).as_json()).repeats) == (5, 5)
     with pytest.raises(TuneError, match="unknown key"):
         sweep(hosts=3)
     with pytest.raises(TuneError, match="varied twice"):
@@ -185,14 +190,60 @@ def test_the_best_point_is_the_fastest_that_meets_every_slo() -> None:
 
 
 def test_the_report_sorts_by_throughput_and_gives_the_gain_over_the_deployed_configuration(tmp_path: Path) -> None:
-    text = tunereport.markdown([A, B, C, D, BASE, FAILED], sweep(slos=["median_tpot_ms<=8"]), (), "2 trials.")
+    text = tunereport.markdown([A, B, C, D, BASE, FAILED], sweep(slos=["median_tpot_ms<=8"]), (), "2 trials.", 10.0)
     rows = [line for line in text.splitlines() if line.startswith("| --") or line.startswith("| deployed")]
     assert [r.split(" | ")[2] for r in rows] == ["2000.0", "1900.0", "1800.0", "1000.0", "900.0"]
     assert "**--max-num-seqs=4** on s1: 1000.0 output tok/s" in text
+    assert "It meets every SLO in each of its 1 run(s); the deployed configuration misses them." in text
     assert "output throughput -44.4% (1800.0 -> 1000.0 tok/s), median TPOT -68.0% (12.5 -> 4.0 ms)" in text
     assert "--max-num-seqs=128 on s2: vllm-main: not healthy" in text
     tunereport.plot([A, B, C, D, BASE], tmp_path / "pareto.png")
     assert (tmp_path / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def repeated(seqs: int, throughputs: list[float], baseline: bool = False) -> Trial:
+    """A point measured once per throughput (TPOT and TTFT equal), as trials.json keeps it."""
+    runs = [{"output_throughput": t, "median_tpot_ms": 5.0, "median_ttft_ms": 300.0} for t in throughputs]
+    return Trial(
+        {} if baseline else {"--max-num-seqs": seqs},
+        "s1",
+        "measured",
+        baseline=baseline,
+        figures=trials.medians(runs),
+        runs=runs,
+        meets_slo=True,
+    )
+
+
+def test_a_point_is_named_best_only_when_it_beats_the_deployed_configuration_beyond_the_noise(tmp_path: Path) -> None:
+    base = repeated(0, [1000.0, 1060.0, 1030.0], baseline=True)
+    # Within the runs' spreads (60 tok/s and the point's own): every point equal within noise, so none is named.
+    equal = [base, repeated(8, [1050.0, 1000.0, 1070.0]), repeated(16, [1020.0, 1045.0, 1010.0])]
+    winner, said = tunereport.champion(equal, sweep(), 10.0)
+    assert winner is None and said.startswith("No point beats the deployed configuration beyond the noise.")
+    assert "within the noise (the 3 and 3 runs' spreads add up to 130.0 tok/s)" in said
+    # Beyond it: named, with the evidence.
+    faster = repeated(32, [1200.0, 1180.0, 1210.0])
+    winner, said = tunereport.champion([*equal, faster], sweep(), 10.0)
+    assert winner is faster and "beyond 0%, 10 tok/s and the noise (the 3 and 3 runs' spreads add up to 90.0 tok/s)" in said
+    # One run per point: no noise band, so nothing can be named.
+    winner, said = tunereport.champion([repeated(0, [1000.0], True), repeated(32, [1200.0])], sweep(), 10.0)
+    assert winner is None and "one run a side: no noise band" in said
+    # The table gives each figure's median and spread; best.py is written only for a point that beats the baseline.
+    text = tunereport.markdown(equal, sweep(), (), "3 trials.", 10.0)
+    assert "| --max-num-seqs=8 | s1 | 1050.0 (1000.0-1070.0, 3 runs) |" in text
+    results = trials.Results(tmp_path)
+    results.start(sweep())
+    results.trials = list(equal)
+    checked = sweeps.Checked(("s1",), (), (), (), 10.0)
+    hosts = [HostData("s1", ("staging",), {"vllm_instances": [{"name": "main"}]})]
+    tunereport.write_report(results, hosts, sweep(), checked, "3 trials.")
+    assert not (tmp_path / "best.py").exists()
+    results.trials.append(faster)
+    tunereport.write_report(results, hosts, sweep(), checked, "4 trials.")
+    assert "--max-num-seqs" in (tmp_path / "best.py").read_text()
+    # trials.json keeps every run of every point.
+    assert [t.runs for t in trials.Results(tmp_path).trials if not t.baseline][-1] == faster.runs
 
 
 def test_best_py_is_group_data_that_deploys_the_winner(tmp_path: Path) -> None:
@@ -312,7 +363,10 @@ def test_a_benchmark_that_lost_requests_fails_its_trial_and_keeps_its_result(tmp
     failed = Trial({}, "s1", "failed", baseline=True)
     tuner.bench(plan, BASELINE, failed)
     assert failed.status == "failed" and failed.figures == {} and failed.meets_slo is None
-    assert failed.why == "vllm bench serve: 10 of 80 requests failed (Internal Server Error); its result is kept under runs/, not compared"
+    assert (
+        failed.why
+        == "vllm bench serve: 10 of 80 requests failed (Internal Server Error) (run 1 of 3); its result is kept under runs/, not compared"
+    )
     kept = tmp_path / "runs" / "deployed" / "s1" / "s1" / "main" / "seed-001-gpt-oss-c8.json"
     assert json.loads(kept.read_text())["failed"] == 10
     runner.stdout = runner.stdout.replace(json.dumps(lost), json.dumps(seed))

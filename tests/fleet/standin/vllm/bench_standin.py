@@ -48,6 +48,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--percentile-metrics", default="ttft,tpot,itl")
     p.add_argument("--metric-percentiles", default="99")
     p.add_argument("--save-result", action="store_true")
+    p.add_argument("--save-detailed", action="store_true")
     p.add_argument("--result-dir")
     p.add_argument("--result-filename")
     p.add_argument("--label")
@@ -206,10 +207,11 @@ def main(argv: list[str]) -> int:
         "request_goodput": None,
         "output_throughput": sum(output_lens) / duration,
         "total_token_throughput": (sum(input_lens) + sum(output_lens)) / duration,
-        "input_lens": input_lens,
-        "output_lens": output_lens,
-        "ttfts": ttfts,
-        "itls": [r["itl"] for r in ok],
+        # Per request, every request in order as vLLM records them (a failed one: 0, no ITLs, its error).
+        "input_lens": [len(p.split()) if r.get("success") else 0 for (p, _), r in zip(requests, results, strict=True)],
+        "output_lens": [(r["output_tokens"] or len(r["itl"]) + 1) if r.get("success") else 0 for r in results],
+        "ttfts": [r.get("ttft", 0.0) if r.get("success") else 0.0 for r in results],
+        "itls": [r.get("itl", []) if r.get("success") else [] for r in results],
         "errors": [r.get("error", "") for r in results],
     }
     percentiles = [float(p) for p in args.metric_percentiles.split(",")]
@@ -232,6 +234,9 @@ def main(argv: list[str]) -> int:
             out[key] = percentile(values, p)
             print(f"{'P' + str(int(p) if p.is_integer() else p) + ' ' + name.upper() + ' (ms):':<40}{out[key]:<10.2f}")
     print("==================================================", flush=True)
+    if not args.save_detailed:  # vLLM keeps the per-request records only with --save-detailed
+        for key in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors", "start_times"):
+            out.pop(key, None)
     if args.save_result:
         name = (
             args.result_filename
