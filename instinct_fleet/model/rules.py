@@ -154,7 +154,7 @@ _RULES = (
     Rule(
         "rolling-fleet",
         "error",
-        "`rolling_batch`, `rolling_max_failures`, `rolling_on_failure` and `canary_profile` pace one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",
+        "`rolling_batch`, `rolling_max_failures`, `rolling_on_failure` and the canary's settings (`canary_profile`, `canary_max_regression`, `canary_floors`, `canary_runs`, `canary_warmup`, `canary_alpha`, `canary_inconclusive`) pace and judge one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",
     ),
     Rule(
         "canary-profile",

@@ -508,13 +508,15 @@ def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
     for key in ROLLING_FLEET_KEYS:
         # A settings model (canary_floors) is compared and named as group_data writes it, a dict.
         written = {str(spec.host): _as_written(getattr(spec.vars, key)) for spec in specs}
-        counts = Counter(json.dumps(value, sort_keys=True) for value in written.values())
+        keys = {host: json.dumps(value, sort_keys=True) for host, value in written.items()}
+        counts = Counter(keys.values())
         if len(counts) < 2:
             continue
-        common = json.loads(max(counts, key=lambda k: counts[k]))
+        most = max(counts, key=lambda k: counts[k])
+        common = next(written[host] for host, k in keys.items() if k == most)
         for spec in specs:
             value = written[str(spec.host)]
-            if value != common:
+            if keys[str(spec.host)] != most:
                 found.append(finding("rolling-fleet", spec.host, key, f"{value!r} here, {common!r} on most hosts; one value for the fleet"))
     return found
 

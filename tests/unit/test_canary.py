@@ -11,7 +11,7 @@ import pytest
 from instinct_fleet.fleet import canary
 from instinct_fleet.fleet.roll import Roll, ServingUnit, batches
 from instinct_fleet.model.inventory import resolve_host
-from instinct_fleet.model.validate import validate_canary
+from instinct_fleet.model.validate import validate_canary, validate_rolling
 from tests.unit.test_noise import ALPHA, FLOORS, runs
 
 RULE = canary.Rule(limit=10, floors=FLOORS, alpha=ALPHA, inconclusive="proceed")
@@ -95,3 +95,17 @@ def test_the_canary_stores_its_runs_where_bench_does_for_report(tmp_path: Path) 
     assert json.loads((folder / "config.json").read_text())["profile"] == "latency"
     # Every run is kept whole, its per-request records included: report and the noise test read them.
     assert json.loads((folder / "latency-c1-run2.json").read_text())["ttfts"] == two["ttfts"]
+
+
+def test_the_canary_s_settings_are_one_value_for_the_fleet() -> None:
+    """The roll judges its canary on one host by one rule: a host that disagrees is named with the fleet's value."""
+    specs = [
+        resolve_host(name, {"canary_profile": "latency", **extra})[0]
+        for name, extra in (("a", {}), ("b", {}), ("c", {"canary_floors": {"median_ttft_ms": 5}}))
+    ]
+    (found,) = validate_rolling(specs)
+    assert (found.rule, str(found.host), found.key) == ("rolling-fleet", "c", "canary_floors")
+    assert (
+        "'median_ttft_ms': 5.0} here, {'output_throughput': 10.0, 'median_tpot_ms': 0.5, 'median_ttft_ms': 2.0} on most hosts"
+        in found.message
+    )
