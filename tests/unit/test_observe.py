@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -283,3 +284,48 @@ def test_status_health_is_the_gate_s_definition() -> None:
     assert status._health(["health 200"], instance=False) == "ok"  # the exporter's /metrics
     svc_script = status.script(pf.plan({"vllm_api_key_path": "/etc/instinct-fleet/api-key"}, preflight.parse_report(pf.mi300x_host())).spec)
     assert health.serving(8080, "openai/gpt-oss-120b", "/etc/instinct-fleet/api-key") in svc_script
+
+
+FAKE_DOCKER = r"""#!/bin/sh
+# A docker that records each run's --num-prompts and, for a measured run, writes vLLM's result where -v mounts /results.
+prompts= out= name=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --num-prompts) prompts=$2 ;;
+    --result-filename) name=$2 ;;
+    -v) case "$2" in *:/results) out=${2%:/results} ;; esac ;;
+  esac
+  shift
+done
+echo "$prompts" >> "$LOG"
+if [ -z "$name" ]; then
+  [ -z "$WARMUP_FAILS" ] || { echo "Traceback: the warm-up broke"; exit 1; }
+  echo "warm-up output nobody should see"; exit 0
+fi
+echo '{"output_throughput": 700.0, "completed": 16}' > "$out/$name"
+"""
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_warm_up_runs_first_and_a_failed_one_ends_the_command_with_its_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: bool
+) -> None:
+    """The command as a shell runs it, with a stand-in docker: the warm-up's requests first and silent, then the
+    measured run's JSON; a warm-up that fails ends it with its last lines, so nothing unwarmed is measured."""
+    docker = tmp_path / "docker"
+    docker.write_text(FAKE_DOCKER)
+    docker.chmod(0o755)
+    monkeypatch.setattr(paths, "DOCKER", str(docker))
+    monkeypatch.setattr(paths, "BENCH_ROOT", str(tmp_path / "bench"))
+    spec, _ = check({})
+    (job,) = workload.jobs(spec, spec.services[0], "latency", 16, None)
+    log = tmp_path / "runs.log"
+    env = {"PATH": "/usr/bin:/bin", "LOG": str(log), **({"WARMUP_FAILS": "1"} if fails else {})}
+    done = subprocess.run(["sh", "-c", bench.command(job, "T", None, 8)], capture_output=True, text=True, env=env)
+    if fails:
+        assert done.returncode == 4 and log.read_text().split() == ["8"]
+        assert "vllm bench serve warm-up failed:" in done.stdout and "Traceback: the warm-up broke" in done.stdout
+        assert bench.result_of(done.stdout) is None
+    else:
+        assert done.returncode == 0 and log.read_text().split() == ["8", "16"], done.stderr
+        assert "nobody should see" not in done.stdout and bench.result_of(done.stdout) == {"output_throughput": 700.0, "completed": 16}
