@@ -57,8 +57,11 @@ def test_a_host_that_hangs_mid_run_fails_alone(baseline: str, fleet: dict[str, A
     assert "Traceback" not in output
     summary = output.split("Roll summary:")[-1]
     assert "sim-gpu-2" in summary and "failed" in summary.split("sim-gpu-2", 1)[1].splitlines()[0]
-    repaired = deploy(inventory=short)  # the work the hung host never did
-    assert {(h, names.split(" | ")[-1]) for h, names in repaired.changed()} == {("sim-gpu-2", "NUMA balancing off at boot")}
+    # The work the hung host never did, and only that: its one operation, unless the command it had already
+    # received finished once the host was unpaused (the file is then there, and nothing is left to repair).
+    repaired = deploy(inventory=short)
+    assert {(h, names.split(" | ")[-1]) for h, names in repaired.changed()} <= {("sim-gpu-2", "NUMA balancing off at boot")}
+    assert repaired.results["failed_hosts"] == ["sim-nogpu"], repaired.stderr[-3000:]
     quiet(deploy(inventory=short))
 
 
