@@ -116,7 +116,6 @@ class Judged:
     before: float
     after: float
     runs: tuple[int, int]  # runs on each side
-    worse: bool  # the difference goes the bad way (lower throughput, higher latency)
     beyond_limit: bool
     beyond_floor: bool
     band: float | None  # the spreads (max - min) of both sides' runs, added up (None: a side ran once)
@@ -199,7 +198,6 @@ def judge(
         before=mb,
         after=ma,
         runs=(len(b), len(a)),
-        worse=bad > 0,
         beyond_limit=mb != 0 and moved / abs(mb) * 100 > limit,
         beyond_floor=moved > floor,
         band=(max(b) - min(b)) + (max(a) - min(a)) if len(b) > 1 and len(a) > 1 else None,
@@ -231,9 +229,6 @@ class Verdict:
     def inconclusive(self) -> list[Judged]:
         return [j for j in self.judged if j.status == "inconclusive"]
 
-    def figures(self) -> str:
-        return ", ".join(j.figures() for j in self.judged)
-
     def evidence(self) -> str:
         return "; ".join(j.evidence() for j in self.judged)
 
@@ -245,10 +240,9 @@ def compare(
     floors: Mapping[str, float],
     alpha: float,
     direction: Literal["worse", "better"] = "worse",
-    metrics: Sequence[Metric] = METRICS,
 ) -> Verdict:
     """Judge every metric both sides report (``floors``: the absolute floor per metric key, 0 when absent)."""
-    found = (judge(m, before, after, limit, floors.get(m.key, 0.0), alpha, direction) for m in metrics)
+    found = (judge(m, before, after, limit, floors.get(m.key, 0.0), alpha, direction) for m in METRICS)
     return Verdict(tuple(j for j in found if j is not None))
 
 

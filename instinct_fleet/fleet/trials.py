@@ -66,7 +66,7 @@ def samples(trial: Trial) -> list[dict[str, float]]:
 
 def gain(trial: Trial, base: Trial, floor: float) -> noise.Judged | None:
     """The trial's output throughput against the deployed configuration's: ``beyond`` only when it is higher by more
-    than ``floor`` tok/s and by more than the spread of the baseline's repeats (:mod:`instinct_fleet.fleet.noise`)."""
+    than ``floor`` tok/s and by more than the spreads of both sides' runs added up (:mod:`instinct_fleet.fleet.noise`)."""
     return noise.judge(noise.THROUGHPUT, samples(base), samples(trial), 0, floor, 1.0, direction="better")
 
 
