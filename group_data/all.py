@@ -264,6 +264,65 @@ rolling_drain_timeout = 60
 # stops that unit's roll.
 rolling_pre_stop = None
 
+# Run vLLM's router (`vllm-router`) on this host, one systemd unit per pool: every serving
+# instance of the pool's model in the inventory (single-node, or a cluster's head) behind one
+# address. Put it in `group_data/routers.py` for a router group. The roll takes a unit out of
+# every pool before it stops and puts it back after its health gate.
+router = False
+
+# The pinned `vllm-router` release: the controller downloads its wheel once (or reads
+# `router_wheel`), checks its sha256 against the shipped table, and copies the router's files to
+# router hosts, which need Python 3 but no package index.
+router_version = "0.1.17"
+
+# Path on the controller to the `vllm-router` wheel of `router_version` (a controller without
+# index access); `None`: pip downloads it into `~/.cache/instinct-fleet/wheels`.
+router_wheel = None
+
+# Served model names this router has a pool for, one unit each, the first on `router_port` and
+# `router_metrics_port`, the next on each plus one, and so on; `None`: every model the inventory
+# serves, in name order.
+router_models = None
+
+# Port of the first pool's router (its clients and its worker API); the router's own default.
+router_port = 30000
+
+# Port of the first pool's router Prometheus `/metrics` (`--prometheus-port`); the router's own
+# default.
+router_metrics_port = 29000
+
+# `--policy`: how the router picks an instance (checked against the pinned router's choices:
+# `round_robin`, `power_of_two`, `cache_aware`, `consistent_hash`, ...).
+router_policy = "cache_aware"
+
+# `--health-check-interval-secs`: seconds between the router's health checks of each instance;
+# with `router_health_failure_threshold` it bounds how long a dead instance still gets requests.
+router_health_check_interval = 5
+
+# `--health-failure-threshold`: failed checks in a row before the router stops sending to an
+# instance.
+router_health_failure_threshold = 2
+
+# `--health-success-threshold`: passed checks in a row before an instance gets requests again.
+router_health_success_threshold = 2
+
+# `--retry-max-retries`: attempts the router makes on other instances when one fails a request
+# before it answers.
+router_retries = 5
+
+# `--request-timeout-secs`: the longest a request may take through the router.
+router_request_timeout = 1800
+
+# Root-only file on the router host holding the API key the router sends to the instances
+# (`--api-key`), loaded as a systemd credential so it never reaches the unit or argv. Required
+# when the pool's instances set `vllm_api_key_path`; `None`: no key. Never set `--api-key` in
+# `router_flags`.
+router_api_key_path = None
+
+# Any other `vllm-router` option, as `{"--cache-threshold": 0.5}` (a switch as `True`), checked
+# against the pinned router's own CLI.
+router_flags = {}
+
 # Hook after a serving unit's instances passed health, to put them back in a load balancer; same
 # form and variables as `rolling_pre_stop`.
 rolling_post_start = None

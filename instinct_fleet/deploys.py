@@ -36,6 +36,7 @@ from pyinfra.operations import apt
 from instinct_fleet.converge import apply, content, operations
 from instinct_fleet.fleet.run import fleet_plan, plan_for
 from instinct_fleet.fleet.serving import converge_batch, healthy
+from instinct_fleet.model import paths
 
 
 def stage(name: str, after_preflight: bool = True) -> Callable[[Callable[[], None]], Callable[..., None]]:
@@ -178,9 +179,25 @@ def exporter() -> None:
     apply.converge(plan_for(host), "exporter")
 
 
+@stage("Router")
+def routers() -> None:
+    """Stage 8 (router hosts only): vLLM's router, one unit per pool, and each running pool converged to the inventory.
+
+    A changed worker list never restarts the router: the sync script adds and removes
+    workers through its API (an instance that does not answer yet joins after its own
+    health gate, in the roll); a changed setting or release restarts it.
+    """
+    plan = plan_for(host)
+    apply.converge(plan, "router")
+    for pool in plan.spec.pools:
+        operations.router_pool_synced(
+            name=f"Router pool of {pool.model} matches the inventory", port=pool.port, workers=paths.router_workers(pool.port)
+        )
+
+
 @stage("Serving")
 def serving() -> None:
-    """Stage 8, the roll: Ray and vLLM units restarted batch by batch behind a health gate.
+    """Stage 9, the roll: Ray and vLLM units restarted batch by batch behind a health gate.
 
     Every host walks the same batches; each batch starts with a barrier that every host shares,
     so pyinfra finishes one batch (health gate included) before the next begins. A host acts
@@ -207,7 +224,7 @@ def serving() -> None:
 
 @stage("Health")
 def health() -> None:
-    """Stage 9: each instance is healthy (/health, its model listed, one token generated) within health_timeout.
+    """Stage 10: each instance is healthy (/health, its model listed, one token generated) within health_timeout.
 
     Instances that rolled passed this gate in their batch already; this is the final word for the
     others: every instance that did not answer at preflight.
@@ -225,5 +242,6 @@ def fleet() -> None:
     cluster()
     firewall()
     exporter()
+    routers()
     serving()
     health()

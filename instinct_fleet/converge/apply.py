@@ -49,6 +49,7 @@ TITLES: dict[Stage, str] = {
     "cluster": "Ray cluster",
     "firewall": "firewall",
     "exporter": "metrics exporter",
+    "router": "router",
     "services": "services",
     "roll": "serving units",
 }

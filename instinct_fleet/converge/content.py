@@ -12,8 +12,9 @@ from typing import Any
 
 from instinct_fleet.converge.hostfacts import HostFacts
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.model import paths, render
-from instinct_fleet.model.spec import ServiceSpec
+from instinct_fleet.model import paths, render, router
+from instinct_fleet.model.pools import Pool
+from instinct_fleet.model.spec import HostSpec, ServiceSpec
 
 BASE_PACKAGES = {"curl": "curl"}  # command -> Debian package; curl runs the health checks
 CPUPOWER_PACKAGES = {"debian": ("linux-cpupower",), "ubuntu": ("linux-tools-common", "linux-tools-generic")}
@@ -138,12 +139,29 @@ def firewall(plan: HostFacts) -> str | None:
 
 
 def missing_packages(plan: HostPlan) -> list[str]:
-    """Debian packages the stages need that the host lacks: docker, curl, nft with a firewall, cpupower."""
+    """Debian packages the stages need that the host lacks: docker, curl, nft with a firewall, python3 for a router, cpupower."""
     report = plan.report
     missing = [] if report.docker_version else ["docker.io"]
     missing += [pkg for cmd, pkg in BASE_PACKAGES.items() if cmd not in report.commands]
     if plan.desired.firewall and "nft" not in report.commands:
         missing.append("nftables")
+    if plan.spec.pools and "python3" not in report.commands:  # the router's launcher and sync script
+        missing.append("python3")
     if plan.spec.vars.tune_cpu_idle and "cpupower" not in report.commands:
         missing += CPUPOWER_PACKAGES.get(report.os_id, CPUPOWER_PACKAGES["debian"])
     return missing
+
+
+def router_unit(spec: HostSpec, pool: Pool) -> str:
+    """One pool's router unit: the launcher with the release's files, the pool's worker file and the router's options."""
+    v = spec.vars
+    argv = [paths.PYTHON3, paths.ROUTER_LAUNCHER, paths.router_dir(v.router_version), paths.router_workers(pool.port)]
+    return render.template(
+        "router.service.j2",
+        version=v.router_version,
+        model=pool.model,
+        port=pool.port,
+        workers=paths.router_workers(pool.port),
+        key_path=v.router_api_key_path,
+        exec_start=render.exec_line(argv + router.argv(spec, pool)),
+    )

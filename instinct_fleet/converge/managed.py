@@ -21,12 +21,13 @@ stage named in the entry converges it (README, Adding a managed thing).
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from instinct_fleet.converge import content
+from instinct_fleet.converge import content, routerwheel
 from instinct_fleet.converge.hostfacts import HostFacts
 from instinct_fleet.converge.probe import Probe
 from instinct_fleet.converge.state import (
@@ -48,7 +49,8 @@ from instinct_fleet.converge.state import (
     User,
     Weights,
 )
-from instinct_fleet.model import paths, render
+from instinct_fleet.model import paths, render, router
+from instinct_fleet.model.pools import Pool
 from instinct_fleet.model.spec import HostSpec
 
 
@@ -339,7 +341,9 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
                 )
             ),
         ),
-        # Stage 8, services and the roll.
+        # Stage 8, vLLM's router: its release's files, launcher and sync script, and one unit and worker file per pool.
+        *router_entries(spec),
+        # Stage 9, services and the roll.
         FileEntry(paths.CONFIG_DIR, "services", "Config directory", lambda _r: b"", mode="755", directory=True),
         FileEntry(paths.HOST_README, "services", f"Operator's README {paths.HOST_README}", _host_readme),
         FileEntry(paths.GENERATIONS_DIR, "services", "Generations directory", lambda _r: b"", mode="700", directory=True),
@@ -362,6 +366,52 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
         entries.append(UnitEntry(unit, "roll", _running(unit)))
     entries.append(FileEntry(paths.ROLL_MARKER, "roll", "Roll: done on this host", lambda _r: None))  # a finished roll leaves none
     return tuple(entries)
+
+
+def router_entries(spec: HostSpec) -> list[Entry]:
+    """A router host's files and units (none elsewhere): the wheel's members under the release's directory, whose
+    content the controller reads from the pinned wheel (routerwheel), so each is probed and repaired like any file."""
+    v = spec.vars
+    if not spec.pools:
+        return []
+    restarts = tuple(Restart(p.unit) for p in spec.pools)
+    table = router.load(v.router_version)
+    assert table is not None  # validation (router-version)
+    release = paths.router_dir(v.router_version)
+
+    def member(name: str) -> Callable[[Rendered], Made]:
+        return lambda _r: routerwheel.members(v.router_version, v.router_wheel)[name]
+
+    entries: list[Entry] = [
+        FileEntry(release, "router", f"vllm-router {v.router_version} directory", lambda _r: b"", mode="755", directory=True),
+        *(
+            FileEntry(f"{release}/{d}", "router", f"vllm-router {d}", lambda _r: b"", mode="755", directory=True)
+            for d in sorted({posixpath.dirname(n) for n in table.members} - {""})
+        ),
+        *(FileEntry(f"{release}/{name}", "router", f"vllm-router {name}", member(name), then=restarts) for name in table.members),
+        FileEntry(paths.ROUTER_CONFIG, "router", "Router config directory", lambda _r: b"", mode="755", directory=True),
+        FileEntry(paths.ROUTER_LAUNCHER, "router", "Router launcher", lambda _r: render.template_bytes("router-launch.py"), then=restarts),
+        FileEntry(paths.ROUTER_SYNC, "router", "Router pool sync script", lambda _r: render.template_bytes("router-sync.py")),
+    ]
+    for pool in spec.pools:
+        entries += _pool_entries(spec, pool)
+    return entries
+
+
+def _pool_entries(spec: HostSpec, pool: Pool) -> list[Entry]:
+    """One pool's worker file (the sync converges the running router to it, without a restart) and its unit."""
+    unit_file = paths.unit_path(pool.unit)
+    return [
+        FileEntry(paths.router_workers(pool.port), "router", f"Router pool of {pool.model}", lambda _r: pool.worker_list.encode()),
+        FileEntry(
+            unit_file,
+            "router",
+            f"Router {pool.unit} for {pool.model}",
+            lambda _r: content.router_unit(spec, pool).encode(),
+            then=(Restart(pool.unit),),
+        ),
+        UnitEntry(pool.unit, "router", lambda _r: Unit(pool.unit, "router")),
+    ]
 
 
 def _then(actions: tuple[Action, ...]) -> str:

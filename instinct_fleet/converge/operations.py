@@ -15,9 +15,10 @@ from pyinfra.api.operation import operation
 from pyinfra.context import host
 
 from instinct_fleet.converge import generations, health
-from instinct_fleet.converge.facts import DockerImageId, InstanceHealth, UnitProblems
+from instinct_fleet.converge.facts import DockerImageId, InstanceHealth, RouterPoolDrift, UnitProblems
 from instinct_fleet.model import paths
 from instinct_fleet.model.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
+from instinct_fleet.model.pools import Membership
 
 
 def failure(message: str) -> str:
@@ -196,3 +197,50 @@ def weights_staged(model: str, source: str, local: str, owner: str) -> Generator
         f"mkdir -p {q(posixpath.dirname(local))} && cp -RP --preserve=mode,timestamps {q(source)} {q(posixpath.dirname(local))}/ && "
         f"chown -R {q(owner)}: {q(local)} && cp {complete} {q(local + '/' + WEIGHTS_STAGED)}"
     )
+
+
+@operation()
+def router_pool_synced(port: int, workers: str) -> Generator[str, None, None]:
+    """Converge a running router's pool to its worker file (sync.py), only when it differs: a worker that left the
+    inventory is removed, a listed one that answers but is missing (an interrupted roll took it out) is added."""
+    if not host.state.is_executing:
+        return
+    drift = host.get_fact(RouterPoolDrift, port=port, workers=workers)
+    if drift:
+        yield f"{paths.PYTHON3} {paths.ROUTER_SYNC} {port} {shlex.quote(workers)}"
+    else:
+        host.noop(f"router pool on :{port} matches {workers}")
+
+
+def _worker_calls(verb: str, members: tuple[Membership, ...]) -> str:
+    """curl the worker API of every router that lists these instances; the first that cannot be reached fails the host."""
+    q = shlex.quote
+    calls = []
+    for m in members:
+        url = f"{m.api}/{verb}_worker?url={m.url}"
+        what = f"{'take' if verb == 'remove' else 'put'} {m.unit} ({m.url}) {'out of' if verb == 'remove' else 'back into'} the pool of the router on {m.router} ({m.api})"
+        fix = (
+            "the unit was not stopped and still serves: start the router (or remove router from its host) and deploy again"
+            if verb == "remove"
+            else "it is healthy but gets no requests through that router until the next deploy adds it"
+        )
+        # add_worker answers 400 "already exists" for a worker in the pool: that is the state wanted.
+        calls.append(
+            f"out=$(curl -sS -m 60 -X POST {q(url)} -w ' HTTP %{{http_code}}' 2>&1); "
+            f'case "$out" in *"HTTP 200"|*"already exists"*) echo {q(what)}: "$out";; '
+            f"*) printf '%s %s\\n' {q(f'instinct-fleet: could not {what} ({fix}):')} \"$out\" >&2; exit 1;; esac"
+        )
+    return "; ".join(calls)
+
+
+@operation(is_idempotent=False)
+def router_pools_left(members: tuple[Membership, ...]) -> Generator[str, None, None]:
+    """Take this host's stopping instances out of every router pool that lists them, before they stop: from then on
+    no new request reaches them, and vLLM's --shutdown-timeout lets the ones in flight finish. Only the roll runs it."""
+    yield _worker_calls("remove", members)
+
+
+@operation(is_idempotent=False)
+def router_pools_joined(members: tuple[Membership, ...]) -> Generator[str, None, None]:
+    """Put this host's instances back into every router pool that lists them, after they passed the health gate."""
+    yield _worker_calls("add", members)

@@ -42,7 +42,7 @@ SCRIPT = "; ".join(
         ("os-release", "cat /etc/os-release 2>/dev/null"),
         ("groups", "getent group render video"),
         ("interfaces", "ip -o -4 addr show 2>/dev/null"),
-        ("commands", "for c in cpupower curl nft; do command -v $c >/dev/null 2>&1 && echo $c; done"),
+        ("commands", "for c in cpupower curl nft python3; do command -v $c >/dev/null 2>&1 && echo $c; done"),
         ("infiniband", "ls /dev/infiniband 2>/dev/null"),
         ("units", f"grep -l 'Managed by instinct-fleet' {' '.join(UNIT_GLOBS)} 2>/dev/null"),
         # What decides a restart: the files a unit runs from, and whether it is running now (roll.py).

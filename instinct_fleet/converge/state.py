@@ -23,7 +23,7 @@ from instinct_fleet.converge.preflight import HostReport
 
 # Which stage of instinct_fleet.deploys converges an entry (one deploy function each; "docker" and "pull" run in the
 # runtime stage, or in a serving host's roll batch, "roll" in the roll).
-Stage = Literal["tuning", "runtime", "docker", "pull", "weights", "cluster", "firewall", "exporter", "services", "roll"]
+Stage = Literal["tuning", "runtime", "docker", "pull", "weights", "cluster", "firewall", "exporter", "router", "services", "roll"]
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from instinct_fleet.fleet import monitoring, report
+from instinct_fleet.fleet import report
 from instinct_fleet.model import paths, render
 from instinct_fleet.model.spec import HostSpec
 from instinct_fleet.model.workload import METRIC_PERCENTILES, PERCENTILE_METRICS, Job
@@ -70,8 +70,8 @@ def command(job: Job, stamp: str, client: HostSpec | None, warmup: int = 0) -> s
     q = shlex.quote
     on = client or job.spec
     local = client is None
-    address = "127.0.0.1" if local else monitoring.scrape_address(job.spec)
-    base_url = f"http://{monitoring.host_port(address, job.svc.port)}"
+    address = "127.0.0.1" if local else job.spec.reach
+    base_url = f"http://{paths.host_port(address, job.svc.port)}"
     out = remote_dir(stamp, job)
     argv = [paths.DOCKER, "run", "--rm", "--network", "host", "--ipc", "host"]
     argv += ["-v", f"{on.vars.hf_cache_dir}:{paths.HF_CACHE_IN_CONTAINER}", "-v", f"{out}:{paths.RESULTS_IN_CONTAINER}"]

@@ -16,16 +16,6 @@ from instinct_fleet.model import paths
 from instinct_fleet.model.spec import HostSpec
 
 
-def scrape_address(spec: HostSpec) -> str:
-    """``scrape_address``, else the SSH address pyinfra uses, else the inventory name."""
-    return str(spec.vars.scrape_address or spec.address or spec.host)
-
-
-def host_port(address: str, port: int) -> str:
-    """``address:port`` as a URL authority: an IPv6 address in brackets, which Prometheus and HTTP clients require."""
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
-
-
 def file_sd(specs: list[HostSpec]) -> list[dict[str, Any]]:
     """One file_sd group per vLLM instance and exporter: ``[{"targets": ["addr:port"], "labels": {...}}]``, sorted."""
     groups = []
@@ -34,7 +24,7 @@ def file_sd(specs: list[HostSpec]) -> list[dict[str, Any]]:
         cluster = spec.cluster
         labels = {"job": job, "host": str(spec.host), "instance": instance, "model": model, "recipe": recipe}
         labels |= {"cluster": cluster.name if cluster else "", "role": cluster.role if cluster else "single"}
-        groups.append({"targets": [host_port(scrape_address(spec), port)], "labels": labels})
+        groups.append({"targets": [paths.host_port(spec.reach, port)], "labels": labels})
 
     for spec in specs:
         if spec.vars.metrics_exporter:

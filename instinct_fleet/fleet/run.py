@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pyinfra.api.state import BaseStateCallback
 
-from instinct_fleet.converge import hostchecks, managed, preflight, watchdog
+from instinct_fleet.converge import hostchecks, managed, preflight, routerwheel, watchdog
 from instinct_fleet.converge.facts import HostReport as HostReportFact
 from instinct_fleet.converge.hostfacts import ClusterView, HostFacts
 from instinct_fleet.converge.hostplan import HostPlan
@@ -39,6 +39,11 @@ def _checked(spec: HostSpec, findings: list[Finding], report: HostReport, restor
     generation ``instinct-fleet rollback`` puts back, whose files then replace the rendered serving files."""
     errors = [f for f in findings if f.severity == "error"]
     warnings = [f for f in findings if f.severity == "warning"]
+    if not errors and spec.pools:  # read once for the fleet; a router host without its files fails alone
+        try:
+            routerwheel.members(spec.vars.router_version, spec.vars.router_wheel)
+        except routerwheel.WheelError as error:
+            errors.append(finding("router-wheel", spec.host, "router_version", str(error)))
     if not errors:
         errors += hostchecks.hard_problems(report, spec)
     if not errors and restore is not None and spec.serving_units:

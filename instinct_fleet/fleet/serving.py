@@ -150,6 +150,13 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
         _canary(plan, fleet, "before", gate, None)
     if rolling and plan.desired.endpoints:
         _hooks(plan, fleet, "pre-stop", v.rolling_pre_stop, gate)
+    # Out of every router pool before anything stops (docker's restart stops every container); the joins
+    # follow the health gate, or the rollback's. A router that cannot be reached fails the host here.
+    stopping = me.defers_docker or me.force
+    left = tuple(m for m in plan.spec.memberships if (stopping or m.unit in pending) and m.unit in plan.report.active_units)
+    joins = tuple(m for m in plan.spec.memberships if stopping or m.unit in pending)
+    if left:
+        operations.router_pools_left(name="Roll: out of the router pools", members=left, _if=gate)
 
     if me.defers_docker:  # dockerd restarts with its new settings, stopping every container, in this batch
         apply.converge(plan, "docker", gate)
@@ -164,13 +171,19 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
     healthy(plan, gate, fleet.roll.note, units=set(pending), hold=fleet.roll.hold if rollback else None)
     if me.measured:
         _canary(plan, fleet, "after", gate, fleet.roll.hold if rollback else None)
+
+    def passed() -> bool:
+        return gate() and not fleet.roll.rolls_back(batch, failed())
+
+    if joins:
+        operations.router_pools_joined(name="Roll: back into the router pools", members=joins, _if=passed)
     if rollback:
         _rollback(plan, fleet, batch, failed, start_timeout * max(1, len(pending)))
+        if left:  # healthy again on the old files (the rollback's gate fails the host otherwise)
+            operations.router_pools_joined(
+                name="Roll: back into the router pools after the rollback", members=left, _if=lambda: fleet.roll.rolls_back(batch, failed())
+            )
     if all_files:
-
-        def passed() -> bool:
-            return gate() and not fleet.roll.rolls_back(batch, failed())
-
         operations.generation_saved(
             name=f"Roll: keep the new serving files as generation {generation.after} (healthy)",
             number=generation.after,

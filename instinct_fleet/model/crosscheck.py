@@ -28,7 +28,7 @@ SSH_PORT = 22  # pyinfra's default when the host data sets no ssh_port
 class Listener:
     """One port range a feature listens on, and the variable that sets it."""
 
-    kind: str  # "vllm", "ray", "exporter" or "ssh": which rule a collision trips
+    kind: str  # "vllm", "ray", "exporter", "router" or "ssh": which rule a collision trips
     what: str  # how the message names it
     key: str  # the variable to change
     low: int
@@ -55,6 +55,9 @@ def listeners(spec: HostSpec) -> list[Listener]:
                 found.append(Listener("ray", f"Ray's {name} port", f"ray_ports.{name}", port, port))
         low, high = cluster.ports["min_worker"], cluster.ports["max_worker"]
         found.append(Listener("ray", f"Ray's worker ports {low}-{high}", "ray_ports.min_worker", low, high))
+    for pool in spec.pools:
+        found.append(Listener("router", f"the router of {pool.model}", "router_port", pool.port, pool.port))
+        found.append(Listener("router", f"the router metrics of {pool.model}", "router_metrics_port", pool.metrics_port, pool.metrics_port))
     ssh = spec.data.get("ssh_port", SSH_PORT)
     if isinstance(ssh, int) and not isinstance(ssh, bool):
         found.append(Listener("ssh", "SSH", "ssh_port", ssh, ssh))
@@ -73,14 +76,15 @@ def _collision_rule(a: Listener, b: Listener) -> str | None:
     return "port-conflict"
 
 
-def port_map(spec: HostSpec) -> list[Finding]:
-    """Every listening port any feature configures is distinct on its host."""
+def port_map(spec: HostSpec, involving: str | None = None) -> list[Finding]:
+    """Every listening port any feature configures is distinct on its host; ``involving``: only collisions with that kind
+    (the router's ports are known once the inventory's pools are: :func:`instinct_fleet.model.inventory.plan_hosts`)."""
     found = []
     ports = listeners(spec)
     for i, a in enumerate(ports):
         for b in ports[i + 1 :]:
             rule = _collision_rule(a, b)
-            if rule is None or not a.overlaps(b):
+            if rule is None or not a.overlaps(b) or (involving is not None and involving not in (a.kind, b.kind)):
                 continue
             where = f"port {a.low}" if a.low == a.high else f"ports {a.low}-{a.high}"
             if a.kind == "vllm" and b.kind == "vllm":

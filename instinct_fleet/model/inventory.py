@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from instinct_fleet.model import router
+from instinct_fleet.model.crosscheck import port_map
 from instinct_fleet.model.defaults import DEFAULTS
 from instinct_fleet.model.rules import Finding, finding
 from instinct_fleet.model.spec import HostSpec, resolve_host
@@ -173,8 +175,9 @@ def plan_hosts(hosts: list[HostData]) -> list[tuple[HostSpec, list[Finding]]]:
         spec, findings = resolve_host(host.name, host.data)
         findings = [*conflict_findings(host), *findings, *validate_host(spec)]
         planned.append((spec, findings))
-    across = [*validate_clusters([spec for spec, _ in planned]), *validate_rolling([spec for spec, _ in planned])]
-    return [(spec, [*findings, *[f for f in across if f.host == spec.host]]) for spec, findings in planned]
+    specs, routing = router.attach([spec for spec, _ in planned])
+    across = [*validate_clusters(specs), *validate_rolling(specs), *routing, *(f for s in specs if s.pools for f in port_map(s, "router"))]
+    return [(spec, [*findings, *[f for f in across if f.host == spec.host]]) for spec, (_, findings) in zip(specs, planned, strict=True)]
 
 
 def with_cluster_peers(planned: list[tuple[HostSpec, list[Finding]]], chosen: set[str]) -> set[str]:

@@ -45,6 +45,32 @@ KFD = "/dev/kfd"
 DRI = "/dev/dri"  # render nodes: /dev/dri/renderD*
 INFINIBAND = "/dev/infiniband"
 
+ROUTER_CONFIG = f"{CONFIG_DIR}/router"  # the launcher, the pool-sync script and one worker list per pool
+ROUTER_LAUNCHER = f"{ROUTER_CONFIG}/launch.py"
+ROUTER_SYNC = f"{ROUTER_CONFIG}/sync.py"
+PYTHON3 = "/usr/bin/python3"
+
+
+def router_dir(version: str) -> str:
+    """Where a vllm-router release's files live on a router host (one directory per version)."""
+    return f"/opt/instinct-fleet/vllm-router-{version}"
+
+
+def router_unit(port: int) -> str:
+    """The unit of the router that serves one pool on ``port``."""
+    return f"instinct-fleet-router-{port}"
+
+
+def router_workers(port: int) -> str:
+    """The pool's worker list the router unit starts with and the sync script converges it to."""
+    return f"{ROUTER_CONFIG}/{port}.workers"
+
+
+def host_port(address: str, port: int) -> str:
+    """``address:port`` as a URL authority: an IPv6 address in brackets, which Prometheus and HTTP clients require."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
 # Unit names carry no ".service"; systemd and pyinfra get service(name).
 
 

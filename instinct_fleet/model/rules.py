@@ -185,7 +185,37 @@ _RULES = (
     Rule(
         "port-conflict",
         "error",
-        "Every port a feature listens on is distinct on its host: vLLM instances, the metrics exporter, Ray's ports and worker range, and SSH.",
+        "Every port a feature listens on is distinct on its host: vLLM instances, the metrics exporter, Ray's ports and worker range, the router's pools and their metrics, and SSH.",
+    ),
+    Rule(
+        "router-version",
+        "error",
+        "Router settings are checked against the pinned vllm-router's own CLI table (scripts/extract_router_knowledge.py).",
+    ),
+    Rule(
+        "router-flag",
+        "error",
+        "vllm-router exits on an option or value its parser refuses (generated from its RouterArgs); the options a variable or the pool sets cannot be set twice.",
+    ),
+    Rule(
+        "router-api-key-inline",
+        "error",
+        "A key given as --api-key sits in the unit file and in ps: give it as a root-only file, router_api_key_path.",
+    ),
+    Rule(
+        "router-api-key",
+        "error",
+        "Instances with vllm_api_key_path answer 401 to a router that sends no key: every request through it would fail.",
+    ),
+    Rule(
+        "router-wheel",
+        "error",
+        "The controller copies the router from the pinned wheel, checked against its sha256; without it the host gets no router.",
+    ),
+    Rule(
+        "router-pool",
+        "error",
+        "Each router pool is every instance in the inventory that serves its model; a pool with none would refuse every request.",
     ),
     Rule(
         "derived-setting",

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from instinct_fleet.model import knowledge, paths
 from instinct_fleet.model.defaults import DEFAULTS, REMOVED, BenchProfile, FleetVars, Hook, Instance, RayPorts
+from instinct_fleet.model.pools import Membership, Pool
 from instinct_fleet.model.recipes import ArgValue, Recipe, all_recipes
 from instinct_fleet.model.rules import Finding, finding
 
@@ -112,6 +113,13 @@ class HostSpec:
     data: dict[str, Any]
     vars: FleetVars
     address: str | None = None  # where pyinfra connects: ssh_hostname, else the inventory name
+    pools: tuple[Pool, ...] = ()  # with router: one per model, from the whole inventory (router.attach)
+    memberships: tuple[Membership, ...] = ()  # the router pools that list this host's instances
+
+    @property
+    def reach(self) -> str:
+        """The address other machines reach this host at: ``scrape_address``, else the SSH address, else the inventory name."""
+        return str(self.vars.scrape_address or self.address or self.host)
 
     @property
     def serves(self) -> tuple[ServiceSpec, ...]:

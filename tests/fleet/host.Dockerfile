@@ -7,7 +7,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends \
       systemd systemd-sysv dbus udev openssh-server docker.io iptables iproute2 nftables \
-      curl sudo kmod procps less \
+      curl sudo kmod procps less python3 \
  && apt-get clean && rm -rf /var/lib/apt/lists/*
 # Units that cannot work in a container, and getty on a console that does not exist. systemd-sysctl
 # would write a booting host's sysctl files into the one kernel every simulated host (of every fleet

@@ -41,8 +41,8 @@ from tests.unit.test_preflight import mi300x_host
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_ID = "sha256:" + "a" * 64
-STAGES = ("preflight", "tuning", "runtime", "weights", "cluster", "firewall", "exporter", "services", "health")
-DEPLOYS = {"services": "serving"}  # a stage whose deploy function has another name
+STAGES = ("preflight", "tuning", "runtime", "weights", "cluster", "firewall", "exporter", "router", "services", "health")
+DEPLOYS = {"services": "serving", "router": "routers"}  # a stage whose deploy function has another name
 
 
 @dataclass
@@ -194,7 +194,7 @@ class SimHost:
             self.files[path] = (data, "600" if path.endswith(".env") else "644", "root", "root")
 
     def _apt_packages(self, **_kw: Any) -> None:
-        self.commands |= {"nft", "cpupower"}  # what the runtime stage's packages install
+        self.commands |= {"nft", "cpupower", "python3"}  # what the tuning stage's packages install
 
 
 def plan(
@@ -253,6 +253,9 @@ RECORDED = {
         "weights_staged",
         "generation_saved",
         "generation_restored",
+        "router_pool_synced",
+        "router_pools_left",
+        "router_pools_joined",
     ),
 }
 

@@ -82,6 +82,7 @@ FRESH = {
         f"Restart {paths.EXPORTER_UNIT} for its new configuration",
         f"{paths.EXPORTER_UNIT} running and enabled",
     ],
+    "router": [],  # not a router host
     "services": [
         "Config directory",
         "Generations directory",

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet.converge import managed
+from instinct_fleet.converge import content, managed
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet.run import plan_inventory
 from instinct_fleet.model import paths, render
-from instinct_fleet.model.inventory import HostData
+from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.paths import DOCKER_DROP_IN
+from tests.unit.consumers import units_check
 from tests.unit.files import docker_files, exporter_files, unit_files
 
 from . import test_preflight as pf
@@ -173,3 +174,14 @@ def test_the_host_readme_names_every_managed_unit_and_file() -> None:
         elif isinstance(entry, managed.UnitEntry):
             assert f"  {paths.service(entry.name)}\n" in text, entry.name
     assert paths.GENERATIONS_DIR in text and "{{" not in text
+
+
+def test_the_router_unit_passes_systemd_analyze_verify_with_and_without_a_key() -> None:
+    """router.service.j2, as content.router_unit renders it for one pool."""
+    for extra in ({}, {"router_api_key_path": "/etc/instinct-fleet/router-key"}):
+        ((spec, findings),) = plan_hosts([HostData("r1", (), {"router": True, **extra})])
+        assert not [f for f in findings if f.severity == "error"]
+        (pool,) = spec.pools
+        text = content.router_unit(spec, pool)
+        assert units_check({paths.unit_path(pool.unit): text}) == ""
+        assert ("LoadCredential=api-key:/etc/instinct-fleet/router-key" in text) == bool(extra)

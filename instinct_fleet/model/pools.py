@@ -1,0 +1,50 @@
+"""The router's pools as data: which instances stand behind which router, and where a serving host drains.
+
+Computed once from the whole inventory by :func:`instinct_fleet.model.router.attach`; the
+router host renders its units from ``HostSpec.pools``, a serving host drains through
+``HostSpec.memberships``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from instinct_fleet.model import paths
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One serving instance in a pool: where its host is, its unit, and the URL the router reaches it at."""
+
+    host: str
+    unit: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One router unit on a router host: a model's instances behind ``port``."""
+
+    model: str
+    port: int
+    metrics_port: int
+    workers: tuple[Worker, ...]
+
+    @property
+    def unit(self) -> str:
+        return paths.router_unit(self.port)
+
+    @property
+    def worker_list(self) -> str:
+        """The worker file's content: one URL per line, sorted."""
+        return "".join(f"{url}\n" for url in sorted(w.url for w in self.workers))
+
+
+@dataclass(frozen=True)
+class Membership:
+    """A serving unit's place in one router's pool: the roll takes it out there before the unit stops."""
+
+    router: str  # the router host
+    api: str  # http://address:port of that router (its worker API is on the client port)
+    unit: str
+    url: str

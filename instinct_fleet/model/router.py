@@ -1,0 +1,207 @@
+"""vLLM's router in front of the serving instances: the pinned router's CLI, its pools from the inventory, and the rules on both.
+
+Why here, in the model: a router's pool is every serving instance of its model in
+the whole inventory, so it follows from every host's spec at once, as a cluster's
+members do; it is computed once (:func:`attach`), before any host is touched, and
+both sides read the answer: the router host renders its units and worker lists from
+``HostSpec.pools``, a serving host drains through ``HostSpec.memberships``.
+
+What the router accepts comes from the router itself: ``knowledge/router-<version>.json``
+is generated from the release's wheel (``scripts/extract_router_knowledge.py`` builds its
+argparse parser), with the wheel's sha256 and the files a host needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from instinct_fleet.model import paths
+from instinct_fleet.model.pools import Membership, Pool, Worker
+from instinct_fleet.model.render import served_model
+from instinct_fleet.model.rules import Finding, finding
+from instinct_fleet.model.spec import HostSpec
+
+# The router options a variable sets (or the pool does): router_flags may not set them too.
+MANAGED = {
+    "--host": "the router listens on every address",
+    "--port": "router_port",
+    "--worker-urls": "the pool, from the inventory",
+    "--policy": "router_policy",
+    "--prometheus-port": "router_metrics_port",
+    "--prometheus-host": "the metrics listen on every address",
+    "--health-check-interval-secs": "router_health_check_interval",
+    "--health-failure-threshold": "router_health_failure_threshold",
+    "--health-success-threshold": "router_health_success_threshold",
+    "--retry-max-retries": "router_retries",
+    "--request-timeout-secs": "router_request_timeout",
+    "--api-key": "router_api_key_path (a file on the router host: an inline key would sit in the unit and in ps)",
+}
+# Options that put the router in another mode than one pool of regular workers behind it.
+OTHER_MODES = ("--vllm-pd-disaggregation", "--service-discovery", "--mini-lb", "--enable-igw", "--prefill", "--decode")
+# Start-up: how long the router waits for its listed workers before it serves (the roll and the
+# sync add an instance only once it answers, so a down instance must not hold the router back).
+STARTUP = ["--worker-startup-timeout-secs", "5", "--worker-startup-check-interval", "1"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of the router's CLI: ``switch`` (store_true), ``value`` or ``list``; ``type`` int, float or str."""
+
+    name: str
+    kind: str
+    type: str
+    choices: tuple[str, ...] = ()
+
+    def problem(self, value: Any) -> str | None:
+        """Why the router's parser would refuse ``value`` for this option, or None."""
+        if self.kind == "switch":
+            return None if isinstance(value, bool) else f"is a switch: write True (or leave it out), not {value!r}"
+        values = value if self.kind == "list" and isinstance(value, list) else [value]
+        for one in values:
+            if isinstance(one, bool) or not isinstance(one, (str, int, float)):
+                return f"takes a {self.type}, not {one!r}"
+            try:
+                {"int": int, "float": float}.get(self.type, str)(str(one))
+            except ValueError:
+                return f"takes a {self.type}, not {one!r}"
+            if self.choices and str(one) not in self.choices:
+                return f"{one!r} is not one of {', '.join(self.choices)}"
+        return None
+
+
+@dataclass(frozen=True)
+class RouterKnowledge:
+    """What one vllm-router release accepts and ships."""
+
+    version: str
+    wheel_file: str
+    sha256: str
+    members: tuple[str, ...]
+    options: dict[str, Option]
+
+
+def supported_versions() -> list[str]:
+    names = [p.name for p in resources.files("instinct_fleet.model").joinpath("knowledge").iterdir()]
+    return sorted(n.removeprefix("router-").removesuffix(".json") for n in names if n.startswith("router-"))
+
+
+@cache
+def load(version: str) -> RouterKnowledge | None:
+    """The release's table, or None for a version it has none for."""
+    if version not in supported_versions():
+        return None
+    raw = json.loads(resources.files("instinct_fleet.model").joinpath("knowledge", f"router-{version}.json").read_text())
+    options = {n: Option(n, o["kind"], o["type"], tuple(o.get("choices", ()))) for n, o in raw["options"].items()}
+    return RouterKnowledge(raw["version"], raw["wheel"]["file"], raw["wheel"]["sha256"], tuple(raw["members"]), options)
+
+
+def _url(spec: HostSpec, port: int) -> str:
+    return f"http://{paths.host_port(spec.reach, port)}"
+
+
+def pool_models(spec: HostSpec, served: Mapping[str, object]) -> list[str]:
+    """The models this router host has a pool for, in port order."""
+    return list(spec.vars.router_models) if spec.vars.router_models is not None else sorted(served)
+
+
+def attach(specs: list[HostSpec]) -> tuple[list[HostSpec], list[Finding]]:
+    """Every router host's pools and every serving host's memberships, from the whole inventory; and what is wrong with them."""
+    served: dict[str, list[Worker]] = {}
+    for spec in specs:
+        for svc in spec.serves:
+            worker = Worker(str(spec.host), paths.vllm_unit(svc.name), _url(spec, svc.port))
+            served.setdefault(served_model(svc), []).append(worker)
+    found: list[Finding] = []
+    pools: dict[str, tuple[Pool, ...]] = {}
+    members: dict[str, list[Membership]] = {}
+    for spec in specs:
+        v = spec.vars
+        if not v.router:
+            continue
+        models = pool_models(spec, served)
+        if not models:
+            found.append(finding("router-pool", spec.host, "router", "no host of the inventory serves a model, so the router has no pool"))
+        mine = []
+        for i, model in enumerate(models):
+            workers = tuple(served.get(model, ()))
+            if not workers:
+                known = ", ".join(sorted(served)) or "none"
+                why = f"no instance in the inventory serves {model!r} (served model names: {known}), so its pool would be empty"
+                found.append(finding("router-pool", spec.host, "router_models", why))
+                continue
+            pool = Pool(model, v.router_port + i, v.router_metrics_port + i, workers)
+            mine.append(pool)
+            for w in workers:
+                members.setdefault(w.host, []).append(Membership(str(spec.host), _url(spec, pool.port), w.unit, w.url))
+        pools[str(spec.host)] = tuple(mine)
+    attached = [dataclasses.replace(s, pools=pools.get(str(s.host), ()), memberships=tuple(members.get(str(s.host), ()))) for s in specs]
+    for spec in attached:
+        found += option_findings(spec)
+    return attached, found + api_key_findings(attached)
+
+
+def argv(spec: HostSpec, pool: Pool) -> list[str]:
+    """The router's arguments for one pool (without the workers: the launcher reads them from the pool's file)."""
+    v = spec.vars
+    args = ["--host", "0.0.0.0", "--port", str(pool.port), "--policy", v.router_policy]
+    args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(pool.metrics_port)]
+    args += ["--health-check-interval-secs", str(v.router_health_check_interval)]
+    args += ["--health-failure-threshold", str(v.router_health_failure_threshold)]
+    args += ["--health-success-threshold", str(v.router_health_success_threshold)]
+    args += ["--retry-max-retries", str(v.router_retries), "--request-timeout-secs", str(v.router_request_timeout)]
+    args += STARTUP
+    for name, value in sorted(v.router_flags.items()):
+        if value is True:
+            args.append(name)
+        elif isinstance(value, list):
+            args += [name, *(str(x) for x in value)]
+        elif value is not False and value is not None:
+            args += [name, str(value)]
+    return args
+
+
+def option_findings(spec: HostSpec) -> list[Finding]:
+    """The router's settings against the pinned router's CLI, and the rules of a router in front of this fleet."""
+    v = spec.vars
+    if not v.router:
+        return []
+    table = load(v.router_version)
+    if table is None:
+        why = f"no table for vllm-router {v.router_version} (supported: {', '.join(supported_versions())}); generate it with scripts/extract_router_knowledge.py"
+        return [finding("router-version", spec.host, "router_version", why)]
+    found = []
+    policy = table.options["--policy"]
+    if (problem := policy.problem(v.router_policy)) is not None:
+        found.append(finding("router-flag", spec.host, "router_policy", f"vllm-router {v.router_version} --policy: {problem}"))
+    for name, value in sorted(v.router_flags.items()):
+        key = f"router_flags.{name}"
+        if name == "--api-key":
+            found.append(finding("router-api-key-inline", spec.host, key, f"an inline key sits in the unit and in ps: {MANAGED[name]}"))
+        elif name in MANAGED:
+            found.append(finding("router-flag", spec.host, key, f"set by {MANAGED[name]}, not here"))
+        elif name in OTHER_MODES:
+            found.append(finding("router-flag", spec.host, key, "instinct-fleet runs the router with one pool of regular workers per unit"))
+        elif name not in table.options:
+            found.append(finding("router-flag", spec.host, key, f"vllm-router {v.router_version} has no such option"))
+        elif (problem := table.options[name].problem(value)) is not None:
+            found.append(finding("router-flag", spec.host, key, problem))
+    return found
+
+
+def api_key_findings(specs: list[HostSpec]) -> list[Finding]:
+    """A pool whose instances need an API key needs a router that sends one."""
+    keyed = {str(s.host) for s in specs if s.vars.vllm_api_key_path is not None}
+    found = []
+    for spec in specs:
+        for pool in spec.pools:
+            needs = sorted({w.host for w in pool.workers} & keyed)
+            if needs and spec.vars.router_api_key_path is None:
+                why = f"the instances of {pool.model!r} on {', '.join(needs)} require an API key (vllm_api_key_path): set router_api_key_path to a root-only file holding it"
+                found.append(finding("router-api-key", spec.host, "router_api_key_path", why))
+    return found

@@ -1,0 +1,53 @@
+"""Converge a running router's pool to its worker file (managed by instinct-fleet).
+
+Usage: sync.py PORT WORKERS_FILE [--check]
+
+Through the router's worker API on 127.0.0.1:PORT: a worker the file no longer
+lists is removed; a listed worker that is missing is added only if it answers
+/health now (one that does not is added by its own host's roll, after its health
+gate). With --check it changes nothing and prints one line per difference, exit 0
+when there is none, 1 otherwise. A router that is not running reads the file
+when it starts.
+"""
+
+import json
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+
+port, workers_file = sys.argv[1], sys.argv[2]
+check = sys.argv[3:] == ["--check"]
+base = f"http://127.0.0.1:{port}"
+
+
+def call(method, url, timeout):
+    request = urllib.request.Request(url, method=method)
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return response.read().decode()
+
+
+def answers(url):
+    try:
+        call("GET", url + "/health", 3)
+        return True
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+with open(workers_file) as handle:
+    want = [line.strip() for line in handle if line.strip()]
+try:
+    live = json.loads(call("GET", base + "/list_workers", 10))["urls"]
+except urllib.error.URLError as error:
+    if isinstance(error.reason, ConnectionRefusedError):
+        print(f"router on port {port} is not running: it starts with {workers_file}")
+        sys.exit(0)
+    raise
+changes = [("remove", url) for url in live if url not in want]
+changes += [("add", url) for url in want if url not in live and answers(url)]
+for verb, url in changes:
+    print(f"{verb} {url}")
+    if not check:
+        call("POST", f"{base}/{verb}_worker?url={urllib.parse.quote(url, safe='')}", 60)
+sys.exit(1 if check and changes else 0)

@@ -1,0 +1,228 @@
+"""vLLM's router: its pools from the inventory, its settings against the pinned router's own parser, its files from the
+pinned wheel, its stage, and the roll that drains through it."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from instinct_fleet.converge import routerwheel
+from instinct_fleet.model import paths, router
+from instinct_fleet.model.inventory import HostData, plan_hosts
+from instinct_fleet.model.rules import RULES
+from tests.unit.stages import STAGES, SimHost, emitted, plan, run_stage
+
+ROOT = Path(__file__).resolve().parents[2]
+VERSION = router.supported_versions()[-1]
+OSS = "openai/gpt-oss-120b"
+
+
+@pytest.fixture(scope="module")
+def router_args(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    """The pinned release's own ``vllm_router/router_args.py``, read from its wheel (pip fetches it once, checked by sha256)."""
+    path = tmp_path_factory.mktemp("router") / "router_args.py"
+    path.write_bytes(routerwheel.members(VERSION, None)["vllm_router/router_args.py"])
+    spec = importlib.util.spec_from_file_location("router_args_pinned", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def parse(router_args: ModuleType, argv: list[str]) -> Any:
+    """What the router's launcher does with ``argv``: its parser, then its own checks (SystemExit or ValueError on refusal)."""
+    parser = argparse.ArgumentParser(prog="vllm-router", exit_on_error=False)
+    router_args.RouterArgs.add_cli_args(parser, use_router_prefix=False)
+    args = router_args.RouterArgs.from_cli_args(parser.parse_args(argv), use_router_prefix=False)
+    args._validate_router_args()
+    return args
+
+
+def test_the_shipped_table_is_what_the_pinned_router_parses() -> None:
+    extract = importlib.util.spec_from_file_location("extract_router", ROOT / "scripts" / "extract_router_knowledge.py")
+    assert extract is not None and extract.loader is not None
+    module = importlib.util.module_from_spec(extract)
+    extract.loader.exec_module(module)
+    shipped = router.load(VERSION)
+    assert shipped is not None
+    options = module.options(routerwheel.members(VERSION, None)["vllm_router/router_args.py"].decode())
+    assert {n: (o["kind"], o["type"], tuple(o.get("choices", ()))) for n, o in options.items()} == {
+        n: (o.kind, o.type, o.choices) for n, o in shipped.options.items()
+    }
+
+
+SETTINGS = [
+    {},
+    {"router_policy": "round_robin", "router_retries": 0, "router_health_check_interval": 1},
+    {"router_policy": "power_of_two", "router_flags": {"--cache-threshold": 0.5, "--disable-circuit-breaker": True}},
+    {"router_flags": {"--log-level": "debug", "--request-id-headers": ["x-request-id", "x-trace-id"]}},
+    {"router_flags": {"--queue-size": 0, "--max-concurrent-requests": 64}},
+]
+REFUSED = [
+    ({"router_policy": "fastest"}, "router_policy"),
+    ({"router_flags": {"--log-level": "verbose"}}, "router_flags.--log-level"),
+    ({"router_flags": {"--queue-size": "many"}}, "router_flags.--queue-size"),
+    ({"router_flags": {"--cache-threshold": "half"}}, "router_flags.--cache-threshold"),
+    ({"router_flags": {"--no-such-option": 1}}, "router_flags.--no-such-option"),
+    ({"router_flags": {"--disable-retries": "yes"}}, "router_flags.--disable-retries"),
+]
+
+
+def router_host(**data: Any) -> tuple[Any, list[Any]]:
+    ((spec, findings),) = plan_hosts([HostData("r1", (), {"router": True, "scrape_address": "10.1.0.1", **data})])
+    return spec, findings
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+def test_what_validation_accepts_the_pinned_router_parses(router_args: ModuleType, settings: dict[str, Any]) -> None:
+    spec, findings = router_host(**settings)
+    assert [f for f in findings if f.severity == "error"] == []
+    (pool,) = spec.pools
+    argv = router.argv(spec, pool)
+    args = parse(router_args, [*argv, "--worker-urls", *(w.url for w in pool.workers)])
+    assert args.port == pool.port and args.prometheus_port == pool.metrics_port and args.worker_urls == ["http://10.1.0.1:8080"]
+    assert args.policy == spec.vars.router_policy and args.health_check_interval_secs == spec.vars.router_health_check_interval
+
+
+@pytest.mark.parametrize(("settings", "key"), REFUSED)
+def test_what_validation_refuses_the_pinned_router_refuses(router_args: ModuleType, settings: dict[str, Any], key: str) -> None:
+    _, findings = router_host(**settings)
+    (hit,) = [f for f in findings if f.rule == "router-flag"]
+    assert hit.host == "r1" and hit.key == key
+    flags = settings.get("router_flags", {"--policy": settings.get("router_policy")})
+    argv = [a for name, value in flags.items() for a in ([name] if value is True else [name, str(value)])]
+    with pytest.raises((SystemExit, argparse.ArgumentError, ValueError)):
+        parse(router_args, argv)
+
+
+def test_a_pool_is_every_instance_of_its_model_and_each_serving_host_knows_its_routers() -> None:
+    hosts = [
+        HostData("r1", (), {"router": True, "scrape_address": "10.1.0.1", "vllm_instances": []}),
+        HostData(
+            "a",
+            (),
+            {"scrape_address": "10.1.0.2", "vllm_instances": [{"name": "one", "port": 8000}, {"name": "two", "port": 8001, "gpus": [1]}]},
+        ),
+        HostData("b", (), {"scrape_address": "fd00::3", "vllm_recipe": "llama-3.1-70b", "vllm_instances": [{"name": "l", "port": 9000}]}),
+    ]
+    specs = {str(s.host): (s, f) for s, f in plan_hosts(hosts)}
+    r1 = specs["r1"][0]
+    assert [(p.model, p.port, p.metrics_port) for p in r1.pools] == [
+        ("meta-llama/Llama-3.1-70B-Instruct", 30000, 29000),
+        (OSS, 30001, 29001),
+    ]
+    assert [w.url for w in r1.pools[1].workers] == ["http://10.1.0.2:8000", "http://10.1.0.2:8001"]
+    assert [w.url for w in r1.pools[0].workers] == ["http://[fd00::3]:9000"]
+    assert {(m.unit, m.api) for m in specs["a"][0].memberships} == {
+        ("vllm-one", "http://10.1.0.1:30001"),
+        ("vllm-two", "http://10.1.0.1:30001"),
+    }
+    assert r1.pools[1].worker_list == "http://10.1.0.2:8000\nhttp://10.1.0.2:8001\n"
+    assert [str(f) for _, fs in specs.values() for f in fs if f.severity == "error"] == []
+
+
+def test_a_router_port_that_another_listener_has_is_refused() -> None:
+    _, findings = router_host(router_port=8080)
+    (hit,) = [f for f in findings if f.rule == "port-conflict"]
+    assert hit.host == "r1" and "router" in hit.message and "8080" in hit.message
+    _, findings = router_host(router_metrics_port=22)
+    assert [f.key for f in findings if f.rule == "port-conflict"] == ["router_metrics_port"]
+
+
+@pytest.mark.parametrize(
+    ("data", "rule", "key"),
+    [
+        ({"router_version": "0.0.1"}, "router-version", "router_version"),
+        ({"router_flags": {"--api-key": "sk-secret"}}, "router-api-key-inline", "router_flags.--api-key"),
+        ({"vllm_api_key_path": "/etc/instinct-fleet/api-key"}, "router-api-key", "router_api_key_path"),
+        ({"router_models": ["meta-llama/none"]}, "router-pool", "router_models"),
+        ({"vllm_instances": []}, "router-pool", "router"),
+        ({"router_flags": {"--vllm-pd-disaggregation": True}}, "router-flag", "router_flags.--vllm-pd-disaggregation"),
+        ({"router_flags": {"--port": 1}}, "router-flag", "router_flags.--port"),
+    ],
+)
+def test_bad_router_input_is_refused_before_any_host_with_host_key_and_rule(data: dict[str, Any], rule: str, key: str) -> None:
+    _, findings = router_host(**data)
+    hits = [f for f in findings if f.rule == rule]
+    assert [f.key for f in hits] == [key] and hits[0].host == "r1" and RULES[rule].severity == "error"
+    assert "sk-secret" not in " ".join(f.message for f in findings)
+
+
+def test_the_wheel_is_refused_unless_it_is_the_pinned_one(tmp_path: Path) -> None:
+    fake = tmp_path / "vllm_router.whl"
+    fake.write_bytes(b"not the wheel")
+    with pytest.raises(routerwheel.WheelError, match=r"sha256 .* not vllm-router .*'s"):
+        routerwheel.members(VERSION, str(fake))
+    with pytest.raises(routerwheel.WheelError, match="is not a file"):
+        routerwheel.members(VERSION, str(tmp_path / "missing.whl"))
+    sim = SimHost()
+    refused = plan({"router": True, "router_wheel": str(fake)}, sim)
+    assert [e.rule for e in refused.errors] == ["router-wheel"] and "remove it, or point router_wheel" in refused.errors[0].message
+
+
+def fake_members(monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
+    """The wheel's members as small stand-ins: the stage tests need their paths and hashes, not 70 MB."""
+    table = router.load(VERSION)
+    assert table is not None
+    members = {name: hashlib.sha256(name.encode()).hexdigest().encode() for name in table.members}
+    monkeypatch.setattr(routerwheel, "members", lambda version, wheel: members)
+    return members
+
+
+def test_a_router_host_gets_its_files_units_and_pool_and_a_second_run_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    members = fake_members(monkeypatch)
+    data = {"router": True}
+    sim = SimHost()
+    ops = emitted(monkeypatch, "router", plan(data, sim))
+    unit = paths.router_unit(30000)
+    release = paths.router_dir(VERSION)
+    assert {f"vllm-router {name}" for name in members} <= set(ops)
+    assert f"Router {unit} for {OSS}" in ops and f"{unit} passes systemd-analyze verify" in ops
+    assert f"Restart {unit} for its new configuration" in ops and f"Router pool of {OSS} matches the inventory" in ops
+    from tests.unit.test_stages import converged, only
+
+    sim = converged(monkeypatch, data)
+    assert sim.files[f"{release}/vllm_router_rs.abi3.so"][0] == members["vllm_router_rs.abi3.so"]
+    assert "--worker-urls" not in sim.files[paths.unit_path(unit)][0].decode()
+    assert sim.files[paths.router_workers(30000)][0] == b"http://h1:8080\n"
+    assert only(monkeypatch, data, sim) == {"router": [f"Router pool of {OSS} matches the inventory"]}
+    # Drift: a member removed by hand is put back, and the router restarted for it.
+    del sim.files[f"{release}/vllm_router/router.py"]
+    again = only(monkeypatch, data, sim)["router"]
+    assert "vllm-router vllm_router/router.py" in again and f"Restart {unit} for its new configuration" in again
+
+
+def test_the_roll_takes_a_unit_out_of_its_pools_before_it_stops_and_back_after_its_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.unit.test_stages import converged
+
+    data = {"vllm_allow_from": ["10.0.0.0/8"]}
+    peers = {"r1": {"router": True, "vllm_instances": [], "scrape_address": "10.0.0.9"}}
+    sim = converged(monkeypatch, data)
+    changed = {**data, "vllm_args": {"max-num-seqs": 200}}
+    names = [o.name for o in run_stage(monkeypatch, "services", plan(changed, sim, peers=peers))]
+    out, restart, gate, back = (
+        names.index("Roll: out of the router pools"),
+        names.index("Restart vllm-main for its new configuration"),
+        names.index("vllm-main healthy"),
+        names.index("Roll: back into the router pools"),
+    )
+    assert out < restart < gate < back
+    # A failed gate with rolling_on_failure rollback: back into the pools only after the rollback's own gate.
+    ops = run_stage(monkeypatch, "services", plan(changed, sim, peers=peers), sick={"vllm-main.service": 1})
+    names = [o.name for o in ops]
+    assert "Roll: back into the router pools" not in names
+    assert names.index("Roll: back to generation 1") < names.index("Roll: back into the router pools after the rollback")
+    left = next(o for o in ops if o.name == "Roll: out of the router pools").kwargs["members"]
+    assert [(m.router, m.api, m.url) for m in left] == [("r1", "http://10.0.0.9:30000", "http://h1:8080")]
+    # Nothing changed: no call to any router.
+    assert not [n for n in emitted(monkeypatch, "services", plan(data, sim, peers=peers)) if "router" in n]
+
+
+def test_every_stage_has_its_place() -> None:
+    assert STAGES.index("router") == STAGES.index("exporter") + 1
