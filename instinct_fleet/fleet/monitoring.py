@@ -5,7 +5,7 @@ roles, ``metrics_exporter``), so the scrape configuration follows it too instead
 of being a second list to keep in step. A cluster serves from its head only; its
 workers have no vLLM endpoint, but each node runs its own exporter. Labels say
 which host, instance, model, recipe, cluster and role a series belongs to; the
-job is ``vllm`` or ``amd-device-metrics``.
+job is ``vllm``, ``vllm-router`` (a router's ``--prometheus-port``, one per pool) or ``amd-device-metrics``.
 """
 
 from __future__ import annotations
@@ -31,4 +31,6 @@ def file_sd(specs: list[HostSpec]) -> list[dict[str, Any]]:
             group(spec, spec.vars.metrics_exporter_port, "amd-device-metrics", paths.EXPORTER_UNIT)
         for svc in spec.serves:
             group(spec, svc.port, "vllm", svc.name, svc.model, svc.recipe)
+        for pool in spec.pools:
+            group(spec, pool.metrics_port, "vllm-router", pool.unit, pool.model)
     return sorted(groups, key=lambda g: (g["labels"]["host"], g["labels"]["instance"]))

@@ -226,3 +226,18 @@ def test_the_roll_takes_a_unit_out_of_its_pools_before_it_stops_and_back_after_i
 
 def test_every_stage_has_its_place() -> None:
     assert STAGES.index("router") == STAGES.index("exporter") + 1
+
+
+def test_each_pool_router_is_a_prometheus_target_that_promtool_reads() -> None:
+    from instinct_fleet.fleet import monitoring
+    from tests.unit.consumers import targets_check
+
+    spec, _ = router_host(router_metrics_port=29100)
+    groups = monitoring.file_sd([spec])
+    (routed,) = [g for g in groups if g["labels"]["job"] == "vllm-router"]
+    assert (
+        routed["targets"] == ["10.1.0.1:29100"]
+        and routed["labels"]["model"] == OSS
+        and routed["labels"]["instance"] == paths.router_unit(30000)
+    )
+    assert targets_check(groups) == ""
