@@ -313,14 +313,10 @@ router_retries = 5
 # `--request-timeout-secs`: the longest a request may take through the router.
 router_request_timeout = 1800
 
-# Root-only file on the router host holding the API key the router sends to the instances
-# (`--api-key`), loaded as a systemd credential so it never reaches the unit or argv. Required
-# when the pool's instances set `vllm_api_key_path`; `None`: no key. Never set `--api-key` in
-# `router_flags`.
-router_api_key_path = None
-
 # Any other `vllm-router` option, as `{"--cache-threshold": 0.5}` (a switch as `True`), checked
-# against the pinned router's own CLI.
+# against the pinned router's own CLI. `--api-key` is refused: the router passes a client's
+# `Authorization` header on to the instances, so clients of instances with `vllm_api_key_path`
+# send that key to the router.
 router_flags = {}
 
 # Hook after a serving unit's instances passed health, to put them back in a load balancer; same

@@ -57,16 +57,20 @@ sim_gpu = [
         ],
         metrics_exporter=True,
         metrics_exporter_image=fleet["exporter_image"],
+        # vLLM's router in front of every model the inventory serves, one port each from 30000:
+        # gpt-oss-120b (main, batch and sim-gpu-2's oss), Llama 3.1 70B (llama-a), Llama 3.1 405B (the cluster).
+        router=True,
+        router_models=["openai/gpt-oss-120b", "meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-405B-Instruct"],
         **weights,
     ),
-    # Two TP 4 Llama 3.1 70B instances on disjoint halves of the node, offline: they start only
+    # A TP 4 Llama 3.1 70B instance and a gpt-oss-120b one beside it, offline: they start only
     # if the weights were staged into the host's Hugging Face cache first.
     host_data(
         "sim-gpu-2",
         vllm_recipe="llama-3.1-70b",
         vllm_instances=[
-            {"name": "llama-a", "port": by_name["sim-gpu-2"]["api_port"]},
-            {"name": "llama-b", "port": 8001},
+            {"name": "llama-a", "port": by_name["sim-gpu-2"]["api_port"], "gpus": [0, 1, 2, 3]},
+            {"name": "oss", "recipe": "gpt-oss-120b", "port": 8001, "gpus": [4]},
         ],
         vllm_env={"HF_HUB_OFFLINE": "1"},
         # /v1 answers only with the key in this root-only file (the fleet writes it, as an operator would).

@@ -162,6 +162,5 @@ def router_unit(spec: HostSpec, pool: Pool) -> str:
         model=pool.model,
         port=pool.port,
         workers=paths.router_workers(pool.port),
-        key_path=v.router_api_key_path,
         exec_start=render.exec_line(argv + router.argv(spec, pool)),
     )

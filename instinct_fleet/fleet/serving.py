@@ -146,17 +146,18 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
             healthy=generation.keep_healthy,
             _if=gate,
         )
-    if me.measured:
-        _canary(plan, fleet, "before", gate, None)
-    if rolling and plan.desired.endpoints:
-        _hooks(plan, fleet, "pre-stop", v.rolling_pre_stop, gate)
-    # Out of every router pool before anything stops (docker's restart stops every container); the joins
+    # Out of every router pool before anything stops (docker's restart stops every container), and before a
+    # canary's first measurement, so that the router's clients add nothing to either side of it; the joins
     # follow the health gate, or the rollback's. A router that cannot be reached fails the host here.
     stopping = me.defers_docker or me.force
     left = tuple(m for m in plan.spec.memberships if (stopping or m.unit in pending) and m.unit in plan.report.active_units)
     joins = tuple(m for m in plan.spec.memberships if stopping or m.unit in pending)
     if left:
         operations.router_pools_left(name="Roll: out of the router pools", members=left, _if=gate)
+    if me.measured:
+        _canary(plan, fleet, "before", gate, None)
+    if rolling and plan.desired.endpoints:
+        _hooks(plan, fleet, "pre-stop", v.rolling_pre_stop, gate)
 
     if me.defers_docker:  # dockerd restarts with its new settings, stopping every container, in this batch
         apply.converge(plan, "docker", gate)

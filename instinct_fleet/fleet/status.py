@@ -4,13 +4,15 @@ For each vLLM instance: its unit's state, ``/health``, the image its container
 runs, and from its ``/metrics`` the requests running and waiting and the
 KV-cache usage, by the metric names of the vLLM version it runs. Ray and
 device-metrics-exporter units get a row too, so a cluster worker and a host
-whose exporter died show up. A roll in progress (the marker a deploy writes
+whose exporter died show up; so does each router, with its live pool (its own
+``/workers``: which instances its health checks pass) against the inventory's. A roll in progress (the marker a deploy writes
 while a host's batch runs) is shown on every row of that host; ``bench``
 reads the same rows to refuse such a host.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import asdict, dataclass
@@ -19,6 +21,7 @@ from typing import Any
 from instinct_fleet.converge import health
 from instinct_fleet.converge.preflight import sections
 from instinct_fleet.model import paths, render
+from instinct_fleet.model.pools import Pool
 from instinct_fleet.model.spec import HostSpec
 
 MARK = "@@instinct-fleet-status "
@@ -52,6 +55,8 @@ class Row:
     kv_cache: float | None = None
     rolling: str | None = None  # the roll marker's line while a roll runs on the host
     error: str | None = None
+    pool: str | None = None  # a router: how many of its pool's instances its health checks pass
+    pool_drift: str | None = None  # a router: how its live pool differs from the inventory's
 
     @property
     def ok(self) -> bool:
@@ -68,6 +73,8 @@ class Row:
             return f"{self.unit} is active but its endpoint gives {self.health}"
         if self.wanted_image not in ("-", self.image):
             return f"{self.unit} runs {self.image}, not {self.wanted_image}: deploy to roll it"
+        if self.pool_drift:
+            return f"{self.unit}'s pool is not the inventory's ({self.pool_drift}): deploy to converge it"
         return None
 
 
@@ -89,6 +96,11 @@ def script(spec: HostSpec) -> str:
     if cluster is not None:
         ray = paths.ray_unit(cluster.role)
         parts.append(f"printf '{MARK}unit {ray}\\n'; systemctl show -p ActiveState --value {paths.service(ray)}")
+    for pool in spec.pools:  # the router's own view of its pool: every worker and whether its health checks pass
+        parts.append(
+            f"printf '{MARK}router {pool.unit}\\n'; systemctl show -p ActiveState --value {pool.unit}.service; "
+            f"curl -s -m 3 http://127.0.0.1:{pool.port}/workers | tr -d '\\n'; echo; true"
+        )
     if spec.vars.metrics_exporter:
         port = spec.vars.metrics_exporter_port
         parts.append(
@@ -150,6 +162,8 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
                 rolling=rolling,
             )
         )
+    for pool in spec.pools:
+        rows.append(_router_row(host, pool, part.get(f"router {pool.unit}", []), rolling))
     for key, lines in part.items():
         if key.startswith("unit "):
             name = key[5:]
@@ -157,6 +171,30 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
             state = lines[0] if lines and not lines[0].startswith("health ") else "unknown"
             rows.append(Row(host, name, paths.service(name), state, _health(lines, instance=False) if exporter else "-", rolling=rolling))
     return rows
+
+
+def _router_row(host: str, pool: Pool, lines: list[str], rolling: str | None) -> Row:
+    """A router's row: its unit, whether it answers, and its live pool against the inventory's."""
+    state = lines[0] if lines and not lines[0].startswith("{") else "unknown"
+    try:
+        workers = json.loads(next(line for line in lines if line.startswith("{")))["workers"]
+    except (StopIteration, ValueError, KeyError, TypeError):
+        return Row(host, pool.model, paths.service(pool.unit), state, "no answer", port=pool.port, rolling=rolling)
+    live = {str(w.get("url")): bool(w.get("is_healthy")) for w in workers}
+    want = {w.url for w in pool.workers}
+    drift = [f"missing {u}" for u in sorted(want - set(live))] + [f"not in the inventory {u}" for u in sorted(set(live) - want)]
+    summary = f"{sum(live.values())} of {len(want)} healthy"
+    return Row(
+        host,
+        pool.model,
+        paths.service(pool.unit),
+        state,
+        "ok",
+        port=pool.port,
+        rolling=rolling,
+        pool=summary,
+        pool_drift="; ".join(drift) or None,
+    )
 
 
 def unreachable(spec: HostSpec, why: str) -> list[Row]:
@@ -169,6 +207,7 @@ def unreachable(spec: HostSpec, why: str) -> list[Row]:
         units.append((ray, paths.service(ray), "-", None))
     if spec.vars.metrics_exporter:
         units.append((paths.EXPORTER_UNIT, paths.service(paths.EXPORTER_UNIT), "-", None))
+    units += [(pool.model, paths.service(pool.unit), "-", pool.port) for pool in spec.pools]
     return [
         Row(str(spec.host), name, unit, "unreachable", "-", wanted_image=image, port=port, error=why) for name, unit, image, port in units
     ]
@@ -187,7 +226,8 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         image = r.image if r.image == r.wanted_image or r.wanted_image == "-" else f"! {r.image} (wants {r.wanted_image})"
         state = r.state + (" (rolling)" if r.rolling else "")
-        body.append([r.host, r.instance, state, r.health, image, _num(r.running), _num(r.waiting), _num(r.kv_cache, percent=True)])
+        health = r.health if r.pool is None else f"{r.health}, pool {r.pool}" + (f" ! {r.pool_drift}" if r.pool_drift else "")
+        body.append([r.host, r.instance, state, health, image, _num(r.running), _num(r.waiting), _num(r.kv_cache, percent=True)])
     widths = [max(len(str(x)) for x in column) for column in zip(header, *body, strict=True)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *body]]
     errors = sorted({f"{r.host}: {r.error}" for r in rows if r.error})

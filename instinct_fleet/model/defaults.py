@@ -609,13 +609,9 @@ class FleetVars(_Strict):
         default=1800,
         description="`--request-timeout-secs`: the longest a request may take through the router.",
     )
-    router_api_key_path: HostPath | None = Field(
-        default=None,
-        description="Root-only file on the router host holding the API key the router sends to the instances (`--api-key`), loaded as a systemd credential so it never reaches the unit or argv. Required when the pool's instances set `vllm_api_key_path`; `None`: no key. Never set `--api-key` in `router_flags`.",
-    )
     router_flags: dict[StrictStr, Any] = Field(
         default_factory=dict,
-        description='Any other `vllm-router` option, as `{"--cache-threshold": 0.5}` (a switch as `True`), checked against the pinned router\'s own CLI.',
+        description="Any other `vllm-router` option, as `{\"--cache-threshold\": 0.5}` (a switch as `True`), checked against the pinned router's own CLI. `--api-key` is refused: the router passes a client's `Authorization` header on to the instances, so clients of instances with `vllm_api_key_path` send that key to the router.",
     )
     rolling_post_start: HookSetting = Field(
         default=None,

@@ -40,7 +40,7 @@ MANAGED = {
     "--health-success-threshold": "router_health_success_threshold",
     "--retry-max-retries": "router_retries",
     "--request-timeout-secs": "router_request_timeout",
-    "--api-key": "router_api_key_path (a file on the router host: an inline key would sit in the unit and in ps)",
+    "--api-key": "nothing: the router passes a client's Authorization header on to the instances",
 }
 # Options that put the router in another mode than one pool of regular workers behind it.
 OTHER_MODES = ("--vllm-pd-disaggregation", "--service-discovery", "--mini-lb", "--enable-igw", "--prefill", "--decode")
@@ -182,7 +182,8 @@ def option_findings(spec: HostSpec) -> list[Finding]:
     for name, value in sorted(v.router_flags.items()):
         key = f"router_flags.{name}"
         if name == "--api-key":
-            found.append(finding("router-api-key-inline", spec.host, key, f"an inline key sits in the unit and in ps: {MANAGED[name]}"))
+            why = "an inline key sits in the unit and in ps, and no key is needed: the router passes each client's Authorization header on to the instances"
+            found.append(finding("router-api-key-inline", spec.host, key, why))
         elif name in MANAGED:
             found.append(finding("router-flag", spec.host, key, f"set by {MANAGED[name]}, not here"))
         elif name in OTHER_MODES:
@@ -195,13 +196,16 @@ def option_findings(spec: HostSpec) -> list[Finding]:
 
 
 def api_key_findings(specs: list[HostSpec]) -> list[Finding]:
-    """A pool whose instances need an API key needs a router that sends one."""
+    """A pool whose instances disagree on an API key refuses a client's request on some and serves it on others."""
     keyed = {str(s.host) for s in specs if s.vars.vllm_api_key_path is not None}
     found = []
     for spec in specs:
         for pool in spec.pools:
-            needs = sorted({w.host for w in pool.workers} & keyed)
-            if needs and spec.vars.router_api_key_path is None:
-                why = f"the instances of {pool.model!r} on {', '.join(needs)} require an API key (vllm_api_key_path): set router_api_key_path to a root-only file holding it"
-                found.append(finding("router-api-key", spec.host, "router_api_key_path", why))
+            hosts = {w.host for w in pool.workers}
+            if hosts & keyed and hosts - keyed:
+                why = (
+                    f"the pool of {pool.model!r} mixes instances with vllm_api_key_path ({', '.join(sorted(hosts & keyed))}) and without "
+                    f"({', '.join(sorted(hosts - keyed))}): clients must send the key; or set it on every host that serves the model"
+                )
+                found.append(finding("router-api-key", spec.host, "router_models", why))
     return found

@@ -200,12 +200,12 @@ _RULES = (
     Rule(
         "router-api-key-inline",
         "error",
-        "A key given as --api-key sits in the unit file and in ps: give it as a root-only file, router_api_key_path.",
+        "A key given as --api-key sits in the unit file and in ps, and the router needs none: it passes each client's Authorization header on (measured on vllm-router 0.1.17).",
     ),
     Rule(
         "router-api-key",
-        "error",
-        "Instances with vllm_api_key_path answer 401 to a router that sends no key: every request through it would fail.",
+        "warning",
+        "The router passes the client's key on as it is: in a pool of instances with and without vllm_api_key_path, a client without the key is refused by some and served by others.",
     ),
     Rule(
         "router-wheel",

@@ -5,12 +5,11 @@ Usage: launch.py RELEASE_DIR WORKERS_FILE [router options...]
 Why not the wheel's ``vllm-router`` script: it imports the MiniLB debugging
 balancer, which needs fastapi, uvicorn and aiohttp; this does what its main()
 does for the Rust router (parse with RouterArgs, validate, start) from the
-standard library alone. The pool comes from WORKERS_FILE, one URL per line, and
-the API key from systemd's credential ``api-key``, so neither is in the unit.
+standard library alone. The pool comes from WORKERS_FILE, one URL per line, so
+that the unit does not change when the pool does.
 """
 
 import argparse
-import os
 import sys
 
 release, workers_file, options = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -21,10 +20,6 @@ from vllm_router.router_args import RouterArgs  # noqa: E402
 
 with open(workers_file) as handle:
     workers = [line.strip() for line in handle if line.strip()]
-credentials = os.environ.get("CREDENTIALS_DIRECTORY")
-if credentials and os.path.isfile(os.path.join(credentials, "api-key")):
-    with open(os.path.join(credentials, "api-key")) as handle:
-        options += ["--api-key", handle.read().strip()]
 parser = argparse.ArgumentParser(prog="vllm-router")
 RouterArgs.add_cli_args(parser, use_router_prefix=False)
 args = RouterArgs.from_cli_args(parser.parse_args([*options, "--worker-urls", *workers]), use_router_prefix=False)

@@ -213,3 +213,60 @@ def give_work(fleet: dict[str, Any], host: str) -> None:
 
 # Figures the tests measured (roll time, worst healthy fraction), printed at the end of the run.
 FIGURES: list[str] = []
+
+
+OSS = "openai/gpt-oss-120b"
+ROUTER_PORT = 30000  # inventories/local.py: the router on sim-gpu-1, its first pool gpt-oss-120b
+
+
+def router_url(fleet: dict[str, Any], port: int = ROUTER_PORT) -> str:
+    return f"http://{next(h['address'] for h in fleet['hosts'] if h['name'] == 'sim-gpu-1')}:{port}"
+
+
+class Load:
+    """A steady client: ``rate`` requests a second through the router, streaming and not in turn, each on its own thread."""
+
+    def __init__(self, url: str, rate: float = 8.0, key: str | None = None) -> None:
+        self.url, self.period = url, 1.0 / rate
+        self.headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+        self.done: list[tuple[bool, bool, str]] = []  # streamed, ok, what went wrong
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def _one(self, stream: bool) -> None:
+        body = json.dumps({"model": OSS, "prompt": "route me", "max_tokens": 8, "stream": stream}).encode()
+        request = urllib.request.Request(f"{self.url}/v1/completions", body, self.headers)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as reply:
+                text = reply.read().decode()
+            ok, why = ("[DONE]" in text, text[-200:]) if stream else ('"choices"' in text, text[-200:])
+        except OSError as error:
+            ok, why = False, str(error)
+        with self._lock:
+            self.done.append((stream, ok, "" if ok else why))
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.wait(self.period):
+            thread = threading.Thread(target=self._one, args=(n % 2 == 1,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+            n += 1
+
+    def __enter__(self) -> Load:
+        self._main = threading.Thread(target=self._run, daemon=True)
+        self._main.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._main.join()
+        for thread in self._threads:
+            thread.join(70)
+
+    def failed(self) -> list[str]:
+        return [why for _, ok, why in self.done if not ok]
+
+    def served(self, streamed: bool) -> int:
+        return sum(1 for s, ok, _ in self.done if ok and s == streamed)

@@ -68,7 +68,7 @@ def test_the_api_key_guards_v1_and_never_leaves_its_file(second: Run, fleet: dic
     assert ssh(fleet, "sim-gpu-1", f"{code} -H 'Authorization: Bearer wrong' {url}/v1/models").strip() == "401"
     assert ssh(fleet, "sim-gpu-1", f"{code} -H 'Authorization: Bearer {fleet['api_key']}' {url}/v1/models").strip() == "200"
     assert ssh(fleet, "sim-gpu-1", f"{code} {url}/health").strip() == "200"
-    places = "cat /etc/systemd/system/vllm-*.service /etc/instinct-fleet/*.env; ps -eo args; docker inspect vllm-llama-a vllm-llama-b"
+    places = "cat /etc/systemd/system/vllm-*.service /etc/instinct-fleet/*.env; ps -eo args; docker inspect vllm-llama-a vllm-oss"
     assert fleet["api_key"] not in ssh(fleet, "sim-gpu-2", places)
 
 
@@ -94,7 +94,7 @@ def test_drift_is_repaired_exactly_and_nothing_else(second: Run, fleet: dict[str
     # drift goes into one host's own file instead; a unit edit; a stopped container.
     ssh(fleet, "sim-gpu-1", "sed -i 's/= 0/= 1/' /etc/sysctl.d/90-instinct-fleet.conf")
     ssh(fleet, "sim-gpu-1", "echo '# hand edit' >> /etc/systemd/system/vllm-batch.service")
-    ssh(fleet, "sim-gpu-2", "docker stop vllm-llama-b")
+    ssh(fleet, "sim-gpu-2", "docker stop vllm-oss")
     # An instance renamed away in the inventory: its old unit, written by an earlier deploy, is still running.
     ghost = "# Managed by instinct-fleet\n[Service]\nExecStart=/bin/sleep infinity\n"
     ssh(
@@ -107,11 +107,11 @@ def test_drift_is_repaired_exactly_and_nothing_else(second: Run, fleet: dict[str
     # docker stop ends the unit with the container's exit code: 0 leaves it stopped for the deploy
     # to start; a non-zero code (docker run --rm can race the removal) lets systemd restart it itself.
     for _ in range(30):  # wait out a pending automatic restart (RestartSec=10)
-        state = ssh(fleet, "sim-gpu-2", "systemctl is-active vllm-llama-b || true").strip()
+        state = ssh(fleet, "sim-gpu-2", "systemctl is-active vllm-oss || true").strip()
         if state in ("active", "inactive", "failed"):
             break
         time.sleep(1)
-    llama_b_stopped = state != "active"
+    oss_stopped = state != "active"
 
     repair = deploy()
 
@@ -134,9 +134,12 @@ def test_drift_is_repaired_exactly_and_nothing_else(second: Run, fleet: dict[str
         ("sim-gpu-1", "Roll: keep the new serving files as generation"),
         ("sim-gpu-2", "Roll: keep the serving files as generation"),
         ("sim-gpu-2", "Roll: keep the new serving files as generation"),
+        # vllm-batch restarts behind the router on sim-gpu-1: out of its pool first, back after its gate.
+        ("sim-gpu-1", "Roll: out of the router pools"),
+        ("sim-gpu-1", "Roll: back into the router pools"),
     }
-    if llama_b_stopped:
-        expected.add(("sim-gpu-2", "vllm-llama-b running and enabled"))
+    if oss_stopped:  # started again, then added back (the router still lists it: add_worker says it exists)
+        expected |= {("sim-gpu-2", "vllm-oss running and enabled"), ("sim-gpu-2", "Roll: back into the router pools")}
     changed = repair.changed()
     unexpected = {(h, names) for h, names in changed if not any(h == eh and what in names for eh, what in expected)}
     missing = {(eh, what) for eh, what in expected if not any(h == eh and what in names for h, names in changed)}
@@ -145,7 +148,7 @@ def test_drift_is_repaired_exactly_and_nothing_else(second: Run, fleet: dict[str
     for (host, container), before in untouched.items():
         assert started_at(fleet, host, container) == before, f"{container} on {host} restarted without a change of its own"
     assert started_at(fleet, "sim-gpu-1", "vllm-batch") != batch_before
-    assert ssh(fleet, "sim-gpu-2", "systemctl is-active vllm-llama-b").strip() == "active"
+    assert ssh(fleet, "sim-gpu-2", "systemctl is-active vllm-oss").strip() == "active"
     assert ssh(fleet, "sim-gpu-2", "systemctl is-active vllm-ghost || true").strip() == "inactive"
     assert ssh(fleet, "sim-gpu-2", "ls /etc/systemd/system/vllm-ghost.service 2>/dev/null || echo gone").strip() == "gone"
     assert deploy().results["totals"]["success"] == 0

@@ -23,7 +23,7 @@ from fleetctl import CLI, FIGURES, INVENTORY, ROOT, Run, deploy, ssh
 from instinct_fleet.model import paths
 
 FLEET_SHARE = 0  # beside test_deploy, test_tune and test_faults; test_roll's share holds the short modules (conftest.py)
-INSTANCES = {("sim-gpu-1", "main"), ("sim-gpu-1", "batch"), ("sim-gpu-2", "llama-a"), ("sim-gpu-2", "llama-b"), ("sim-c1", "llama-405b")}
+INSTANCES = {("sim-gpu-1", "main"), ("sim-gpu-1", "batch"), ("sim-gpu-2", "llama-a"), ("sim-gpu-2", "oss"), ("sim-c1", "llama-405b")}
 EXPORTERS = {"sim-gpu-1", "sim-c1", "sim-c2"}
 LLAMA = "/var/lib/instinct-fleet/huggingface/hub/models--meta-llama--Llama-3.1-70B-Instruct"
 

@@ -22,12 +22,14 @@ from fleetctl import (
     ROOT,
     SERVING,
     UNITS,
+    Load,
     Probe,
     Run,
     deploy,
     fleet_tool,
     inventory,
     quiet,
+    router_url,
     serving_files,
     ssh,
     started_at,
@@ -52,9 +54,11 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(on_loc
             "rolling_post_start": {"control": log.format("post", hooks)},
         },
     )
-    with Probe(fleet, hz=5) as probe:
+    with Probe(fleet, hz=5) as probe, Load(router_url(fleet), key=fleet["api_key"]) as load:
         rolled = deploy(inventory=retune)
     assert rolled.results["failed_hosts"] == ["sim-nogpu"], rolled.stderr[-3000:]
+    # (a) Through the router, while every unit rolled: not one client request failed.
+    assert load.failed() == [] and load.served(True) >= 20 and load.served(False) >= 20, (load.failed()[:5], len(load.done))
     assert probe.rate() >= 4, f"the probe sampled at {probe.rate():.1f} Hz"
     # rolling_batch = 1: at every sample, every serving unit but at most one answered on all its endpoints.
     assert probe.worst() >= len(UNITS) - 1, [s for s in probe.samples if sum(s[1].values()) < len(UNITS) - 1][:5]
@@ -68,8 +72,8 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(on_loc
         "post sim-c1 vllm-llama-405b",
         "pre sim-gpu-1 vllm-main vllm-batch",
         "post sim-gpu-1 vllm-main vllm-batch",
-        "pre sim-gpu-2 vllm-llama-a vllm-llama-b",
-        "post sim-gpu-2 vllm-llama-a vllm-llama-b",
+        "pre sim-gpu-2 vllm-llama-a vllm-oss",
+        "post sim-gpu-2 vllm-llama-a vllm-oss",
     ]
     assert ssh(fleet, "sim-gpu-1", "cat /var/log/hooks.log") == "pre sim-gpu-1 vllm-main vllm-batch\n"
     unit = ssh(fleet, "sim-gpu-1", "cat /etc/systemd/system/vllm-main.service")
@@ -100,9 +104,10 @@ def test_a_crash_looping_change_is_rolled_back_on_its_first_batch(on_local: Run,
     broken = inventory(tmp_path, "broken", {**BASELINE, "vllm_env": {"STANDIN_CRASH_AT_START": "1"}})
     before = {(h, c): started_at(fleet, h, c) for h, c in (("sim-gpu-1", "vllm-main"), ("sim-gpu-2", "vllm-llama-a"))}
     files = serving_files(fleet)
-    with Probe(fleet, hz=5) as probe:
+    with Probe(fleet, hz=5) as probe, Load(router_url(fleet), key=fleet["api_key"]) as load:
         stopped = deploy(inventory=broken)
     assert stopped.rc != 0
+    assert load.failed() == [] and load.served(True) >= 5, (load.failed()[:5], len(load.done))  # (b)
     # Batch 1 is the cluster (units roll in name order); its health gate sees the crash loop, and both members go back.
     assert stopped.status("sim-c1") == {"rolled-back"} and "crash loop" in stopped.why("sim-c1"), stopped.roll
     assert stopped.status("sim-c2") == {"rolled-back"}, stopped.roll
@@ -149,9 +154,13 @@ def test_a_canary_that_regresses_or_loses_requests_is_rolled_back_and_a_harmless
     reach) rolls through the whole fleet (sim-gpu-2 sets its own vllm_env)."""
     files = serving_files(fleet)
     slower = inventory(tmp_path, "slower", {**BASELINE, **CANARY, "vllm_env": {"STANDIN_TOKENS_PER_SECOND": "100"}})
-    with Probe(fleet, hz=5) as probe:
+    with Probe(fleet, hz=5) as probe, Load(router_url(fleet), key=fleet["api_key"]) as load:
         caught = deploy(inventory=slower)
     assert caught.rc != 0 and "Traceback" not in caught.stderr
+    # (c) The canary left the router's pool before its first measurement and came back after its rollback's gate.
+    assert load.failed() == [] and load.served(True) >= 20, (load.failed()[:5], len(load.done))
+    canary_ops = {op for host, op in caught.changed_ops() if host == "sim-gpu-1"}
+    assert {"Roll: out of the router pools", "Roll: back into the router pools after the rollback"} <= canary_ops, canary_ops
     why = caught.why("sim-gpu-1")
     assert caught.status("sim-gpu-1") == {"rolled-back"} and "canary regressed" in why and "output throughput" in why, caught.roll
     assert "Mann-Whitney p=" in why, why

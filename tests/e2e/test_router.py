@@ -1,90 +1,25 @@
-"""vLLM's real router (vllm-router, the pinned wheel) in front of sim-gpu-1's two gpt-oss instances: installed from the
-controller's copy, its pool from the inventory, and a re-tune that rolls a unit while clients send requests through it.
+"""vLLM's real router (vllm-router, the pinned wheel) in front of the fleet on inventories/local.py: installed from the
+controller's copy, one pool per model from the inventory, a killed unit taken out by the router's own health checks,
+and a router the roll cannot reach stopping the roll before its unit stops. The roll's zero-failure claims (a re-tune,
+a crash loop rolled back, a canary rolled back) are in test_roll.py, under the same client load.
 
-Zero client-visible failures during the roll is the claim; the router stopped answering its worker API must fail
-the host before its unit stops. It leaves the fleet on its own inventory, so it runs after the modules on
-inventories/local.py (FLEET_LAST).
+It leaves the fleet on another inventory, so it runs after the modules on inventories/local.py (FLEET_LAST).
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from fleetctl import deploy, inventory, ssh, started_at
+from fleetctl import ROUTER_PORT, Load, Run, deploy, inventory, router_url, ssh, started_at
 
 FLEET_SHARE = 1
 FLEET_LAST = True
 
-OSS = "openai/gpt-oss-120b"
-PORT = 30000
-UNIT = f"instinct-fleet-router-{PORT}"
-
-
-def routed(fleet: dict[str, Any], batch_seqs: int | None = None) -> dict[str, dict[str, Any]]:
-    """sim-gpu-1 runs the router for its own model; ``batch_seqs`` changes only the batch instance (one unit rolls)."""
-    api_port = next(h["api_port"] for h in fleet["hosts"] if h["name"] == "sim-gpu-1")
-    batch: dict[str, Any] = {"name": "batch", "recipe": "gpt-oss-120b-batch", "port": 8081}
-    if batch_seqs is not None:
-        batch["args"] = {"max-num-seqs": batch_seqs}
-    return {
-        "sim-gpu-1": {
-            "router": True,
-            "router_models": [OSS],
-            "router_policy": "round_robin",
-            "router_health_check_interval": 1,
-            "vllm_instances": [{"name": "main", "port": api_port}, batch],
-        }
-    }
-
-
-class Load:
-    """A steady client: ``rate`` requests a second through the router, streaming and not in turn, each on its own thread."""
-
-    def __init__(self, url: str, rate: float = 8.0) -> None:
-        self.url, self.period = url, 1.0 / rate
-        self.done: list[tuple[bool, bool, str]] = []  # streamed, ok, what went wrong
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-
-    def _one(self, stream: bool) -> None:
-        body = json.dumps({"model": OSS, "prompt": "route me", "max_tokens": 8, "stream": stream}).encode()
-        request = urllib.request.Request(f"{self.url}/v1/completions", body, {"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=60) as reply:
-                text = reply.read().decode()
-            ok, why = ("[DONE]" in text, text[-200:]) if stream else ('"choices"' in text, text[-200:])
-        except OSError as error:
-            ok, why = False, str(error)
-        with self._lock:
-            self.done.append((stream, ok, "" if ok else why))
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.wait(self.period):
-            thread = threading.Thread(target=self._one, args=(n % 2 == 1,), daemon=True)
-            thread.start()
-            self._threads.append(thread)
-            n += 1
-
-    def __enter__(self) -> Load:
-        self._main = threading.Thread(target=self._run, daemon=True)
-        self._main.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._main.join()
-        for thread in self._threads:
-            thread.join(70)
-
-    def failed(self) -> list[str]:
-        return [why for _, ok, why in self.done if not ok]
+UNIT = f"instinct-fleet-router-{ROUTER_PORT}"
 
 
 def pool(url: str) -> list[str]:
@@ -92,40 +27,64 @@ def pool(url: str) -> list[str]:
         return sorted(json.loads(reply.read())["urls"])
 
 
-def test_a_router_in_front_loses_no_request_while_a_unit_rolls_and_a_router_it_cannot_reach_stops_the_roll(
-    fleet: dict[str, Any], tmp_path: Path
-) -> None:
-    address = next(h["address"] for h in fleet["hosts"] if h["name"] == "sim-gpu-1")
-    api_port = next(h["api_port"] for h in fleet["hosts"] if h["name"] == "sim-gpu-1")
-    router = f"http://{address}:{PORT}"
-    first = deploy(inventory=inventory(tmp_path, "routed", {}, routed(fleet)))
-    assert "sim-gpu-1" not in first.results["failed_hosts"], first.stderr[-3000:]
-    assert ("sim-gpu-1", f"Router {UNIT} for {OSS}") in first.changed_ops()
-    assert pool(router) == sorted([f"http://{address}:{api_port}", f"http://{address}:8081"])
+def healthy_workers(url: str) -> set[str]:
+    with urllib.request.urlopen(f"{url}/workers", timeout=10) as reply:
+        return {w["url"] for w in json.loads(reply.read())["workers"] if w["is_healthy"]}
+
+
+def address(fleet: dict[str, Any], host: str) -> str:
+    return str(next(h["address"] for h in fleet["hosts"] if h["name"] == host))
+
+
+def test_the_router_serves_one_pool_per_model_from_the_pinned_wheel(on_local: Run, fleet: dict[str, Any]) -> None:
+    url = router_url(fleet)
+    one, two = address(fleet, "sim-gpu-1"), address(fleet, "sim-gpu-2")
+    api = {h["name"]: h["api_port"] for h in fleet["hosts"]}
+    # sim-nogpu fails preflight but is in the inventory: the router lists it, and its health checks keep it out.
+    assert pool(url) == sorted(
+        [f"http://{one}:{api['sim-gpu-1']}", f"http://{one}:8081", f"http://{two}:8001", f"http://{address(fleet, 'sim-nogpu')}:8080"]
+    )
+    assert pool(router_url(fleet, ROUTER_PORT + 2)) == [f"http://{address(fleet, 'sim-c1')}:{api['sim-c1']}"]
     unit = ssh(fleet, "sim-gpu-1", f"systemctl cat {UNIT}; ps -eo args | grep [l]aunch.py")
     assert "--worker-urls" not in unit and "/opt/instinct-fleet/vllm-router-" in unit
+    # The router passes the client's key on: sim-gpu-2's llama-a answers through it only with the key.
+    body = json.dumps({"model": "meta-llama/Llama-3.1-70B-Instruct", "prompt": "hi", "max_tokens": 2}).encode()
+    request = urllib.request.Request(f"{router_url(fleet, ROUTER_PORT + 1)}/v1/completions", body, {"Content-Type": "application/json"})
+    request.add_header("Authorization", f"Bearer {fleet['api_key']}")
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        assert '"choices"' in reply.read().decode()
 
-    # (a) A flag change on one unit, rolled while the client sends through the router.
-    with Load(router) as load:
-        time.sleep(2)
-        second = deploy(inventory=inventory(tmp_path, "retuned", {}, routed(fleet, batch_seqs=200)))
-        time.sleep(2)
-    assert "sim-gpu-1" not in second.results["failed_hosts"], second.stderr[-3000:]
-    ops = second.changed_ops()
-    assert {("sim-gpu-1", "Roll: out of the router pools"), ("sim-gpu-1", "Roll: back into the router pools")} <= ops
-    assert load.failed() == [], load.failed()[:5]
-    streamed = sum(1 for s, ok, _ in load.done if s and ok)
-    assert streamed >= 10 and len(load.done) - streamed >= 10, len(load.done)
-    assert pool(router) == sorted([f"http://{address}:{api_port}", f"http://{address}:8081"])
 
-    # The router's worker API refused (its port rejected on the host): the unit that would roll is not stopped.
+def test_a_killed_unit_loses_at_most_its_requests_in_flight_and_leaves_the_pool_within_the_health_checks(
+    on_local: Run, fleet: dict[str, Any]
+) -> None:
+    """(d) docker kill of sim-gpu-2's oss, no deploy running: the router's health checks (every 5 s, 2 in a row) take it out."""
+    url = router_url(fleet)
+    killed = f"http://{address(fleet, 'sim-gpu-2')}:8001"
+    assert killed in healthy_workers(url)
+    with Load(url, key=fleet["api_key"]) as load:
+        time.sleep(3)
+        ssh(fleet, "sim-gpu-2", "docker kill vllm-oss")
+        at = time.monotonic()
+        while killed in healthy_workers(url) and time.monotonic() - at < 30:
+            time.sleep(0.2)
+        out_after = time.monotonic() - at
+        time.sleep(3)
+    assert out_after <= 5 * 2 + 2, f"the router kept {killed} for {out_after:.1f} s"
+    # Only requests in flight on the killed unit may fail: at 8 a second, one second's worth at most.
+    assert len(load.failed()) <= 8, load.failed()
+    assert load.served(True) >= 10 and load.served(False) >= 10
+
+
+def test_a_router_the_roll_cannot_reach_stops_the_roll_before_its_unit_stops(on_local: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
     before = started_at(fleet, "sim-gpu-1", "vllm-batch")
     block = "nft add table inet test_block; nft add chain inet test_block input '{ type filter hook input priority -10; }'; "
-    ssh(fleet, "sim-gpu-1", block + f"nft add rule inet test_block input tcp dport {PORT} reject with tcp reset")
+    ssh(fleet, "sim-gpu-1", block + f"nft add rule inet test_block input tcp dport {ROUTER_PORT} reject with tcp reset")
+    changed = {"sim-gpu-1": {"vllm_args": {"max-num-seqs": 220}}}
     try:
-        third = deploy(inventory=inventory(tmp_path, "blocked", {}, routed(fleet, batch_seqs=220)))
+        run = deploy("--limit", "sim-gpu-1", inventory=inventory(tmp_path, "blocked", {}, changed))
     finally:
         ssh(fleet, "sim-gpu-1", "nft delete table inet test_block")
-    assert "sim-gpu-1" in third.results["failed_hosts"]
-    assert "could not take vllm-batch" in third.stderr and "still serves" in third.stderr, third.stderr[-3000:]
+    assert "sim-gpu-1" in run.results["failed_hosts"]
+    assert "could not take vllm-main" in run.stderr and "still serves" in run.stderr, run.stderr[-3000:]
     assert started_at(fleet, "sim-gpu-1", "vllm-batch") == before

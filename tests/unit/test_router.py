@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
+import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -127,6 +128,15 @@ def test_a_pool_is_every_instance_of_its_model_and_each_serving_host_knows_its_r
     assert [str(f) for _, fs in specs.values() for f in fs if f.severity == "error"] == []
 
 
+def test_a_pool_whose_instances_disagree_on_an_api_key_is_refused_and_one_that_agrees_is_not() -> None:
+    key = {"vllm_api_key_path": "/etc/instinct-fleet/api-key"}
+    hosts = [HostData("r1", (), {"router": True, **key}), HostData("b", (), {"scrape_address": "10.1.0.2"})]
+    findings = [f for _, fs in plan_hosts(hosts) for f in fs if f.rule == "router-api-key"]
+    assert [(f.host, f.key) for f in findings] == [("r1", "router_models")] and "(r1) and without (b)" in findings[0].message
+    hosts[1] = HostData("b", (), {"scrape_address": "10.1.0.2", **key})
+    assert not [f for _, fs in plan_hosts(hosts) for f in fs if f.rule == "router-api-key"]
+
+
 def test_a_router_port_that_another_listener_has_is_refused() -> None:
     _, findings = router_host(router_port=8080)
     (hit,) = [f for f in findings if f.rule == "port-conflict"]
@@ -140,7 +150,6 @@ def test_a_router_port_that_another_listener_has_is_refused() -> None:
     [
         ({"router_version": "0.0.1"}, "router-version", "router_version"),
         ({"router_flags": {"--api-key": "sk-secret"}}, "router-api-key-inline", "router_flags.--api-key"),
-        ({"vllm_api_key_path": "/etc/instinct-fleet/api-key"}, "router-api-key", "router_api_key_path"),
         ({"router_models": ["meta-llama/none"]}, "router-pool", "router_models"),
         ({"vllm_instances": []}, "router-pool", "router"),
         ({"router_flags": {"--vllm-pd-disaggregation": True}}, "router-flag", "router_flags.--vllm-pd-disaggregation"),
@@ -241,3 +250,20 @@ def test_each_pool_router_is_a_prometheus_target_that_promtool_reads() -> None:
         and routed["labels"]["instance"] == paths.router_unit(30000)
     )
     assert targets_check(groups) == ""
+
+
+def test_status_shows_each_router_s_pool_against_the_inventory() -> None:
+    from instinct_fleet.fleet import status
+
+    spec, _ = router_host()
+    (pool,) = spec.pools
+    assert f"http://127.0.0.1:{pool.port}/workers" in status.script(spec)
+    mark = status.MARK
+    workers = {"workers": [{"url": "http://10.1.0.1:8080", "is_healthy": False}, {"url": "http://10.9.9.9:8000", "is_healthy": True}]}
+    text = f"{mark}roll\n{mark}router {pool.unit}\nactive\n{json.dumps(workers)}\n"
+    (row,) = [r for r in status.parse(spec, text) if r.unit == paths.service(pool.unit)]
+    assert row.pool == "1 of 1 healthy" and row.instance == OSS
+    assert row.problem() == f"{row.unit}'s pool is not the inventory's (not in the inventory http://10.9.9.9:8000): deploy to converge it"
+    assert "pool 1 of 1 healthy ! not in the inventory http://10.9.9.9:8000" in status.table([row])
+    (down,) = [r for r in status.parse(spec, f"{mark}router {pool.unit}\nfailed\n\n") if r.unit == paths.service(pool.unit)]
+    assert down.health == "no answer" and down.problem() == f"{down.unit} is failed"

@@ -178,14 +178,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # vLLM's router (instinct_fleet/model/router.py): its settings against the pinned router's own CLI, its pools.
     "router-version": ({"router": True, "router_version": "0.0.1"}, {"router": True}),
     "router-flag": ({"router": True, "router_policy": "fastest"}, {"router": True, "router_policy": "round_robin"}),
-    "router-api-key-inline": (
-        {"router": True, "router_flags": {"--api-key": "sk-1"}},
-        {"router": True, "router_api_key_path": "/etc/instinct-fleet/router-key"},
-    ),
-    "router-api-key": (
-        {"router": True, "vllm_api_key_path": "/etc/instinct-fleet/api-key"},
-        {"router": True, "vllm_api_key_path": "/etc/instinct-fleet/api-key", "router_api_key_path": "/etc/instinct-fleet/api-key"},
-    ),
+    "router-api-key-inline": ({"router": True, "router_flags": {"--api-key": "sk-1"}}, {"router": True}),
     "router-pool": ({"router": True, "router_models": ["meta-llama/none"]}, {"router": True, "router_models": ["openai/gpt-oss-120b"]}),
     "path-overlap": (
         {"weights_source": "/data/hf-cache/store", "hf_cache_dir": "/data/hf-cache"},
@@ -225,8 +218,8 @@ def test_inventory_conflict_trips_and_passes() -> None:
 def test_every_rule_has_a_case() -> None:
     # host-* rules are found by preflight on facts: tests/unit/test_preflight.py has a case for each.
     preflight_rules = {r for r in RULES if r.startswith("host-")}
-    # router-wheel is found on the controller's copy of the wheel: tests/unit/test_router.py has its case.
-    assert set(CASES) | set(CLUSTER_CASES) | {"inventory-conflict", "router-wheel"} | preflight_rules == set(RULES)
+    # router-wheel (the controller's copy of the wheel) and router-api-key (across hosts): tests/unit/test_router.py.
+    assert set(CASES) | set(CLUSTER_CASES) | {"inventory-conflict", "router-wheel", "router-api-key"} | preflight_rules == set(RULES)
 
 
 def test_every_preflight_rule_is_tested() -> None:

@@ -176,12 +176,11 @@ def test_the_host_readme_names_every_managed_unit_and_file() -> None:
     assert paths.GENERATIONS_DIR in text and "{{" not in text
 
 
-def test_the_router_unit_passes_systemd_analyze_verify_with_and_without_a_key() -> None:
+def test_the_router_unit_passes_systemd_analyze_verify() -> None:
     """router.service.j2, as content.router_unit renders it for one pool."""
-    for extra in ({}, {"router_api_key_path": "/etc/instinct-fleet/router-key"}):
-        ((spec, findings),) = plan_hosts([HostData("r1", (), {"router": True, **extra})])
-        assert not [f for f in findings if f.severity == "error"]
-        (pool,) = spec.pools
-        text = content.router_unit(spec, pool)
-        assert units_check({paths.unit_path(pool.unit): text}) == ""
-        assert ("LoadCredential=api-key:/etc/instinct-fleet/router-key" in text) == bool(extra)
+    ((spec, findings),) = plan_hosts([HostData("r1", (), {"router": True, "router_flags": {"--cache-threshold": 0.5}})])
+    assert not [f for f in findings if f.severity == "error"]
+    (pool,) = spec.pools
+    text = content.router_unit(spec, pool)
+    assert units_check({paths.unit_path(pool.unit): text}) == ""
+    assert "--cache-threshold 0.5" in text and "--api-key" not in text
