@@ -726,7 +726,7 @@ def down() -> None:
 
 
 def sample() -> None:
-    """Print each published endpoint and one completion from it (the end of ``make demo``)."""
+    """Print each published endpoint and one completion from it, then the same through the router (the end of ``make demo``)."""
     fleet = json.loads((STATE / "fleet.json").read_text())
     # inventories/local.py guards sim-gpu-2's instances with this key; an instance without one ignores it.
     key = ["-H", f"Authorization: Bearer {fleet['api_key']}"]
@@ -743,6 +743,33 @@ def sample() -> None:
         print(f"{host['name']}: {url}  model {model}")
         print(f"  curl {url}/v1/completions -H '{key[1]}' -H 'Content-Type: application/json' -d '{body}'")
         print(f"  -> {json.loads(reply)['choices'][0]['text'].strip()!r}")
+    # inventories/local.py puts vLLM's router on sim-gpu-1, gpt-oss-120b's pool on its port 30000: the
+    # machine reaches the host's container address (the router's port is not published).
+    router = next(h for h in fleet["hosts"] if h["name"] == "sim-gpu-1")
+    url = f"http://{router['address']}:30000"
+    body = json.dumps({"model": "openai/gpt-oss-120b", "prompt": "The MI300X has 192 GB of", "max_tokens": 12})
+    reply = run(
+        "curl",
+        "-s",
+        "-m",
+        "10",
+        *key,
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        body,
+        f"{url}/v1/completions",
+        check=False,
+        capture=True,
+    )
+    try:
+        text = json.loads(reply.stdout)["choices"][0]["text"].strip()
+    except (ValueError, KeyError, IndexError, TypeError):
+        print(f"router: nothing answers on {url} (see the deploy output above)")
+        return
+    print(f"router (vllm-router on sim-gpu-1, every gpt-oss-120b instance of the fleet behind it): {url}")
+    print(f"  curl {url}/v1/completions -H '{key[1]}' -H 'Content-Type: application/json' -d '{body}'")
+    print(f"  -> {text!r}")
 
 
 def main() -> None:
