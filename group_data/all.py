@@ -313,6 +313,12 @@ router_retries = 5
 # `--request-timeout-secs`: the longest a request may take through the router.
 router_request_timeout = 1800
 
+# Addresses or networks allowed to reach the router's ports (clients and its worker API; its
+# metrics also to `prometheus_allow_from`), besides loopback and the serving hosts of its pools,
+# whose roll calls the worker API; `None` leaves them open. The router does not check a client's
+# key.
+router_allow_from = None
+
 # Any other `vllm-router` option, as `{"--cache-threshold": 0.5}` (a switch as `True`), checked
 # against the pinned router's own CLI. `--api-key` is refused: the router passes a client's
 # `Authorization` header on to the instances, so clients of instances with `vllm_api_key_path`

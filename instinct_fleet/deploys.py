@@ -185,14 +185,16 @@ def routers() -> None:
 
     A changed worker list never restarts the router: the sync script adds and removes
     workers through its API (an instance that does not answer yet joins after its own
-    health gate, in the roll); a changed setting or release restarts it.
+    health gate, in the roll), where the preflight fact found the running pool differs;
+    a changed setting or release restarts it.
     """
     plan = plan_for(host)
     apply.converge(plan, "router")
-    for pool in plan.spec.pools:
-        operations.router_pool_synced(
-            name=f"Router pool of {pool.model} matches the inventory", port=pool.port, workers=paths.router_workers(pool.port)
-        )
+    for pool in plan.spec.pools:  # the preflight fact ran the sync script's --check on each running router
+        drift = plan.report.router_drift.get(pool.port)
+        if drift:
+            name = f"Router pool of {pool.model}: {'; '.join(drift)}"
+            operations.router_pool_synced(name=name, port=pool.port, workers=paths.router_workers(pool.port))
 
 
 @stage("Serving")

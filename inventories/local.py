@@ -57,10 +57,10 @@ sim_gpu = [
         ],
         metrics_exporter=True,
         metrics_exporter_image=fleet["exporter_image"],
-        # vLLM's router in front of every model the inventory serves, one port each from 30000:
-        # gpt-oss-120b (main, batch and sim-gpu-2's oss), Llama 3.1 70B (llama-a), Llama 3.1 405B (the cluster).
+        # vLLM's router in front of gpt-oss-120b's instances (main, batch and sim-gpu-2's oss) on port
+        # 30000 (router_models; without it, one pool per model the inventory serves).
         router=True,
-        router_models=["openai/gpt-oss-120b", "meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-405B-Instruct"],
+        router_models=["openai/gpt-oss-120b"],
         **weights,
     ),
     # A TP 4 Llama 3.1 70B instance and a gpt-oss-120b one beside it, offline: they start only

@@ -127,14 +127,23 @@ def firewall(plan: HostFacts) -> str | None:
     """The nftables ruleset for this host, or None when the firewall is not needed or switched off."""
     v, cluster = plan.spec.vars, plan.spec.cluster
     allow, scrapers = v.vllm_allow_from, v.prometheus_allow_from
-    if not v.firewall or (cluster is None and allow is None and scrapers is None):
+    routed = router.allowed(plan.spec)
+    if not v.firewall or (cluster is None and allow is None and scrapers is None and routed is None):
         return None
     members = list(plan.cluster.member_ips) if plan.cluster else []
     ray = render.ray_ports(cluster) if cluster else []
     exporter = v.metrics_exporter_port if v.metrics_exporter else None
     ports = [s.port for s in plan.serves]
+    pools = plan.spec.pools
     return render.firewall_ruleset(
-        members, ray, ports, None if allow is None else tuple(allow), None if scrapers is None else tuple(scrapers), exporter
+        members,
+        ray,
+        ports,
+        None if allow is None else tuple(allow),
+        None if scrapers is None else tuple(scrapers),
+        exporter,
+        ([p.port for p in pools], [p.metrics_port for p in pools]),
+        routed,
     )
 
 

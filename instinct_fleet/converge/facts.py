@@ -12,7 +12,6 @@ from pyinfra.api.facts import FactBase
 
 from instinct_fleet.converge import health, preflight
 from instinct_fleet.converge.probe import Probe, script
-from instinct_fleet.model import paths
 
 
 class HostReport(FactBase[preflight.HostReport]):
@@ -54,14 +53,3 @@ class UnitProblems(FactBase[list[str]]):
 
     def process(self, output: list[str]) -> list[str]:
         return [line for line in output if line.strip()]
-
-
-class RouterPoolDrift(FactBase[list[str]]):
-    """How a running router's pool differs from its worker file: ``add URL`` / ``remove URL`` lines (the sync
-    script's ``--check``: a missing worker counts only if it answers /health); empty when it matches or is stopped."""
-
-    def command(self, port: int, workers: str) -> str:
-        return f"{paths.PYTHON3} {paths.ROUTER_SYNC} {port} {shlex.quote(workers)} --check || true"
-
-    def process(self, output: list[str]) -> list[str]:
-        return [line for line in output if line.startswith(("add ", "remove "))]

@@ -21,6 +21,7 @@ stage named in the entry converges it (README, Adding a managed thing).
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -402,7 +403,7 @@ def _pool_entries(spec: HostSpec, pool: Pool) -> list[Entry]:
     """One pool's worker file (the sync converges the running router to it, without a restart) and its unit."""
     unit_file = paths.unit_path(pool.unit)
     return [
-        FileEntry(paths.router_workers(pool.port), "router", f"Router pool of {pool.model}", lambda _r: pool.worker_list.encode()),
+        FileEntry(paths.router_workers(pool.port), "router", f"Router worker list of {pool.model}", lambda _r: pool.worker_list.encode()),
         FileEntry(
             unit_file,
             "router",
@@ -462,6 +463,7 @@ def probe(spec: HostSpec) -> Probe:
         tables=tuple(e.name for e in entries if isinstance(e, TableEntry)),
         sysctls=tuple(e.key for e in entries if isinstance(e, SysctlEntry)),
         api_key_path=spec.vars.vllm_api_key_path,
+        router_ports=tuple(pool.port for pool in spec.pools),
     )
 
 
@@ -493,6 +495,20 @@ def _stale(facts: HostFacts, wanted: set[str]) -> tuple[list[File], list[Unit]]:
             if path not in wanted:
                 label = f"Remove {stale}" if path.endswith(".service") else f"Remove {stale} env"
                 files.append(File(path, None, "roll", label, actions=(Roll(stale),)))
+    return files, units
+
+
+def _stale_routers(facts: HostFacts, wanted: set[str]) -> tuple[list[File], list[Unit]]:
+    """Router units and worker lists an earlier deploy wrote for a pool this host no longer has (router off, a model
+    gone, another router_port): the unit stopped and disabled, both files removed, in the router stage."""
+    files, units = [], []
+    for path in sorted(facts.report.stats):
+        if path in wanted or not any(fnmatch.fnmatch(path, g) for g in paths.ROUTER_GLOBS):
+            continue
+        if path.endswith(".service"):
+            name = posixpath.basename(path).removesuffix(".service")
+            units.append(Unit(name, "router", enabled=False, running=False, why="no longer a pool of this host"))
+        files.append(File(path, None, "router", f"Remove {path}"))
     return files, units
 
 
@@ -533,10 +549,11 @@ def desired(facts: HostFacts) -> Desired:
         else:
             user = e.user
     stale_files, stale_units = _stale(facts, {f.path for f in files})
+    old_files, old_units = _stale_routers(facts, {f.path for f in files})
     return Desired(
-        files=(*files, *stale_files),
+        files=(*files, *stale_files, *old_files),
         directories=tuple(directories),
-        units=(*units, *stale_units),
+        units=(*units, *stale_units, *old_units),
         user=user,
         sysctls=tuple(sysctls),
         tables=tuple(tables),

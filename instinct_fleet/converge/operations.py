@@ -15,7 +15,7 @@ from pyinfra.api.operation import operation
 from pyinfra.context import host
 
 from instinct_fleet.converge import generations, health
-from instinct_fleet.converge.facts import DockerImageId, InstanceHealth, RouterPoolDrift, UnitProblems
+from instinct_fleet.converge.facts import DockerImageId, InstanceHealth, UnitProblems
 from instinct_fleet.model import paths
 from instinct_fleet.model.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 from instinct_fleet.model.pools import Membership
@@ -199,17 +199,12 @@ def weights_staged(model: str, source: str, local: str, owner: str) -> Generator
     )
 
 
-@operation()
+@operation(is_idempotent=False)
 def router_pool_synced(port: int, workers: str) -> Generator[str, None, None]:
-    """Converge a running router's pool to its worker file (sync.py), only when it differs: a worker that left the
-    inventory is removed, a listed one that answers but is missing (an interrupted roll took it out) is added."""
-    if not host.state.is_executing:
-        return
-    drift = host.get_fact(RouterPoolDrift, port=port, workers=workers)
-    if drift:
-        yield f"{paths.PYTHON3} {paths.ROUTER_SYNC} {port} {shlex.quote(workers)}"
-    else:
-        host.noop(f"router pool on :{port} matches {workers}")
+    """Converge a running router's pool to its worker file (sync.py): a worker that left the inventory is removed, a
+    listed one that answers but is missing (an interrupted roll took it out) is added. The router stage runs it only
+    where the preflight fact found such a difference (``HostReport.router_drift``)."""
+    yield f"{paths.PYTHON3} {paths.ROUTER_SYNC} {port} {shlex.quote(workers)}"
 
 
 def _worker_calls(verb: str, members: tuple[Membership, ...]) -> str:

@@ -73,6 +73,7 @@ class HostReport:
     enabled_units: tuple[str, ...] = ()
     user: tuple[str, str, tuple[str, ...]] | None = None  # home, shell, groups
     image_ids: dict[str, str] = field(default_factory=dict)  # image reference -> id, of the images the probe named
+    router_drift: dict[int, tuple[str, ...]] = field(default_factory=dict)  # router port -> "add URL" / "remove URL"
     healthy_ports: tuple[int, ...] = ()
     tables: tuple[str, ...] = ()  # the nftables tables the probe named that are loaded
     sysctls: dict[str, str] = field(default_factory=dict)  # the kernel settings the probe named -> their live value
@@ -192,6 +193,16 @@ def _os_release(text: str) -> dict[str, str]:
     return values
 
 
+def _router_drift(text: str) -> dict[int, tuple[str, ...]]:
+    """The sync script's --check lines, each prefixed with its router's port: what to add to or remove from each pool."""
+    found: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        port, _, change = line.strip().partition(" ")
+        if port.isdigit() and change.startswith(("add ", "remove ")):
+            found.setdefault(int(port), []).append(change)
+    return {port: tuple(changes) for port, changes in found.items()}
+
+
 def parse_report(text: str) -> HostReport:
     """Turn the output of :data:`SCRIPT` into a :class:`HostReport`."""
     part = sections(text)
@@ -256,6 +267,7 @@ def parse_report(text: str) -> HostReport:
         sysctls=_pairs(part.get("sysctls", ""), lambda value: value != ""),
         weights=_weights(part.get("weights", "")),
         generations=generations.parse(part.get("generations", "")),
+        router_drift=_router_drift(part.get("router-drift", "")),
     )
 
 

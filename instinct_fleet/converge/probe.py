@@ -15,7 +15,17 @@ from dataclasses import dataclass
 from instinct_fleet.converge import generations
 from instinct_fleet.converge import health as health_checks
 from instinct_fleet.model import paths
-from instinct_fleet.model.paths import RESTART_FILES, UNIT_GLOBS, UNIT_PATTERNS, WEIGHTS_COMPLETE, WEIGHTS_STAGED, sysctl_path
+from instinct_fleet.model.paths import (
+    PROBED_GLOBS,
+    PROBED_PATTERNS,
+    PYTHON3,
+    ROUTER_SYNC,
+    UNIT_GLOBS,
+    WEIGHTS_COMPLETE,
+    WEIGHTS_STAGED,
+    router_workers,
+    sysctl_path,
+)
 
 MARK = "@@instinct-fleet:"
 
@@ -63,6 +73,7 @@ class Probe:
     tables: tuple[str, ...] = ()  # nftables tables, "family name"
     sysctls: tuple[str, ...] = ()  # kernel settings, "kernel.numa_balancing"
     api_key_path: str | None = None  # vllm_api_key_path: /v1 answers only with the key, and its file must be root's alone
+    router_ports: tuple[int, ...] = ()  # a router host's pools: how each running router's pool differs from its worker file
     restore: str | None = None  # instinct-fleet rollback: the generation to read back ("previous" or a number)
 
 
@@ -70,9 +81,9 @@ def script(token_path: str, probe: Probe) -> str:
     """:data:`SCRIPT` plus the state of what this host's deploy manages (``probe``), in the same round trip."""
     q = shlex.quote
     paths = " ".join(q(p) for p in probe.paths)
-    globs = " ".join(RESTART_FILES)
+    globs = " ".join(PROBED_GLOBS)
     units = " ".join(q(u) for u in probe.units)
-    patterns = " ".join(q(p) for p in UNIT_PATTERNS)
+    patterns = " ".join(q(p) for p in PROBED_PATTERNS)
     health = "; ".join(
         f"{health_checks.serving(port, served, probe.api_key_path, generates=generates)} && echo {port}"
         for port, served, generates in probe.endpoints
@@ -81,6 +92,11 @@ def script(token_path: str, probe: Probe) -> str:
         f"printf '%s|%s|%s\\n' {q(source)} \"$(head -n1 {q(source + '/' + WEIGHTS_COMPLETE)} 2>/dev/null)\" "
         f'"$(head -n1 {q(local + "/" + WEIGHTS_STAGED)} 2>/dev/null)"'
         for source, local in probe.weights
+    )
+    # The sync script's --check (routers converge their running pool to the worker file without a restart).
+    router_drift = "; ".join(
+        f"[ -f {ROUTER_SYNC} ] && {PYTHON3} {ROUTER_SYNC} {port} {q(router_workers(port))} --check 2>/dev/null | sed 's/^/{port} /'"
+        for port in probe.router_ports
     )
     images = "; ".join(
         f"printf '%s|%s\\n' {q(image)} \"$(docker image inspect --format '{{{{.Id}}}}' {q(image)} 2>/dev/null)\"" for image in probe.images
@@ -102,6 +118,7 @@ def script(token_path: str, probe: Probe) -> str:
         ("sysctls", sysctls or "true"),
         ("weights", weights or "true"),
         ("generations", generations.probe_command(probe.restore)),
+        ("router-drift", router_drift or "true"),
     )
     extra = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {command}" for name, command in probes)
     return f"{SCRIPT}; {extra}; true"

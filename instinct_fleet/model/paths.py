@@ -131,3 +131,9 @@ RESTART_FILES = (
     DAEMON_JSON,
     DOCKER_DROP_IN,
 )
+# Every router unit and worker list this tool may have written: one of a pool no longer here is removed.
+ROUTER_PATTERN = "instinct-fleet-router-*.service"
+ROUTER_GLOBS = (f"{SYSTEMD_DIR}/{ROUTER_PATTERN}", f"{CONFIG_DIR}/router/*.workers")
+# What the preflight fact hashes and stats besides the declared paths; and the unit patterns it lists.
+PROBED_GLOBS = (*RESTART_FILES, *ROUTER_GLOBS)
+PROBED_PATTERNS = (*UNIT_PATTERNS, ROUTER_PATTERN)

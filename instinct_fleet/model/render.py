@@ -384,6 +384,8 @@ def firewall_ruleset(
     allow_from: tuple[str, ...] | None,
     scrapers: tuple[str, ...] | None = None,
     exporter_port: int | None = None,
+    router_ports: tuple[list[int], list[int]] = ([], []),
+    router_allowed: tuple[str, ...] | None = None,
 ) -> str:
     """The table ``inet instinct_fleet``, replaced atomically by ``nft -f`` and kept beside Docker's tables.
 
@@ -391,6 +393,9 @@ def firewall_ruleset(
     members; vLLM ports accept only loopback, members and ``vllm_allow_from``.
     ``prometheus_allow_from`` (``scrapers``) may reach the vLLM ports (their
     ``/metrics``) and the exporter's port, which then accepts nobody else.
+    ``router_ports`` (client and worker-API ports, metrics ports) accept only
+    ``router_allowed`` (``router_allow_from`` and the serving hosts, whose roll calls
+    the worker API); the metrics ports accept the scrapers too.
     """
     lines = [
         "# Managed by instinct-fleet: loaded by instinct-fleet-firewall.service.",
@@ -409,6 +414,9 @@ def firewall_ruleset(
         lines += _address_sets("vllm_allowed", allow_from)
     if scrapers is not None:
         lines += _address_sets("scrapers", scrapers)
+    routed = router_allowed is not None and bool(router_ports[0])
+    if routed:
+        lines += _address_sets("router_allowed", router_allowed or ())
     lines += ["    chain input {", "        type filter hook input priority filter - 10; policy accept;", '        iif "lo" accept']
     lines += ["        ip saddr @cluster_members accept"]
     if ray:
@@ -428,6 +436,20 @@ def firewall_ruleset(
             f"        tcp dport {{ {ports} }} ip saddr @vllm_allowed_v4 accept",
             f"        tcp dport {{ {ports} }} ip6 saddr @vllm_allowed_v6 accept",
             f'        tcp dport {{ {ports} }} counter drop comment "vLLM: vllm_allow_from only"',
+        ]
+    if routed:
+        clients, metrics = router_ports
+        every = ", ".join(map(str, sorted({*clients, *metrics})))
+        if scrapers is not None and metrics:
+            scraped = ", ".join(map(str, sorted(metrics)))
+            lines += [
+                f"        tcp dport {{ {scraped} }} ip saddr @scrapers_v4 accept",
+                f"        tcp dport {{ {scraped} }} ip6 saddr @scrapers_v6 accept",
+            ]
+        lines += [
+            f"        tcp dport {{ {every} }} ip saddr @router_allowed_v4 accept",
+            f"        tcp dport {{ {every} }} ip6 saddr @router_allowed_v6 accept",
+            f'        tcp dport {{ {every} }} counter drop comment "router: router_allow_from and the serving hosts only"',
         ]
     lines += ["    }", "}"]
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ argparse parser), with the wheel's sha256 and the files a host needs.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -135,7 +136,13 @@ def attach(specs: list[HostSpec]) -> tuple[list[HostSpec], list[Finding]]:
                 why = f"no instance in the inventory serves {model!r} (served model names: {known}), so its pool would be empty"
                 found.append(finding("router-pool", spec.host, "router_models", why))
                 continue
-            pool = Pool(model, v.router_port + i, v.router_metrics_port + i, workers)
+            seen: dict[str, Worker] = {}
+            for w in workers:
+                if w.url in seen:
+                    why = f"{seen[w.url].host} ({seen[w.url].unit}) and {w.host} ({w.unit}) are both reached at {w.url}: give each host its own scrape_address"
+                    found.append(finding("router-pool", spec.host, "router_models", why))
+                seen.setdefault(w.url, w)
+            pool = Pool(model, v.router_port + i, v.router_metrics_port + i, tuple(seen.values()))
             mine.append(pool)
             for w in workers:
                 members.setdefault(w.host, []).append(Membership(str(spec.host), _url(spec, pool.port), w.unit, w.url))
@@ -143,7 +150,49 @@ def attach(specs: list[HostSpec]) -> tuple[list[HostSpec], list[Finding]]:
     attached = [dataclasses.replace(s, pools=pools.get(str(s.host), ()), memberships=tuple(members.get(str(s.host), ()))) for s in specs]
     for spec in attached:
         found += option_findings(spec)
-    return attached, found + api_key_findings(attached)
+    return attached, found + api_key_findings(attached) + reach_findings(attached)
+
+
+def _ip(url: str) -> str | None:
+    host = url.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return None
+
+
+def allowed(spec: HostSpec) -> tuple[str, ...] | None:
+    """Who may reach this router host's ports: ``router_allow_from`` and every serving host of its pools (their roll
+    calls the worker API); None: ``router_allow_from`` is not set, the ports stay open."""
+    if spec.vars.router_allow_from is None or not spec.pools:
+        return None
+    workers = {ip for pool in spec.pools for w in pool.workers if (ip := _ip(w.url)) is not None}
+    return tuple(sorted({*spec.vars.router_allow_from, *workers}))
+
+
+def reach_findings(specs: list[HostSpec]) -> list[Finding]:
+    """Firewalls that would cut a pool: a router host whose router_allow_from cannot admit a serving host reached at a
+    name (its drain calls would be refused), and a serving host whose vllm_allow_from leaves out its router."""
+    found = []
+    by_host = {str(s.host): s for s in specs}
+    for spec in specs:
+        for pool in spec.pools:
+            for w in pool.workers:
+                if spec.vars.router_allow_from is not None and _ip(w.url) is None:
+                    why = f"{w.host} is reached at a name ({w.url}): list its address in router_allow_from, or its roll cannot take {w.unit} out of the pool"
+                    found.append(finding("router-reach", spec.host, "router_allow_from", why))
+                serving = by_host.get(w.host)
+                allow = serving.vars.vllm_allow_from if serving is not None and serving.vars.firewall else None
+                ip = _ip(f"http://{paths.host_port(spec.reach, 1)}")
+                if allow is None:
+                    continue
+                if ip is None:
+                    why = f"the router on {spec.host} is reached at a name ({spec.reach}), which vllm_allow_from cannot admit: set its scrape_address to its IP"
+                    found.append(finding("router-reach", w.host, "vllm_allow_from", why))
+                elif not any(ipaddress.ip_address(ip) in ipaddress.ip_network(a, strict=False) for a in allow):
+                    why = f"the router on {spec.host} ({ip}) is not in vllm_allow_from, so it cannot reach {w.unit} here: add its address"
+                    found.append(finding("router-reach", w.host, "vllm_allow_from", why))
+    return found
 
 
 def argv(spec: HostSpec, pool: Pool) -> list[str]:

@@ -208,6 +208,11 @@ _RULES = (
         "The router passes the client's key on as it is: in a pool of instances with and without vllm_api_key_path, a client without the key is refused by some and served by others.",
     ),
     Rule(
+        "router-reach",
+        "error",
+        "A firewall between a router and its pool cuts it: the router must pass each serving host's vllm_allow_from, and each serving host the router's router_allow_from (the roll drains through its worker API).",
+    ),
+    Rule(
         "router-wheel",
         "error",
         "The controller copies the router from the pinned wheel, checked against its sha256; without it the host gets no router.",

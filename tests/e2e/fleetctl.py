@@ -223,28 +223,41 @@ def router_url(fleet: dict[str, Any], port: int = ROUTER_PORT) -> str:
     return f"http://{next(h['address'] for h in fleet['hosts'] if h['name'] == 'sim-gpu-1')}:{port}"
 
 
-class Load:
-    """A steady client: ``rate`` requests a second through the router, streaming and not in turn, each on its own thread."""
+@dataclass(frozen=True)
+class Sample:
+    """One client request: streamed or not, whether it succeeded (a streamed one must end with [DONE]), its wall time."""
 
-    def __init__(self, url: str, rate: float = 8.0, key: str | None = None) -> None:
-        self.url, self.period = url, 1.0 / rate
+    streamed: bool
+    ok: bool
+    seconds: float
+    why: str = ""
+
+
+class Load:
+    """A steady client: ``rate`` requests a second to ``url`` (a router, or one instance), streaming and not in turn,
+    each on its own thread, so a slow or failing request never delays the next."""
+
+    def __init__(self, url: str, rate: float = 8.0, key: str | None = None, model: str = OSS) -> None:
+        self.url, self.period, self.model = url, 1.0 / rate, model
         self.headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-        self.done: list[tuple[bool, bool, str]] = []  # streamed, ok, what went wrong
+        self.done: list[Sample] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
     def _one(self, stream: bool) -> None:
-        body = json.dumps({"model": OSS, "prompt": "route me", "max_tokens": 8, "stream": stream}).encode()
+        body = json.dumps({"model": self.model, "prompt": "route me", "max_tokens": 8, "stream": stream}).encode()
         request = urllib.request.Request(f"{self.url}/v1/completions", body, self.headers)
+        started = time.monotonic()
         try:
             with urllib.request.urlopen(request, timeout=60) as reply:
                 text = reply.read().decode()
             ok, why = ("[DONE]" in text, text[-200:]) if stream else ('"choices"' in text, text[-200:])
         except OSError as error:
             ok, why = False, str(error)
+        sample = Sample(stream, ok, time.monotonic() - started, "" if ok else why)
         with self._lock:
-            self.done.append((stream, ok, "" if ok else why))
+            self.done.append(sample)
 
     def _run(self) -> None:
         n = 0
@@ -266,7 +279,7 @@ class Load:
             thread.join(70)
 
     def failed(self) -> list[str]:
-        return [why for _, ok, why in self.done if not ok]
+        return [s.why for s in self.done if not s.ok]
 
     def served(self, streamed: bool) -> int:
-        return sum(1 for s, ok, _ in self.done if ok and s == streamed)
+        return sum(1 for s in self.done if s.ok and s.streamed == streamed)

@@ -28,7 +28,12 @@ FLEET_LAST = True  # it leaves the fleet on BASELINE: after the modules on inven
 
 
 def test_an_unreachable_host_is_one_clear_line_and_the_rest_converge(baseline: str, tmp_path: Path) -> None:
-    ghost = inventory(tmp_path, "ghost", BASELINE, extra_hosts="ghosts = [('sim-ghost', {**base['sim_gpu'][0][1], 'ssh_port': 1})]\n")
+    ghost = inventory(
+        tmp_path,
+        "ghost",
+        BASELINE,
+        extra_hosts="ghosts = [('sim-ghost', {**base['sim_gpu'][0][1], 'ssh_port': 1, 'router': False, 'vllm_instances': []})]\n",
+    )
     run = deploy(inventory=ghost)
     assert sorted(run.results["failed_hosts"]) == ["sim-ghost", "sim-nogpu"]
     assert run.results["totals"]["success"] == 0, run.changed()

@@ -23,6 +23,7 @@ from fleetctl import CLI, FIGURES, INVENTORY, ROOT, Run, deploy, ssh
 from instinct_fleet.model import paths
 
 FLEET_SHARE = 0  # beside test_deploy, test_tune and test_faults; test_roll's share holds the short modules (conftest.py)
+OSS = "openai/gpt-oss-120b"
 INSTANCES = {("sim-gpu-1", "main"), ("sim-gpu-1", "batch"), ("sim-gpu-2", "llama-a"), ("sim-gpu-2", "oss"), ("sim-c1", "llama-405b")}
 EXPORTERS = {"sim-gpu-1", "sim-c1", "sim-c2"}
 LLAMA = "/var/lib/instinct-fleet/huggingface/hub/models--meta-llama--Llama-3.1-70B-Instruct"
@@ -56,7 +57,10 @@ def test_status_agrees_with_the_units(converged: Run, fleet: dict[str, Any]) -> 
     done = settled(INVENTORY, "--limit", "sim-[gc]*", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     rows = json.loads(done.stdout)
-    assert {(r["host"], r["instance"]) for r in rows if r["port"]} == INSTANCES
+    assert {(r["host"], r["instance"]) for r in rows if r["port"] and r["pool"] is None} == INSTANCES
+    # Each router's row: its pool as the router's health checks see it (sim-nogpu's instance never answers).
+    pools = {r["instance"]: r["pool"] for r in rows if r["pool"] is not None}
+    assert pools == {OSS: "3 of 4 healthy"}, pools
     for row in rows:
         active = ssh(fleet, row["host"], f"systemctl show -p ActiveState --value {row['unit']}").strip()
         assert row["state"] == active == "active", row
@@ -101,6 +105,7 @@ def test_prometheus_scrapes_every_vllm_instance_and_exporter(prometheus: str) ->
     expected = {("vllm", host, instance, "1") for host, instance in INSTANCES}
     expected |= {("amd-device-metrics", host, paths.EXPORTER_UNIT, "1") for host in EXPORTERS}
     expected.add(("vllm", "sim-nogpu", "main", "0"))  # in the inventory, but it failed preflight: down
+    expected.add(("vllm-router", "sim-gpu-1", paths.router_unit(30000), "1"))  # the router's --prometheus-port
     deadline = time.monotonic() + 90
     seen: set[tuple[str, str, str, str]] = set()
     while time.monotonic() < deadline and seen != expected:

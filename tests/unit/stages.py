@@ -84,7 +84,7 @@ class SimHost:
 
     def read(self, probe: Probe, **sections: str) -> str:
         """The fact's output for ``probe``: only what it names (and the unit globs the fact always reads)."""
-        read = [p for p in self.files if p in probe.paths or any(fnmatch.fnmatch(p, g) for g in paths.RESTART_FILES)]
+        read = [p for p in self.files if p in probe.paths or any(fnmatch.fnmatch(p, g) for g in paths.PROBED_GLOBS)]
         units = [
             p
             for p in self.files
@@ -92,7 +92,7 @@ class SimHost:
         ]
 
         def named(unit: str) -> bool:
-            return paths.service(unit) in probe.units or any(fnmatch.fnmatch(paths.service(unit), p) for p in paths.UNIT_PATTERNS)
+            return paths.service(unit) in probe.units or any(fnmatch.fnmatch(paths.service(unit), p) for p in paths.PROBED_PATTERNS)
 
         stat = [f"{m}|{o}|{g}|regular {'empty ' if not c else ''}file|{p}" for p in read for c, m, o, g in [self.files[p]]]
         stat += [f"{m}|{o}|{g}|directory|{p}" for p, (m, o, g) in self.directories.items() if p in probe.paths]

@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 
 from instinct_fleet.converge import managed, probe
 from instinct_fleet.model import paths
-from instinct_fleet.model.paths import RESTART_FILES
+from instinct_fleet.model.paths import PROBED_GLOBS
 
 from .test_consumers import host_data, plans
 
 
 def probed(path: str, reads: probe.Probe) -> bool:
-    return path in reads.paths or any(fnmatch.fnmatch(path, glob) for glob in RESTART_FILES)
+    return path in reads.paths or any(fnmatch.fnmatch(path, glob) for glob in PROBED_GLOBS)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -38,7 +38,7 @@ def test_everything_desired_is_probed(data: dict[str, Any]) -> None:
         assert [d.path for d in want.directories if not probed(d.path, reads)] == []
         # A stale vllm-*/ray-* unit is found by the fact's patterns; every other unit is named.
         units = [paths.service(u.name) for u in want.units]
-        assert [u for u in units if u not in reads.units and not any(fnmatch.fnmatch(u, p) for p in paths.UNIT_PATTERNS)] == []
+        assert [u for u in units if u not in reads.units and not any(fnmatch.fnmatch(u, p) for p in paths.PROBED_PATTERNS)] == []
         assert {(e.port, e.served, e.generates) for e in want.endpoints} <= set(reads.endpoints)
         assert {(w.source, w.local) for w in want.weights} == set(reads.weights)
         assert {i.ref for i in want.images} == set(reads.images)

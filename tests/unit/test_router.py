@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet.converge import routerwheel
+from instinct_fleet.converge import content, routerwheel
 from instinct_fleet.model import paths, router
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.rules import RULES
@@ -193,14 +193,17 @@ def test_a_router_host_gets_its_files_units_and_pool_and_a_second_run_changes_no
     release = paths.router_dir(VERSION)
     assert {f"vllm-router {name}" for name in members} <= set(ops)
     assert f"Router {unit} for {OSS}" in ops and f"{unit} passes systemd-analyze verify" in ops
-    assert f"Restart {unit} for its new configuration" in ops and f"Router pool of {OSS} matches the inventory" in ops
+    assert f"Restart {unit} for its new configuration" in ops and not [o for o in ops if o.startswith("Router pool of")]
     from tests.unit.test_stages import converged, only
 
     sim = converged(monkeypatch, data)
     assert sim.files[f"{release}/vllm_router_rs.abi3.so"][0] == members["vllm_router_rs.abi3.so"]
     assert "--worker-urls" not in sim.files[paths.unit_path(unit)][0].decode()
     assert sim.files[paths.router_workers(30000)][0] == b"http://h1:8080\n"
-    assert only(monkeypatch, data, sim) == {"router": [f"Router pool of {OSS} matches the inventory"]}
+    assert only(monkeypatch, data, sim) == {}
+    # The running pool lost a worker (an interrupted roll took it out): the fact's --check says so, the stage syncs.
+    drift = {"router-drift": "30000 add http://h1:8080"}
+    assert only(monkeypatch, data, sim, **drift) == {"router": [f"Router pool of {OSS}: add http://h1:8080"]}
     # Drift: a member removed by hand is put back, and the router restarted for it.
     del sim.files[f"{release}/vllm_router/router.py"]
     again = only(monkeypatch, data, sim)["router"]
@@ -267,3 +270,62 @@ def test_status_shows_each_router_s_pool_against_the_inventory() -> None:
     assert "pool 1 of 1 healthy ! not in the inventory http://10.9.9.9:8000" in status.table([row])
     (down,) = [r for r in status.parse(spec, f"{mark}router {pool.unit}\nfailed\n\n") if r.unit == paths.service(pool.unit)]
     assert down.health == "no answer" and down.problem() == f"{down.unit} is failed"
+
+
+def test_a_pool_that_is_gone_has_its_unit_stopped_and_its_files_removed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.unit.stages import deploy
+    from tests.unit.test_stages import converged, only
+
+    fake_members(monkeypatch)
+    sim = converged(monkeypatch, {"router": True})
+    unit = paths.router_unit(30000)
+    assert unit in sim.active and paths.unit_path(unit) in sim.files
+    # Moved to another port: the old pool's unit goes, the new one comes; then nothing is left to do.
+    moved = {"router": True, "router_port": 31000, "router_metrics_port": 29100}
+    ops = only(monkeypatch, moved, sim)["router"]
+    assert f"Stop {unit} (no longer a pool of this host)" in ops
+    assert f"Remove {paths.unit_path(unit)}" in ops and f"Remove {paths.router_workers(30000)}" in ops
+    assert f"Router {paths.router_unit(31000)} for {OSS}" in ops
+    deploy(monkeypatch, plan(moved, sim), sim)
+    assert unit not in sim.active and paths.unit_path(unit) not in sim.files and paths.router_unit(31000) in sim.active
+    assert only(monkeypatch, moved, sim) == {}
+    # Switched off: every router unit and worker list goes, and the next run is quiet.
+    deploy(monkeypatch, plan({}, sim), sim)
+    assert not [p for p in sim.files if p.startswith(paths.ROUTER_CONFIG + "/") and p.endswith(".workers")]
+    assert paths.router_unit(31000) not in sim.active and only(monkeypatch, {}, sim) == {}
+
+
+def test_router_allow_from_keeps_the_router_ports_to_it_and_the_serving_hosts_and_nft_loads_it(tmp_path: Path) -> None:
+    from instinct_fleet.converge.hostfacts import HostFacts
+    from instinct_fleet.converge.preflight import parse_report
+    from tests.unit.consumers import nft_check
+
+    hosts = [
+        HostData(
+            "r1",
+            (),
+            {"router": True, "scrape_address": "10.1.0.1", "router_allow_from": ["192.168.0.0/16"], "prometheus_allow_from": ["10.9.0.5"]},
+        ),
+        HostData("b", (), {"scrape_address": "10.1.0.2"}),
+        HostData("c", (), {"scrape_address": "c.example"}),
+    ]
+    planned = {str(s.host): (s, f) for s, f in plan_hosts(hosts)}
+    spec, findings = planned["r1"]
+    (reach,) = [f for f in findings if f.rule == "router-reach"]
+    assert reach.key == "router_allow_from" and "c is reached at a name (http://c.example:8080)" in reach.message
+    assert router.allowed(spec) == ("10.1.0.1", "10.1.0.2", "192.168.0.0/16")
+    ruleset = content.firewall(HostFacts(spec, parse_report(""), None, None))
+    assert ruleset is not None
+    (tmp_path / "firewall.nft").write_text(ruleset)
+    assert nft_check(tmp_path / "firewall.nft") == ""
+    assert 'tcp dport { 29000, 30000 } counter drop comment "router: router_allow_from and the serving hosts only"' in ruleset
+    assert "tcp dport { 29000 } ip saddr @scrapers_v4 accept" in ruleset
+    assert router.allowed(plan_hosts([HostData("r1", (), {"router": True})])[0][0]) is None
+
+
+def test_two_instances_at_one_url_are_refused() -> None:
+    hosts = [HostData("r1", (), {"router": True, "scrape_address": "10.1.0.1"}), HostData("twin", (), {"scrape_address": "10.1.0.1"})]
+    findings = [f for _, fs in plan_hosts(hosts) for f in fs if f.rule == "router-pool"]
+    assert [(f.host, f.key) for f in findings] == [("r1", "router_models")] and "both reached at http://10.1.0.1:8080" in findings[
+        0
+    ].message

@@ -179,6 +179,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "router-version": ({"router": True, "router_version": "0.0.1"}, {"router": True}),
     "router-flag": ({"router": True, "router_policy": "fastest"}, {"router": True, "router_policy": "round_robin"}),
     "router-api-key-inline": ({"router": True, "router_flags": {"--api-key": "sk-1"}}, {"router": True}),
+    "router-reach": (
+        {"router": True, "scrape_address": "10.1.0.1", "vllm_allow_from": ["10.2.0.0/16"]},
+        {"router": True, "scrape_address": "10.1.0.1", "vllm_allow_from": ["10.1.0.0/16"]},
+    ),
     "router-pool": ({"router": True, "router_models": ["meta-llama/none"]}, {"router": True, "router_models": ["openai/gpt-oss-120b"]}),
     "path-overlap": (
         {"weights_source": "/data/hf-cache/store", "hf_cache_dir": "/data/hf-cache"},
