@@ -33,7 +33,7 @@ from pyinfra.api.deploy import deploy
 from pyinfra.context import host
 from pyinfra.operations import apt
 
-from instinct_fleet.converge import apply, content, operations
+from instinct_fleet.converge import apply, content, managed, operations
 from instinct_fleet.fleet.run import fleet_plan, plan_for
 from instinct_fleet.fleet.serving import converge_batch, healthy
 from instinct_fleet.model import paths
@@ -192,9 +192,8 @@ def routers() -> None:
     apply.converge(plan, "router")
     for pool in plan.spec.pools:  # the preflight fact ran the sync script's --check on each running router
         drift = plan.report.router_drift.get(pool.port)
-        if drift:
-            name = f"Router pool of {pool.model}: {'; '.join(drift)}"
-            operations.router_pool_synced(name=name, port=pool.port, workers=paths.router_workers(pool.port))
+        if drift and not plan.drifted(paths.router_workers(pool.port)):  # a new worker list syncs as it is written
+            operations.router_pool_synced(name=f"Router pool of {pool.model}: {'; '.join(drift)}", command=managed.sync_command(pool))
 
 
 @stage("Serving")

@@ -399,11 +399,24 @@ def router_entries(spec: HostSpec) -> list[Entry]:
     return entries
 
 
+def sync_command(pool: Pool) -> str:
+    """The sync script (router-sync.py) that converges a running router's pool to its worker list."""
+    return f"{paths.PYTHON3} {paths.ROUTER_SYNC} {pool.port} {paths.router_workers(pool.port)}"
+
+
 def _pool_entries(spec: HostSpec, pool: Pool) -> list[Entry]:
     """One pool's worker file (the sync converges the running router to it, without a restart) and its unit."""
     unit_file = paths.unit_path(pool.unit)
     return [
-        FileEntry(paths.router_workers(pool.port), "router", f"Router worker list of {pool.model}", lambda _r: pool.worker_list.encode()),
+        # A new list is applied to the running router at once: a worker gone from the inventory leaves its pool before
+        # the roll stops it, one that answers joins (one that does not yet joins after its gate, in the roll).
+        FileEntry(
+            paths.router_workers(pool.port),
+            "router",
+            f"Router worker list of {pool.model}",
+            lambda _r: pool.worker_list.encode(),
+            then=(Run(f"Router pool of {pool.model}: synced to its new worker list", sync_command(pool)),),
+        ),
         FileEntry(
             unit_file,
             "router",

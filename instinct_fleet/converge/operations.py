@@ -200,15 +200,16 @@ def weights_staged(model: str, source: str, local: str, owner: str) -> Generator
 
 
 @operation(is_idempotent=False)
-def router_pool_synced(port: int, workers: str) -> Generator[str, None, None]:
-    """Converge a running router's pool to its worker file (sync.py): a worker that left the inventory is removed, a
-    listed one that answers but is missing (an interrupted roll took it out) is added. The router stage runs it only
-    where the preflight fact found such a difference (``HostReport.router_drift``)."""
-    yield f"{paths.PYTHON3} {paths.ROUTER_SYNC} {port} {shlex.quote(workers)}"
+def router_pool_synced(command: str) -> Generator[str, None, None]:
+    """Converge a running router's pool to its worker file (``command``: managed.sync_command): a worker that left the
+    inventory is removed, a listed one that answers but is missing (an interrupted roll took it out) is added. The
+    router stage runs it only where the preflight fact found such a difference (``HostReport.router_drift``)."""
+    yield command
 
 
-def _worker_calls(verb: str, members: tuple[Membership, ...]) -> str:
-    """curl the worker API of every router that lists these instances; the first that cannot be reached fails the host."""
+def worker_calls(verb: str, members: tuple[Membership, ...]) -> str:
+    """curl the worker API of every router that lists these instances; the first that cannot be reached fails the host
+    (the roll's operations, and tune's trials on the host)."""
     q = shlex.quote
     calls = []
     for m in members:
@@ -232,10 +233,10 @@ def _worker_calls(verb: str, members: tuple[Membership, ...]) -> str:
 def router_pools_left(members: tuple[Membership, ...]) -> Generator[str, None, None]:
     """Take this host's stopping instances out of every router pool that lists them, before they stop: from then on
     no new request reaches them, and vLLM's --shutdown-timeout lets the ones in flight finish. Only the roll runs it."""
-    yield _worker_calls("remove", members)
+    yield worker_calls("remove", members)
 
 
 @operation(is_idempotent=False)
 def router_pools_joined(members: tuple[Membership, ...]) -> Generator[str, None, None]:
     """Put this host's instances back into every router pool that lists them, after they passed the health gate."""
-    yield _worker_calls("add", members)
+    yield worker_calls("add", members)

@@ -47,9 +47,18 @@ def _download(version: str, into: Path) -> None:
 
 @cache
 def members(version: str, wheel: str | None) -> dict[str, bytes]:
-    """The router's files from the pinned wheel (``wheel``: a local copy, else the cache, filled by pip once)."""
+    """The router's files from the pinned wheel (``wheel``: a local copy, else the cache, filled by pip once).
+
+    The members of a checked wheel are kept unpacked in the cache, with their sha256 in a file written last; a run
+    without ``router_wheel`` reads them from there and checks each against it, a quarter of the cost of reading,
+    checking and unpacking the wheel.
+    """
     table = router.load(version)
     assert table is not None  # validation (router-version) refused the host otherwise
+    unpacked = cache_dir() / f"vllm-router-{version}-{table.sha256[:16]}"
+    kept = _unpacked(unpacked, table.members) if wheel is None else None  # a wheel named in router_wheel is always checked
+    if kept is not None:
+        return kept
     path = Path(wheel) if wheel is not None else cache_dir() / table.wheel_file
     if not path.is_file():
         if wheel is not None:
@@ -64,4 +73,33 @@ def members(version: str, wheel: str | None) -> dict[str, bytes]:
             f"{path} has sha256 {digest}, not vllm-router {version}'s {table.sha256}: remove it, or point router_wheel at the release's wheel"
         )
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
-        return {name: zf.read(name) for name in table.members}
+        found = {name: zf.read(name) for name in table.members}
+    _unpack(unpacked, found)
+    return found
+
+
+SUMS = "SHA256SUMS"  # written last: a directory without it was cut short and is unpacked again
+
+
+def _unpacked(directory: Path, names: tuple[str, ...]) -> dict[str, bytes] | None:
+    """The members kept in ``directory``, each matching the sum recorded when the checked wheel was unpacked; else None."""
+    try:
+        sums = dict(line.split("  ", 1)[::-1] for line in (directory / SUMS).read_text().splitlines())
+        found = {name: (directory / name).read_bytes() for name in names}
+    except (OSError, ValueError):
+        return None
+    if any(hashlib.sha256(data).hexdigest() != sums.get(name) for name, data in found.items()):
+        return None
+    return found
+
+
+def _unpack(directory: Path, found: dict[str, bytes]) -> None:
+    """Keep the members for the next run; a cache that cannot be written only costs the next run the unpacking."""
+    try:
+        for name, data in found.items():
+            target = directory / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        (directory / SUMS).write_text("".join(f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in sorted(found.items())))
+    except OSError:
+        return

@@ -38,13 +38,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from instinct_fleet.converge import apply, health, managed, preflight, probe
+from instinct_fleet.converge import apply, health, managed, operations, preflight, probe
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import bench, canary, remote, report
 from instinct_fleet.fleet.sweeps import BASELINE, RESULT_FIELDS, Checked, Point, Sweep, assign, with_point
 from instinct_fleet.fleet.trials import SHOWN, Results, Trial, judge, medians
 from instinct_fleet.model import paths, render, workload
 from instinct_fleet.model.inventory import HostData, plan_hosts
+from instinct_fleet.model.pools import Membership
 from instinct_fleet.model.spec import ServiceSpec
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -60,9 +61,10 @@ class HostTuner:
     plan, and a trial costs the same in a fleet of ten hosts or a thousand.
     """
 
-    def __init__(self, runner: remote.Hosts, host: HostData, sweep: Sweep, results: Results) -> None:
+    def __init__(self, runner: remote.Hosts, host: HostData, sweep: Sweep, results: Results, members: tuple[Membership, ...] = ()) -> None:
         self.runner = runner
         self.host = host
+        self.members = members  # the router pools that list the tuned instance: it leaves them for the sweep
         self.name = host.name
         self.sweep = sweep
         self.results = results
@@ -112,6 +114,10 @@ class HostTuner:
         svc = self.service(plan)
         v = plan.spec.vars
         restart = f"{marker} && {apply.script(files)}"
+        if self.members and not self.away:  # out of every router pool before its first restart, back after the restore
+            left = self.runner.run(self.name, operations.worker_calls("remove", self.members), v.command_timeout)
+            if left.error is not None or not left.ok:
+                return f"not restarted: {left.error or (left.stderr or left.stdout).strip()[-500:]}", []
         self.away = True
         done = self.runner.run(
             self.name, restart, v.command_timeout + render.start_seconds(None, False) + render.stop_seconds(svc, v.rolling_drain_timeout)
@@ -181,6 +187,9 @@ class HostTuner:
         if not self.away or self.deployed is None:
             return None
         problem, _ = self.install(self.deployed, f"tune sweep {self.results.dir.name}: restoring the deployed configuration")
+        if problem is None and self.members:  # healthy on its deployed files: back into its pools
+            joined = self.runner.run(self.name, operations.worker_calls("add", self.members), self.deployed.spec.vars.command_timeout)
+            problem = None if joined.ok and joined.error is None else (joined.error or (joined.stderr or joined.stdout).strip()[-500:])
         if problem is None:
             cleared = self.runner.run(self.name, f"rm -f {paths.ROLL_MARKER}", 30)
             problem = None if cleared.ok else f"cannot remove {paths.ROLL_MARKER}: {cleared.error or cleared.stderr}"
@@ -239,7 +248,13 @@ def run(
         host: [p for p in queue if p.done_key(host) not in done] for host, queue in assign(list(checked.points), checked.hosts).items()
     }
     by_name = {h.name: h for h in hosts}
-    tuners = {host: HostTuner(runner, by_name[host], sweep, results) for host in checked.hosts}
+    # The router pools of the whole inventory: a tuned instance leaves every pool that lists it for its sweep.
+    members = {str(spec.host): spec.memberships for spec, _ in plan_hosts(hosts)}
+    unit = paths.vllm_unit(sweep.instance)
+    tuners = {
+        host: HostTuner(runner, by_name[host], sweep, results, tuple(m for m in members.get(host, ()) if m.unit == unit))
+        for host in checked.hosts
+    }
     unprepared: dict[str, str] = {}
     not_restored: dict[str, str] = {}
     ran: list[Trial] = []

@@ -155,6 +155,19 @@ def test_endpoints_answer_with_the_model(target: Target) -> None:
             )
 
 
+def test_each_router_pool_is_the_inventory_s(target: Target) -> None:
+    """Each router answers on its port and its running pool (its own /list_workers) is every instance of its model."""
+    for pool in target.plan.spec.pools:
+        listed = target.sh(f"curl -s -m 10 http://127.0.0.1:{pool.port}/list_workers")
+        try:
+            live = sorted(json.loads(listed)["urls"])
+        except (ValueError, KeyError, TypeError):
+            pytest.fail(f"{target.name}: the router {pool.unit} on :{pool.port} does not answer /list_workers: {listed[:300]!r}")
+        assert live == sorted(w.url for w in pool.workers), (
+            f"{target.name}: {pool.unit}'s pool is {live}, the inventory's {pool.worker_list.split()}"
+        )
+
+
 def test_token_never_leaves_its_file(target: Target) -> None:
     v = target.plan.spec.vars
     assert target.plan.report.hf_token, f"{target.name} has no token at {v.hf_token_path} to check"

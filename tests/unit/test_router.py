@@ -7,6 +7,7 @@ import argparse
 import hashlib
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -193,7 +194,9 @@ def test_a_router_host_gets_its_files_units_and_pool_and_a_second_run_changes_no
     release = paths.router_dir(VERSION)
     assert {f"vllm-router {name}" for name in members} <= set(ops)
     assert f"Router {unit} for {OSS}" in ops and f"{unit} passes systemd-analyze verify" in ops
-    assert f"Restart {unit} for its new configuration" in ops and not [o for o in ops if o.startswith("Router pool of")]
+    assert f"Restart {unit} for its new configuration" in ops
+    # A new worker list is applied to the running router at once (a router not running yet starts with it).
+    assert ops.index(f"Router pool of {OSS}: synced to its new worker list") < ops.index(f"Restart {unit} for its new configuration")
     from tests.unit.test_stages import converged, only
 
     sim = converged(monkeypatch, data)
@@ -204,6 +207,9 @@ def test_a_router_host_gets_its_files_units_and_pool_and_a_second_run_changes_no
     # The running pool lost a worker (an interrupted roll took it out): the fact's --check says so, the stage syncs.
     drift = {"router-drift": "30000 add http://h1:8080"}
     assert only(monkeypatch, data, sim, **drift) == {"router": [f"Router pool of {OSS}: add http://h1:8080"]}
+    # With a new worker list as well (another host serves the model now), the list's own sync does it, once.
+    grown = emitted(monkeypatch, "router", plan(data, sim, peers={"h2": {"scrape_address": "10.0.0.7"}}, **drift))
+    assert [o for o in grown if o.startswith("Router pool of")] == [f"Router pool of {OSS}: synced to its new worker list"]
     # Drift: a member removed by hand is put back, and the router restarted for it.
     del sim.files[f"{release}/vllm_router/router.py"]
     again = only(monkeypatch, data, sim)["router"]
@@ -329,3 +335,26 @@ def test_two_instances_at_one_url_are_refused() -> None:
     assert [(f.host, f.key) for f in findings] == [("r1", "router_models")] and "both reached at http://10.1.0.1:8080" in findings[
         0
     ].message
+
+
+def test_the_unpacked_members_are_used_only_while_they_match_the_checked_wheel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    table = router.load(VERSION)
+    assert table is not None
+    routerwheel.members(VERSION, None)  # the real wheel in the controller's cache, checked
+    wheel: str | None = str(routerwheel.cache_dir() / table.wheel_file)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    unpack = routerwheel.members.__wrapped__  # not the per-process cache
+    first = unpack(VERSION, wheel)  # router_wheel: checked, then unpacked into the cache for runs without it
+    monkeypatch.setattr(routerwheel, "cache_dir", lambda: tmp_path / "instinct-fleet" / "wheels")
+    shutil.copy(wheel, routerwheel.cache_dir() / table.wheel_file)
+    wheel = None
+    kept = routerwheel.cache_dir() / f"vllm-router-{VERSION}-{table.sha256[:16]}"
+    assert (kept / routerwheel.SUMS).is_file() and set(first) == set(table.members)
+    # A member changed on the controller's disk is not used: the wheel is read again and the member rewritten.
+    (kept / "vllm_router/router.py").write_text("tampered")
+    assert unpack(VERSION, wheel)["vllm_router/router.py"] == first["vllm_router/router.py"]
+    assert (kept / "vllm_router/router.py").read_bytes() == first["vllm_router/router.py"]
+    # Cut short before its sums were written: unpacked again, whatever the members hold.
+    (kept / routerwheel.SUMS).unlink()
+    (kept / "vllm_router/version.py").write_text("half")
+    assert unpack(VERSION, wheel)["vllm_router/version.py"] == first["vllm_router/version.py"]

@@ -16,7 +16,9 @@ from instinct_fleet.fleet import bench, sweeps, trials, tune, tunereport
 from instinct_fleet.fleet.remote import Result
 from instinct_fleet.fleet.sweeps import BASELINE, Slo, Sweep, TuneError
 from instinct_fleet.fleet.trials import Trial
+from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData, plan_hosts
+from instinct_fleet.model.pools import Membership
 from instinct_fleet.model.rules import RULES
 from tests.unit.test_preflight import mi300x_host
 
@@ -374,3 +376,32 @@ def test_a_benchmark_that_lost_requests_fails_its_trial_and_keeps_its_result(tmp
     tuner.bench(plan, BASELINE, measured)
     assert measured.status == "measured" and measured.figures["output_throughput"] == 479.07
     assert "--max-concurrency 8" in runner.commands[0]
+
+
+class Refusing(Answers):
+    """A runner whose router calls fail as curl does when the router does not answer."""
+
+    def run(self, name: str, command: str, timeout: int) -> Result:
+        self.commands.append(command)
+        if "_worker?url=" in command:
+            return Result(name, False, "", "instinct-fleet: could not take vllm-main ... out of the pool: curl: (7) Failed to connect")
+        return Result(name, True, self.stdout, "")
+
+
+def test_a_tuned_instance_leaves_its_router_pools_before_its_first_restart_or_is_not_restarted(tmp_path: Path) -> None:
+    member = Membership("r1", "http://10.0.0.9:30000", "vllm-main", "http://10.0.0.1:8080")
+    results = trials.Results(tmp_path)
+    results.start(sweep(profile="seed-001-gpt-oss"))
+    refusing = Refusing("")
+    tuner = tune.HostTuner(refusing, HOSTS[0], sweep(profile="seed-001-gpt-oss"), results, (member,))  # type: ignore[arg-type]
+    tuner.report = preflight.parse_report(mi300x_host())
+    problem, _ = tuner.install(tuner.plan(BASELINE), "tune sweep: a point")
+    assert problem is not None and problem.startswith("not restarted: instinct-fleet: could not take vllm-main")
+    assert len(refusing.commands) == 1 and "remove_worker?url=http://10.0.0.1:8080" in refusing.commands[0] and not tuner.away
+    answering = Answers("")
+    tuner = tune.HostTuner(answering, HOSTS[0], sweep(profile="seed-001-gpt-oss"), results, (member,))  # type: ignore[arg-type]
+    tuner.report = preflight.parse_report(mi300x_host())
+    tuner.install(tuner.plan(BASELINE), "tune sweep: a point")
+    tuner.install(tuner.plan(BASELINE), "tune sweep: another point")
+    removes = [i for i, c in enumerate(answering.commands) if "remove_worker" in c]
+    assert removes == [0] and paths.ROLL_MARKER in answering.commands[1] and tuner.away  # once, before the first restart
