@@ -42,6 +42,8 @@ MANAGED = {
     "--retry-max-retries": "router_retries",
     "--request-timeout-secs": "router_request_timeout",
     "--api-key": "nothing: the router passes a client's Authorization header on to the instances",
+    "--worker-startup-timeout-secs": "the pool's start (STARTUP: a down instance must not hold the router back)",
+    "--worker-startup-check-interval": "the pool's start (STARTUP)",
 }
 # Options that put the router in another mode than one pool of regular workers behind it.
 OTHER_MODES = ("--vllm-pd-disaggregation", "--service-discovery", "--mini-lb", "--enable-igw", "--prefill", "--decode")

@@ -3,7 +3,8 @@ controller's copy, one pool per model from the inventory, a killed unit taken ou
 and a router the roll cannot reach stopping the roll before its unit stops. The roll's zero-failure claims (a re-tune,
 a crash loop rolled back, a canary rolled back) are in test_roll.py, under the same client load.
 
-It leaves the fleet on another inventory, so it runs after the modules on inventories/local.py (FLEET_LAST).
+Named to run before test_roll.py on its share: test_roll's last test leaves the fleet on another image, which every
+later module on inventories/local.py would have to roll back first.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import pytest
 from fleetctl import ROUTER_PORT, Load, Run, deploy, inventory, router_url, ssh, started_at
 
 FLEET_SHARE = 1
-FLEET_LAST = True
 
 UNIT = f"instinct-fleet-router-{ROUTER_PORT}"
 
