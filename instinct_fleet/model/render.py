@@ -503,4 +503,4 @@ def grub_drop_in() -> str:
 
 
 def sysctl_file() -> str:
-    return "# Managed by instinct-fleet: automatic NUMA balancing stalls GPU DMA buffers (004, AMD MAD).\nkernel.numa_balancing = 0\n"
+    return "# Managed by instinct-fleet: automatic NUMA balancing can hinder GPU performance and cause GPU hangs (004, after AMD MAD).\nkernel.numa_balancing = 0\n"
