@@ -18,8 +18,8 @@ instance and through the router, for the router's overhead per request.
 Then ``cache_aware`` against ``round_robin`` on a shared-prefix workload: 12 system prompts of
 2000 words, each with many users (a short question after it), 16 requests at a time. The gain comes
 from the stand-in vLLM's model of the prefix cache (tests/fleet/standin/vllm/vllm_standin.py,
-Engine): a cached prefix skips its prefill, and each instance's cache holds about a third of the
-prompts (STANDIN_KV_TOKENS 30000), so round-robin makes every instance cycle through all twelve
+Engine): a cached prefix skips its prefill, and each instance's cache holds five of the twelve
+prompts (STANDIN_KV_TOKENS 12000), so round-robin makes every instance cycle through all twelve
 and miss, where cache-aware routing keeps each prompt on one instance. On a real fleet the gain
 depends on the prefill time of the prompts against their decode, the KV cache each instance has
 left for prefixes, and how many distinct prefixes the traffic has.
@@ -146,19 +146,24 @@ def shared_prefix(url: str, key: str) -> dict[str, Any]:
     }
 
 
-def hits(fleet: dict[str, Any]) -> dict[str, float]:
-    """Each gpt-oss instance's prefix-cache hit rate, from vLLM's counters on its /metrics."""
+def counters(fleet: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """Each gpt-oss instance's prefix-cache (queries, hits) in tokens, from vLLM's counters on its /metrics."""
+    api = next(h["api_port"] for h in fleet["hosts"] if h["name"] == "sim-gpu-1")
     found = {}
-    for host, port in (
-        ("sim-gpu-1", next(h["api_port"] for h in fleet["hosts"] if h["name"] == "sim-gpu-1")),
-        ("sim-gpu-1", 8081),
-        ("sim-gpu-2", 8001),
-    ):
+    for host, port in (("sim-gpu-1", api), ("sim-gpu-1", 8081), ("sim-gpu-2", 8001)):
         text = ssh(fleet, host, f"curl -s http://127.0.0.1:{port}/metrics")
         values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:prefix_cache_")}
-        queries = values.get("vllm:prefix_cache_queries_total", 0.0)
-        found[f"{host}:{port}"] = round(values.get("vllm:prefix_cache_hits_total", 0.0) / queries, 3) if queries else 0.0
+        found[f"{host}:{port}"] = (values.get("vllm:prefix_cache_queries_total", 0.0), values.get("vllm:prefix_cache_hits_total", 0.0))
     return found
+
+
+def hit_rates(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Hits over queries between two readings, per instance."""
+    rates = {}
+    for name, (queries, hits) in after.items():
+        q, h = queries - before[name][0], hits - before[name][1]
+        rates[name] = round(h / q, 3) if q else 0.0
+    return rates
 
 
 def main() -> None:
@@ -209,7 +214,9 @@ def main() -> None:
         run = deploy(inventory=inventory(tmp, f"prefix-{policy}", {}, hosts))
         assert "sim-gpu-1" not in run.results["failed_hosts"], run.stderr[-2000:]
         time.sleep(12)  # the router's health checks have marked sim-nogpu's listed (dead) worker out
-        results[policy] = {**shared_prefix(router_url(fleet), key), "hit_rate": hits(fleet)}
+        before = counters(fleet)
+        results[policy] = shared_prefix(router_url(fleet), key)
+        results[policy]["hit_rate"] = hit_rates(before, counters(fleet))
         print(policy, json.dumps(results[policy]), flush=True)
     rr, ca = results["round_robin"], results["cache_aware"]
     results["cache_aware_over_round_robin"] = {
@@ -244,7 +251,7 @@ def write(results: dict[str, Any]) -> None:
             f"(+{o['overhead_p50_ms']} ms); p99 {o['direct']['p99_ms']} ms against {o['router']['p99_ms']} ms.",
             "",
             f"Shared prefixes ({PROMPTS} system prompts of {PROMPT_WORDS} words, {USERS} users each, {CONCURRENCY} at a time, "
-            f"{OUTPUT} output tokens; each instance's prefix cache holds about a third of the prompts):",
+            f"{OUTPUT} output tokens; each instance's prefix cache holds five of the twelve prompts; hit rates over the run):",
             "",
             "| policy | requests/s | output tok/s | TTFT p50 ms | TTFT p99 ms | prefix-cache hit rate per instance |",
             "| --- | --- | --- | --- | --- | --- |",
