@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 import tomllib
+import zlib
 from collections import OrderedDict
 from glob import glob
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -315,6 +316,7 @@ class State:
     lock = threading.Lock()
 
 
+VOCAB = 201088  # gpt-oss's vocabulary size: the stand-in's token ids are below it
 BLOCK = 16  # words per prefix-cache block: vLLM's default KV block size, the unit its prefix cache hits in
 
 
@@ -542,6 +544,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if not self.authorized():
             return
+        if self.path == "/tokenize":
+            self.tokenize()
+            return
         with State.lock:
             State.inflight += 1
         try:
@@ -550,6 +555,16 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             with State.lock:
                 State.inflight -= 1
+
+    def tokenize(self) -> None:
+        """vLLM's /tokenize (TokenizeCompletionRequest or TokenizeChatRequest -> TokenizeResponse), with the stand-in's
+        tokenizer: one token per whitespace-separated word, its id a stable hash. vllm-router's cache_aware policy
+        calls it to key its prefix tree by token ids (it tries /v1/completions/render first, which 0.22 does not serve)."""
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        text = " ".join(str(m.get("content", "")) for m in body.get("messages", [])) if "messages" in body else str(body.get("prompt", ""))
+        tokens = [zlib.crc32(word.encode()) % VOCAB for word in text.split()]
+        strs = text.split() if body.get("return_token_strs") else None
+        self.reply(200, {"count": len(tokens), "max_model_len": ENGINE[0].length, "tokens": tokens, "token_strs": strs})
 
     def complete(self) -> None:
         length = int(self.headers.get("Content-Length", 0))
