@@ -85,7 +85,11 @@ _RULES = (
         "error",
         "AITER unified attention only takes effect with VLLM_ROCM_USE_AITER_MHA=0 (003 AITER table).",
     ),
-    Rule("value-domain", "error", "The value is outside what vLLM accepts (choices from vLLM's source; a positive count, a memory share in (0, 1], a port: the project's own bounds, where vLLM's parser has none)."),
+    Rule(
+        "value-domain",
+        "error",
+        "The value is outside what vLLM accepts (choices from vLLM's source; a positive count, a memory share in (0, 1], a port: the project's own bounds, where vLLM's parser has none).",
+    ),
     Rule(
         "gpu-memory-high",
         "warning",
@@ -321,7 +325,11 @@ _HOST_RULES = (
     Rule(
         "host-os", "error", "instinct-fleet installs packages with apt and regenerates GRUB the Debian way: Debian and Ubuntu hosts only."
     ),
-    Rule("host-gpu", "error", "amd-smi (or rocm-smi) must be installed and list the host's GPUs: preflight reads the GPU model, count and partitions with ROCm's own tool."),
+    Rule(
+        "host-gpu",
+        "error",
+        "amd-smi (or rocm-smi) must be installed and list the host's GPUs: preflight reads the GPU model, count and partitions with ROCm's own tool.",
+    ),
     Rule(
         "host-driver", "error", "The amdgpu driver must be live with /dev/kfd and a /dev/dri render node per GPU, which the containers get."
     ),

@@ -559,7 +559,7 @@ class Handler(BaseHTTPRequestHandler):
     def tokenize(self) -> None:
         """vLLM's /tokenize (TokenizeCompletionRequest or TokenizeChatRequest -> TokenizeResponse), with the stand-in's
         tokenizer: one token per whitespace-separated word, its id a stable hash. vllm-router's cache_aware policy
-        calls it to key its prefix tree by token ids (it tries /v1/completions/render first, which 0.22 does not serve)."""
+        calls it to key its prefix tree by token ids (it tries /v1/completions/render first: 404 here, as in vLLM with its opt-in scale-out endpoints off)."""
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         text = " ".join(str(m.get("content", "")) for m in body.get("messages", [])) if "messages" in body else str(body.get("prompt", ""))
         tokens = [zlib.crc32(word.encode()) % VOCAB for word in text.split()]
