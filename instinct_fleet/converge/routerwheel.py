@@ -15,6 +15,7 @@ import io
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from functools import cache
 from pathlib import Path
@@ -33,16 +34,21 @@ def cache_dir() -> Path:
 
 
 def _download(version: str, into: Path) -> None:
+    """pip download into a directory of its own, then one rename into the cache: two runs at once (two deploys, a
+    deploy and a tune) never read each other's half-written wheel."""
     into.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
-    argv += ["--platform", PLATFORM, "-d", str(into), f"vllm-router=={version}"]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise WheelError(f"pip download vllm-router=={version} did not finish: {error}") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise WheelError(f"pip download vllm-router=={version} failed ({last}); or set router_wheel to a copy of the wheel")
+    with tempfile.TemporaryDirectory(dir=into) as scratch:
+        argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
+        argv += ["--platform", PLATFORM, "-d", scratch, f"vllm-router=={version}"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise WheelError(f"pip download vllm-router=={version} did not finish: {error}") from None
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise WheelError(f"pip download vllm-router=={version} failed ({last}); or set router_wheel to a copy of the wheel")
+        for wheel in Path(scratch).glob("*.whl"):
+            os.replace(wheel, into / wheel.name)
 
 
 @cache
@@ -94,12 +100,15 @@ def _unpacked(directory: Path, names: tuple[str, ...]) -> dict[str, bytes] | Non
 
 
 def _unpack(directory: Path, found: dict[str, bytes]) -> None:
-    """Keep the members for the next run; a cache that cannot be written only costs the next run the unpacking."""
+    """Keep the members for the next run, each written aside and renamed into place (a run reading them at the same
+    time sees the old bytes or the new, both checked); a cache that cannot be written only costs the next run the unpacking."""
     try:
         for name, data in found.items():
             target = directory / name
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            aside = target.with_name(f".{target.name}.{os.getpid()}")
+            aside.write_bytes(data)
+            os.replace(aside, target)
         (directory / SUMS).write_text("".join(f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in sorted(found.items())))
     except OSError:
         return
