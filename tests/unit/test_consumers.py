@@ -62,8 +62,14 @@ host_data = st.fixed_dictionaries(
         "scrape_address": st.sampled_from(SCRAPE),
         "ray_cluster": st.just("c"),
         "vllm_api_key_path": st.just("/etc/instinct-fleet/api-key"),
+        "router": st.booleans(),
+        "router_port": st.sampled_from([30000, *PORTS]),
+        "router_allow_from": st.lists(st.sampled_from(ADDRESSES), max_size=3),
     },
 )
+# The share of examples that must reach the readers (validation accepts them): below it, the property would pass by
+# testing little. Measured at 150 examples: 87 (58%) reach the readers here, 94 (63%) the probe property (both one run).
+READERS_FLOOR = 0.3
 
 
 def plans(data: dict[str, Any]) -> list[HostPlan] | None:
@@ -84,13 +90,12 @@ def plans(data: dict[str, Any]) -> list[HostPlan] | None:
     return list(planned.values())
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(host_data)
-def test_what_validation_accepts_every_reader_accepts(data: dict[str, Any]) -> None:
+def reaches_the_readers(data: dict[str, Any]) -> bool:
+    """Hand every file of an accepted configuration to its reader; False when validation refuses the data."""
     accepted = plans(data)
     if accepted is None:
         event("refused by validation")
-        return
+        return False
     event("accepted")
     with tempfile.TemporaryDirectory(prefix="instinct-fleet-consumers-") as scratch:
         tmp = Path(scratch)
@@ -103,6 +108,7 @@ def test_what_validation_accepts_every_reader_accepts(data: dict[str, Any]) -> N
                 event("nft -c -f")
             units = {path: text for files in unit_files(plan).values() for path, text in files.items() if path.endswith(".service")}
             units.update({path: text for path, text in exporter_files(plan).items() if path.endswith(".service")})
+            units.update({paths.unit_path(pool.unit): content.router_unit(plan.spec, pool) for pool in plan.spec.pools})
             if content.firewall(plan) is not None:
                 units[paths.unit_path(paths.FIREWALL_UNIT)] = render.firewall_unit()
             assert consumers.units_check(units) == "", units
@@ -114,3 +120,17 @@ def test_what_validation_accepts_every_reader_accepts(data: dict[str, Any]) -> N
     if groups:
         assert consumers.targets_check(groups) == "", groups
         event("promtool check service-discovery")
+    return True
+
+
+def test_what_validation_accepts_every_reader_accepts() -> None:
+    reached: list[bool] = []
+
+    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @given(host_data)
+    def check(data: dict[str, Any]) -> None:
+        reached.append(reaches_the_readers(data))
+
+    check()
+    share = sum(reached) / len(reached)
+    assert share >= READERS_FLOOR, f"only {sum(reached)} of {len(reached)} examples reached the readers ({share:.0%})"
