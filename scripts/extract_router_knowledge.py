@@ -23,15 +23,14 @@ import argparse
 import hashlib
 import importlib.util
 import json
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
+from instinct_fleet.converge import routerwheel
+
 OUT_DIR = Path(__file__).resolve().parent.parent / "instinct_fleet" / "model" / "knowledge"
-PLATFORM = "manylinux_2_28_x86_64"
 # What `from vllm_router.router import Router` loads: the Python side of the Rust router, without the
 # launcher's process-title and MiniLB (debugging) imports, which pull in fastapi, uvicorn and aiohttp.
 MODULES = ("vllm_router/__init__.py", "vllm_router/version.py", "vllm_router/router_args.py", "vllm_router/router.py")
@@ -69,8 +68,7 @@ def options(router_args_source: str) -> dict[str, dict[str, Any]]:
 
 
 def wheel_for(version: str, into: Path) -> Path:
-    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
-    subprocess.run([*pip, "--platform", PLATFORM, "-d", str(into), f"vllm-router=={version}"], check=True)
+    routerwheel.download(version, into)  # the controller's own download: same platform, same pip invocation
     return next(into.glob("vllm_router-*.whl"))
 
 

@@ -33,7 +33,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "instinct-fleet" / "wheels"
 
 
-def _download(version: str, into: Path) -> None:
+def download(version: str, into: Path) -> None:
     """pip download into a directory of its own, then one rename into the cache: two runs at once (two deploys, a
     deploy and a tune) never read each other's half-written wheel."""
     into.mkdir(parents=True, exist_ok=True)
@@ -69,7 +69,7 @@ def members(version: str, wheel: str | None) -> dict[str, bytes]:
     if not path.is_file():
         if wheel is not None:
             raise WheelError(f"router_wheel {wheel} is not a file")
-        _download(version, path.parent)
+        download(version, path.parent)
         if not path.is_file():
             raise WheelError(f"pip downloaded no {table.wheel_file} into {path.parent}")
     data = path.read_bytes()

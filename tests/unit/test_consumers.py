@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,14 +124,19 @@ def reaches_the_readers(data: dict[str, Any]) -> bool:
     return True
 
 
-def test_what_validation_accepts_every_reader_accepts() -> None:
+def assert_reached(prop: Callable[[dict[str, Any]], bool], examples: int, what: str) -> None:
+    """Run ``prop`` on ``examples`` of the host data and fail when fewer than READERS_FLOOR of them got past validation."""
     reached: list[bool] = []
 
-    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
     @given(host_data)
     def check(data: dict[str, Any]) -> None:
-        reached.append(reaches_the_readers(data))
+        reached.append(prop(data))
 
     check()
     share = sum(reached) / len(reached)
-    assert share >= READERS_FLOOR, f"only {sum(reached)} of {len(reached)} examples reached the readers ({share:.0%})"
+    assert share >= READERS_FLOOR, f"only {sum(reached)} of {len(reached)} examples {what} ({share:.0%})"
+
+
+def test_what_validation_accepts_every_reader_accepts() -> None:
+    assert_reached(reaches_the_readers, EXAMPLES, "reached the readers")

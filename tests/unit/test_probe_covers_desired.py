@@ -12,13 +12,11 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
-
 from instinct_fleet.converge import managed, probe
 from instinct_fleet.model import paths
 from instinct_fleet.model.paths import PROBED_GLOBS
 
-from .test_consumers import READERS_FLOOR, host_data, plans
+from .test_consumers import assert_reached, plans
 
 
 def probed(path: str, reads: probe.Probe) -> bool:
@@ -47,13 +45,4 @@ def covered(data: dict[str, Any]) -> bool:
 
 
 def test_everything_desired_is_probed() -> None:
-    reached: list[bool] = []
-
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-    @given(host_data)
-    def check(data: dict[str, Any]) -> None:
-        reached.append(covered(data))
-
-    check()
-    share = sum(reached) / len(reached)
-    assert share >= READERS_FLOOR, f"only {sum(reached)} of {len(reached)} examples were accepted and checked ({share:.0%})"
+    assert_reached(covered, 150, "were accepted and checked")
