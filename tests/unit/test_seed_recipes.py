@@ -1,11 +1,14 @@
 """Each recipe holds the launch command of its seed: same env vars, same flags, same values.
 
-The commands below are copied from ../shared/seeds (line breaks restored where the
-page extraction flattened them). Settings that the pinned vLLM spells differently
-must be listed in the recipe's ``translated`` table, so nothing is lost silently.
+The commands below are read from the seeds the package ships (tests/unit/seed_text.py: continuations
+joined, the `export` lines above a command as its prefixes), not copied. Settings that the pinned vLLM
+spells differently must be listed in the recipe's ``translated`` table, so nothing is lost silently.
 """
 
 from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -15,75 +18,34 @@ from instinct_fleet.model.recipes import all_recipes
 from instinct_fleet.model.render import render_args, service_json
 from instinct_fleet.model.spec import canonical_arg
 from tests.unit.launch import LaunchCommand, parse_launch_command
+from tests.unit.seed_text import occurrences
 
 from .conftest import check, check_cluster
 
 VERSION = DEFAULTS["vllm_version"]
+SEEDS = Path(str(resources.files("instinct_fleet.model").joinpath("knowledge", "seeds")))
 
-SEED_000 = """
-export VLLM_ROCM_USE_AITER=1
-export VLLM_ROCM_QUICK_REDUCE_QUANTIZATION=INT4
-export VLLM_ROCM_USE_AITER_MHA=0
-export HIP_FORCE_DEV_KERNARG=1
-vllm serve openai/gpt-oss-120b \\
-  --tensor-parallel-size 1 \\
-  --max-model-len 8192 \\
-  --trust-remote-code \\
-  --dtype bfloat16 \\
-  --kv-cache-dtype fp8 \\
-  --gpu-memory-utilization 0.92 \\
-  --no-enable-chunked-prefill \\
-  --max-num-seqs 512 \\
-  --port 8080
-"""
 
-SEED_001 = """
-export VLLM_ROCM_USE_AITER=1
-export VLLM_USE_AITER_UNIFIED_ATTENTION=1
-export VLLM_ROCM_USE_AITER_MHA=0
-vllm serve openai/gpt-oss-120b --port 8000 --tensor-parallel 1 --no-enable-prefix-caching \\
-  --disable-log-requests --compilation-config '{"full_cuda_graph": true}'
-"""
+def seed_command(seed: str, line: int) -> str:
+    """The seed's own command whose `vllm serve` is on ``line``, as tests/unit/seed_text.py reads it."""
+    (path,) = SEEDS.glob(f"{seed}_*.txt")
+    (text,) = [o.text for o in occurrences(path) if o.line == line and not o.prose]
+    return text
 
-SEED_004 = (
-    "VLLM_USE_TRITON_FLASH_ATTN=0 NCCL_MIN_NCHANNELS=112 vllm serve meta-llama/Llama-3.1-70B-Instruct --host 0.0.0.0 "
-    "--port 8000 -tp 4 --max-num-seqs 1024 --max-seq-len-to-capture 16384 --served-model-name meta-llama/Llama-3.1-70B-Instruct "
-    "--enable-chunked-prefill=False --num-scheduler-step 15 --max-num-seqs 1024"
-)
 
-SEED_002_PP = "vllm serve meta-llama/Llama-3.1-405B-Instruct --tensor-parallel-size 8 --pipeline-parallel-size 2"
-SEED_002_MLA = "VLLM_ROCM_USE_AITER=1 vllm serve deepseek-ai/DeepSeek-R1-0528 --tensor-parallel-size 8 --attention-backend ROCM_AITER_MLA"
-SEED_002_DPEP = (
-    'VLLM_ALL2ALL_BACKEND="allgather_reducescatter" vllm serve deepseek-ai/DeepSeek-R1 '
-    "--data-parallel-size 8 --enable-expert-parallel --disable-nccl-for-dp-synchronization"
-)
-
-# The five further commands of 002 and the single-node 405B of 004.
-SEED_002_DSA = "VLLM_ROCM_USE_AITER=1 vllm serve deepseek-ai/DeepSeek-V3.2 --block-size 1 --tensor-parallel-size 8"
-SEED_002_VL = (
-    "vllm serve Qwen/Qwen3-VL-235B-A22B-Instruct --tensor-parallel-size 8 --mm-encoder-tp-mode data "
-    "--enable-expert-parallel --max-model-len 32768"
-)
-SEED_002_FA = (
-    "VLLM_ROCM_USE_AITER=1 VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT=1 vllm serve meta-llama/Llama-3.3-70B-Instruct "
-    "--attention-backend ROCM_AITER_FA"
-)
-SEED_002_PTPC = "vllm serve meta-llama/Llama-3.1-70B-Instruct --quantization ptpc_fp8 --dtype auto --tensor-parallel-size 4"
-SEED_002_EAGLE = (
-    "vllm serve meta-llama/Llama-3.1-8B-Instruct --trust-remote-code --swap-space 16 --disable-log-requests "
-    "--tensor-parallel-size 1 --distributed-executor-backend mp --dtype float16 --quantization fp8 --kv-cache-dtype fp8 "
-    "--no-enable-chunked-prefill --max-num-seqs 300 --max-num-batched-tokens 131072 --gpu-memory-utilization 0.8 "
-    '--speculative_config \'{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", '
-    '"num_speculative_tokens": 2, "draft_tensor_parallel_size": 1, "dtype": "float16"}\' --port 8001'
-)
-SEED_002_AWQ = (
-    "VLLM_USE_TRITON_AWQ=1 vllm serve hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4 --quantization awq "
-    "--tensor-parallel-size 1 --dtype auto"
-)
-SEED_004_405B = (
-    "VLLM_RPC_TIMEOUT=30000 VLLM_USE_TRITON_FLASH_ATTN=0 vllm serve meta-llama/Llama-3.1-405B-Instruct-FP8 -tp 8 "
-    "--max-seq-len-to-capture 16384 --enable-chunked-prefill=False --num-scheduler-step 15 --max-num-seqs 1024"
-)
+SEED_000 = seed_command("000", 9)
+SEED_001 = seed_command("001", 33)
+SEED_004 = seed_command("004", 273)
+SEED_002_PP = seed_command("002", 185)
+SEED_002_MLA = seed_command("002", 112)
+SEED_002_DPEP = seed_command("002", 239)
+SEED_002_DSA = seed_command("002", 108)
+SEED_002_VL = seed_command("002", 282)
+SEED_002_FA = seed_command("002", 117)
+SEED_002_PTPC = seed_command("002", 470)
+SEED_002_EAGLE = seed_command("002", 561)
+SEED_002_AWQ = seed_command("002", 488)
+SEED_004_405B = seed_command("004", 336)
 
 
 def rendered(recipe: str) -> dict[str, object]:
