@@ -64,7 +64,7 @@ command_timeout = 600
 # Seconds the pull of the vLLM image (20+ GB) may take on a host.
 image_pull_timeout = 3600
 
-# Set kernel.numa_balancing=0 now and in /etc/sysctl.d (004, AMD MAD).
+# Set kernel.numa_balancing=0 now and in /etc/sysctl.d (004:171, after AMD MAD).
 tune_numa_balancing = True
 
 # Add iommu=pt and pci=realloc=off to the kernel command line through a GRUB drop-in. No seed
@@ -137,12 +137,12 @@ nccl_ib_hca = None
 # RoCE GID index (NCCL_IB_GID_INDEX), usually 3 for RoCE v2.
 nccl_ib_gid_index = None
 
-# GPUDirect RDMA level (NCCL_NET_GDR_LEVEL), e.g. 3 or `PHB`. 002 writes `RCCL_NET_GDR_LEVEL=2`;
-# RCCL keeps NCCL's variable names and documents this one as NCCL_NET_GDR_LEVEL, so set 2 here
-# to follow 002.
+# GPUDirect RDMA level (NCCL_NET_GDR_LEVEL), e.g. 3 or `PHB`. 002:584 writes
+# `RCCL_NET_GDR_LEVEL=2`; RCCL keeps NCCL's variable names and documents this one as
+# NCCL_NET_GDR_LEVEL, so set 2 here to follow 002.
 nccl_net_gdr_level = None
 
-# NCCL_MIN_NCHANNELS in a cluster: more channels for MI300X collectives (002 RCCL).
+# NCCL_MIN_NCHANNELS in a cluster: more channels for MI300X collectives (002:17).
 nccl_min_nchannels = 112
 
 # Pass /dev/infiniband into the Ray and vLLM containers with the IPC_LOCK capability (RDMA).

@@ -133,6 +133,7 @@ def config(job: Job, env: dict[str, str], image_id: str, client: str | None, sta
         "image": job.svc.image,
         "image_id": image_id,
         "gpus": list(job.svc.gpus),
+        "gpu_model": job.spec.gpu_model,  # the GPU model the host must have: preflight fails a host without it
         "env": env,
         "vllm_serve_args": render.render_args(job.svc),
         "profile": job.profile_name,

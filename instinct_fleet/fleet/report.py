@@ -9,8 +9,9 @@ them out so; any tree with that shape works). The field names are vLLM's own
 Why a report and not the raw files: a fleet's question is whether every
 instance performs as the guide says and as its peers do. The report therefore
 compares each run with the seed's published figures (as a ratio), but only a run of
-the same model on the same number of GPUs as the seed, read from the ``config.json``
-that ``bench`` writes beside it, and flags an instance more than 10% below the median of the instances
+the seed's workload: the same model, GPU model and count, concurrency, dataset, input and
+output lengths and prompt count, read from the ``config.json`` that ``bench`` writes
+beside it. Otherwise it says which field differs. It flags an instance more than 10% below the median of the instances
 that ran the same model, profile and concurrency. Repeats of a run (``-runN``, as ``bench`` and the canary write
 them) count as one measurement, by their median, with their spread shown; an outlier is confirmed only by
 repeats, since a difference between two single runs may be noise.
@@ -34,21 +35,36 @@ OUTLIER_BELOW = 0.10  # an instance this far under its peers' median output thro
 
 @dataclass(frozen=True)
 class Reference:
-    """What a seed publishes for one profile, and the configuration it measured: only a run of that compares."""
+    """What a seed publishes for one profile, and the workload it measured: only a run of that workload compares.
+
+    Why every field: a published figure is a measurement of one model on one GPU model and count, at one
+    concurrency, over one dataset of prompts of given lengths. Change any of them and the figure measures
+    something else, so a ratio to it would say nothing.
+    """
 
     source: str
     model: str
+    gpu_model: str
     gpus: int
     concurrency: int
+    dataset: str
+    input_len: int
+    output_len: int
+    num_prompts: int
     figures: dict[str, float]  # vLLM's result field names
 
 
 REFERENCES: dict[str, Reference] = {
     "seed-001-gpt-oss": Reference(
-        source="001_81014cdf3d7b3637.txt lines 75-103: gpt-oss-120b on one MI300X (TP 1), random 4096/1024, 80 prompts, concurrency 8",
+        source="001:73-103: gpt-oss-120b on one MI300X (001:4) at TP 1 (001:27), random data (001:71) 4096/1024, 80 prompts, concurrency 8",
         model="openai/gpt-oss-120b",
+        gpu_model="MI300X",
         gpus=1,
         concurrency=8,
+        dataset="random",
+        input_len=4096,
+        output_len=1024,
+        num_prompts=80,
         figures={
             "request_throughput": 0.47,
             "output_throughput": 479.07,
@@ -124,20 +140,30 @@ class Run:
         return failed_requests(self.data)
 
     def unlike(self, reference: Reference) -> str | None:
-        """Why this run cannot be compared with ``reference`` (None when it can): failed requests, another
-        model, GPU count or concurrency."""
+        """Why this run cannot be compared with ``reference`` (None when it can): failed requests, or the first
+        field of the workload that differs, as ``bench`` recorded it in the run's ``config.json``."""
         if self.failed:
             return self.failed
         if not self.config:
-            return "no config.json beside it says what it ran"
-        model = self.config.get("model")
+            return "no comparable reference: no config.json beside it says what it ran"
+        settings = self.config.get("profile_settings")
+        settings = settings if isinstance(settings, dict) else {}
         gpus = self.config.get("gpus")
-        if model != reference.model:
-            return f"it served {model}, the seed {reference.model}"
-        if not isinstance(gpus, list) or len(gpus) != reference.gpus:
-            return f"it ran on {len(gpus) if isinstance(gpus, list) else '?'} GPU(s), the seed on {reference.gpus}"
-        if self.concurrency != reference.concurrency:
-            return f"it ran at concurrency {self.concurrency}, the seed at {reference.concurrency}"
+        ran: list[tuple[str, object, object]] = [
+            ("model", self.config.get("model"), reference.model),
+            ("GPU model", self.config.get("gpu_model"), reference.gpu_model),
+            ("GPU count", len(gpus) if isinstance(gpus, list) else None, reference.gpus),
+            ("concurrency", self.concurrency, reference.concurrency),
+            ("dataset", settings.get("dataset"), reference.dataset),
+            ("input length", settings.get("input_len"), reference.input_len),
+            ("output length", settings.get("output_len"), reference.output_len),
+            ("prompt count", self.config.get("num_prompts"), reference.num_prompts),
+        ]
+        for field, measured, published in ran:
+            if measured is None:
+                return f"no comparable reference: its config.json does not say its {field}"
+            if measured != published:
+                return f"no comparable reference: {field} {measured}, the seed's {published}"
         return None
 
     def value(self, key: str) -> float | None:
@@ -315,7 +341,7 @@ def seed_marks(runs: list[Run], key: str) -> tuple[tuple[str, int, float], ...]:
     marks = []
     for profile, reference in sorted(REFERENCES.items()):
         if key in reference.figures and any(r.profile == profile and not r.unlike(reference) for r in runs):
-            marks.append((f"seed {reference.source.split('_')[0]}: {reference.model}", reference.concurrency, reference.figures[key]))
+            marks.append((f"seed {reference.source[:3]}: {reference.model}", reference.concurrency, reference.figures[key]))
     return tuple(marks)
 
 
@@ -395,8 +421,9 @@ def write(results: Path) -> tuple[Path, str]:
         lines += [table(reference, markdown=True), "", *[f"- {s}" for s in sources], ""]
     else:
         lines += [
-            "No run is like a seed's measurement: the same profile, model, GPU count and concurrency "
-            "(`seed-001-gpt-oss` with openai/gpt-oss-120b on one GPU has published figures).",
+            "No run is like a seed's measurement: the same model, GPU model and count, concurrency, dataset, "
+            "input and output lengths and prompt count (`seed-001-gpt-oss` as 001:73 ran it: openai/gpt-oss-120b "
+            "on one MI300X, random 4096/1024, 80 prompts, concurrency 8).",
             "",
         ]
     left_out = not_compared(runs)

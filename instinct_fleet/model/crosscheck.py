@@ -15,7 +15,7 @@ import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from instinct_fleet.model import knowledge
+from instinct_fleet.model import knowledge, render
 from instinct_fleet.model.defaults import DEFAULTS, image_tag
 from instinct_fleet.model.render import STOP_MARGIN_SECONDS
 from instinct_fleet.model.rules import Finding, finding
@@ -192,16 +192,32 @@ def allow_lists(spec: HostSpec) -> list[Finding]:
 
 
 def _timeouts(spec: HostSpec) -> Iterator[Finding]:
-    """A restart waits the drain plus docker's stop margin: it must end before the watchdog calls the host hung."""
-    drain, limit = spec.vars.rolling_drain_timeout, spec.vars.command_timeout
-    if drain + STOP_MARGIN_SECONDS >= limit:
-        yield finding(
-            "timeouts",
-            spec.host,
-            "rolling_drain_timeout",
-            f"{drain}s plus docker's {STOP_MARGIN_SECONDS}s stop margin is not below command_timeout ({limit}s): "
-            "the hung-host watchdog would kill a normal restart; lower it or raise command_timeout",
-        )
+    """A restart waits the unit's drain plus docker's stop margin (its TimeoutStopSec, render.stop_seconds): it must
+    end before the watchdog calls the host hung. The drain is an instance's own --shutdown-timeout where it sets one."""
+    limit = spec.vars.command_timeout
+    drains = [("rolling_drain_timeout", spec.vars.rolling_drain_timeout)]
+    for svc in spec.services:
+        if svc.args.get("shutdown-timeout") is not None:
+            drains.append((_arg_key(spec, svc.name, "shutdown-timeout"), render.drain_seconds(svc, spec.vars.rolling_drain_timeout)))
+    for key, drain in drains:
+        if drain + STOP_MARGIN_SECONDS >= limit:
+            yield finding(
+                "timeouts",
+                spec.host,
+                key,
+                f"{drain}s plus docker's {STOP_MARGIN_SECONDS}s stop margin is not below command_timeout ({limit}s): "
+                "the hung-host watchdog would kill a normal restart; lower it or raise command_timeout",
+            )
+
+
+def _arg_key(spec: HostSpec, instance: str, flag: str) -> str:
+    """Where the inventory sets an instance's flag: its own vllm_instances entry, else vllm_args."""
+    instances = spec.data.get("vllm_instances")
+    for i, item in enumerate(instances if isinstance(instances, list) else []):
+        args = item.get("args") if isinstance(item, dict) else None
+        if isinstance(args, dict) and item.get("name") == instance and flag in args:
+            return f"vllm_instances[{i}].args.{flag}"
+    return f"vllm_args.{flag}"
 
 
 def duplicate_flags(spec: HostSpec) -> list[Finding]:

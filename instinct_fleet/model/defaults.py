@@ -23,7 +23,18 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StrictBool, StrictInt, StrictStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 DEFAULT_VLLM_VERSION = "0.22.0"
@@ -56,7 +67,9 @@ _PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-
 IMAGE = re.compile(
     rf"^{_DOMAIN}?{_PATH}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?$"
 )
-MODEL = re.compile(r"^(?:/|[A-Za-z0-9_])[A-Za-z0-9_./-]*$")
+# A Hugging Face repo id as huggingface_hub reads it (utils/_validators.py: REPO_ID_REGEX, then no "--" or "..",
+# no ".git" end, at most one "/"): vLLM hands a model that is not a local directory to huggingface_hub.
+REPO_ID = re.compile(r"^(\b[\w\-.]+\b/)?\b[\w\-.]{1,96}\b$")
 USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 NIC = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 REGISTRY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?$")
@@ -89,8 +102,16 @@ def _host_path(value: str) -> str:
 
 
 def _model_id(value: str) -> str:
-    if not MODEL.match(value) or ".." in value.split("/"):
-        raise PydanticCustomError("value_format", "{shown} is not a model id such as org/name, or an absolute path", {"shown": repr(value)})
+    """A model is a local directory (absolute: the unit has no working directory of its own) or a Hugging Face repo id."""
+    if value.startswith("/"):
+        return _host_path(value)
+    if value.count("/") > 1 or not REPO_ID.match(value) or "--" in value or ".." in value or value.endswith(".git"):
+        raise PydanticCustomError(
+            "value_format",
+            "{shown} is neither a Hugging Face repo id (name or org/name: letters, digits, '-', '_' and '.', not at either "
+            "end, no '--' or '..', at most 96 characters) nor an absolute path",
+            {"shown": repr(value)},
+        )
     return value
 
 
@@ -315,6 +336,25 @@ class BenchProfile(_Strict):
     request_rate: Annotated[float, Field(gt=0)] | None = None
     ignore_eos: StrictBool = True
 
+    @model_validator(mode="after")
+    def _fields_vllm_reads_together(self) -> BenchProfile:
+        """vLLM's benchmark (vllm/benchmarks/datasets.py) reads the lengths only for ``random`` (``--random-input-len``,
+        ``--random-output-len``) and the file only for ``sharegpt`` (``--dataset-path``, whose prompts and lengths it
+        samples): a field the dataset does not read would be a setting that silently does nothing."""
+        given = self.model_fields_set
+        if self.dataset == "sharegpt" and self.dataset_path is None:
+            raise PydanticCustomError("bench_profile", "dataset 'sharegpt' needs dataset_path: vLLM samples its prompts from that file", {})
+        if self.dataset == "random" and self.dataset_path is not None:
+            raise PydanticCustomError("bench_profile", "dataset 'random' makes its own prompts: vLLM does not read dataset_path", {})
+        unread = sorted(given & {"input_len", "output_len"}) if self.dataset == "sharegpt" else []
+        if unread:
+            raise PydanticCustomError(
+                "bench_profile",
+                "{fields}: vLLM's sharegpt dataset takes prompt and output lengths from the file",
+                {"fields": ", ".join(unread)},
+            )
+        return self
+
 
 class FleetVars(_Strict):
     """Every instinct-fleet variable of one host, after host data over group_data over all."""
@@ -385,7 +425,7 @@ class FleetVars(_Strict):
     )
     tune_numa_balancing: StrictBool = Field(
         default=True,
-        description="Set kernel.numa_balancing=0 now and in /etc/sysctl.d (004, AMD MAD).",
+        description="Set kernel.numa_balancing=0 now and in /etc/sysctl.d (004:171, after AMD MAD).",
     )
     tune_kernel_cmdline: StrictBool = Field(
         default=True,
@@ -453,11 +493,11 @@ class FleetVars(_Strict):
     )
     nccl_net_gdr_level: GdrLevel | None = Field(
         default=None,
-        description="GPUDirect RDMA level (NCCL_NET_GDR_LEVEL), e.g. 3 or `PHB`. 002 writes `RCCL_NET_GDR_LEVEL=2`; RCCL keeps NCCL's variable names and documents this one as NCCL_NET_GDR_LEVEL, so set 2 here to follow 002.",
+        description="GPUDirect RDMA level (NCCL_NET_GDR_LEVEL), e.g. 3 or `PHB`. 002:584 writes `RCCL_NET_GDR_LEVEL=2`; RCCL keeps NCCL's variable names and documents this one as NCCL_NET_GDR_LEVEL, so set 2 here to follow 002.",
     )
     nccl_min_nchannels: Annotated[StrictInt, Field(ge=1, le=256)] | None = Field(
         default=112,
-        description="NCCL_MIN_NCHANNELS in a cluster: more channels for MI300X collectives (002 RCCL).",
+        description="NCCL_MIN_NCHANNELS in a cluster: more channels for MI300X collectives (002:17).",
     )
     infiniband: StrictBool = Field(
         default=False,

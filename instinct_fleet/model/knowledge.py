@@ -126,7 +126,7 @@ class VllmKnowledge:
         for alias in (f"-{bare}", f"--{bare}"):
             if alias in self.aliases:
                 return self.aliases[alias].lstrip("-")
-        # argparse accepts a unique prefix of a long option (001 writes --tensor-parallel)
+        # argparse accepts a unique prefix of a long option (001:36 writes --tensor-parallel)
         prefixed = [f for f in self.flags if f.startswith(f"--{bare}")]
         return prefixed[0].lstrip("-") if len(prefixed) == 1 else None
 

@@ -237,7 +237,7 @@ def vllm_container(
 def docker_run(container: Container, v: FleetVars, group_ids: list[int], with_token: bool) -> list[str]:
     """The full ``docker run`` argv of a container, in a fixed order so that units only change when inputs do."""
     argv = [paths.DOCKER, "run", "--rm", "--name", container.name, "--label", f"instinct-fleet.unit={container.name}"]
-    # --ipc host: the host's /dev/shm and IPC namespace, which PyTorch workers and RCCL share (004's docker run);
+    # --ipc host: the host's /dev/shm and IPC namespace, which PyTorch workers and RCCL share (004:290, in 004's docker run);
     # docker ignores --shm-size with it, so none is given.
     argv += ["--network", "host", "--ipc", "host"]
     argv += ["--device", paths.KFD]
@@ -503,4 +503,4 @@ def grub_drop_in() -> str:
 
 
 def sysctl_file() -> str:
-    return "# Managed by instinct-fleet: automatic NUMA balancing can hinder GPU performance and cause GPU hangs (004, after AMD MAD).\nkernel.numa_balancing = 0\n"
+    return "# Managed by instinct-fleet: automatic NUMA balancing can hinder GPU performance and cause GPU hangs (004:171, after AMD MAD).\nkernel.numa_balancing = 0\n"

@@ -77,13 +77,11 @@ _RULES = (
     Rule("flag-removed", "error", "The flag was removed (V0 or later); knowledge/replaced.toml says what replaced it."),
     Rule("flag-not-boolean", "error", "Only boolean flags take true/false; a value flag needs a value."),
     Rule("managed-key", "error", "The port, GPU set and GPU visibility come from `vllm_instances`, so they cannot also be set by hand."),
-    Rule(
-        "aiter-subflag-inert", "warning", "VLLM_ROCM_USE_AITER_* sub-flags only act when VLLM_ROCM_USE_AITER=1 (002, 003 AITER switches)."
-    ),
+    Rule("aiter-subflag-inert", "warning", "VLLM_ROCM_USE_AITER_* sub-flags only act when VLLM_ROCM_USE_AITER=1 (002:23, 003:59)."),
     Rule(
         "unified-attention-needs-mha-off",
         "error",
-        "AITER unified attention only takes effect with VLLM_ROCM_USE_AITER_MHA=0 (003 AITER table).",
+        "AITER unified attention only takes effect with VLLM_ROCM_USE_AITER_MHA=0 (003:106).",
     ),
     Rule(
         "value-domain",
@@ -93,42 +91,42 @@ _RULES = (
     Rule(
         "gpu-memory-high",
         "warning",
-        "At 0.95 or more of HBM with AITER on, AITER workspace spikes can OOM during concurrent large prefills (000 Part II); 002 allows up to 0.95 without naming AITER.",
+        "At 0.95 or more of HBM with AITER on, AITER workspace spikes can OOM during concurrent large prefills (000:73); 002:325 allows up to 0.95 without naming AITER.",
     ),
     Rule(
         "hip-visible-devices",
         "error",
-        "vLLM on ROCm reads CUDA_VISIBLE_DEVICES; keep HIP_VISIBLE_DEVICES unset (002 Tensor parallelism note).",
+        "vLLM on ROCm reads CUDA_VISIBLE_DEVICES; keep HIP_VISIBLE_DEVICES unset (002:171).",
     ),
     Rule(
         "parallel-size",
         "error",
         "TP x PP x DP must equal the GPUs the instance gets: its GPU set on one node, nodes x GPUs per node on a cluster.",
     ),
-    Rule("tp-beyond-xgmi", "warning", "TP above 8 leaves the XGMI island; use PP across nodes (002 ROCm best practice)."),
+    Rule("tp-beyond-xgmi", "warning", "TP above 8 leaves the XGMI island; use PP across nodes (002:189)."),
     Rule("gpu-out-of-range", "error", "GPU indices must exist on the host (0 .. gpu_count-1)."),
     Rule(
         "gpu-overlap",
         "error",
-        "Instances sharing a GPU must each set --gpu-memory-utilization and together stay at or below 1.0 (002 packing example).",
+        "Instances sharing a GPU must each set --gpu-memory-utilization and together stay at or below 1.0 (002:327).",
     ),
     Rule(
         "awq-rocm",
         "error",
-        "AWQ on ROCm runs the Triton kernels (VLLM_USE_TRITON_AWQ=1) with float16 activations (--dtype auto or float16) (002 AWQ).",
+        "AWQ on ROCm runs the Triton kernels (VLLM_USE_TRITON_AWQ=1) with float16 activations (--dtype auto or float16) (002:494).",
     ),
     Rule(
         "spec-tokens",
         "warning",
-        "More speculative tokens lower the draft acceptance rate and the throughput; 002 advises num_speculative_tokens <= 2.",
+        "More speculative tokens lower the draft acceptance rate and the throughput; 002:579 advises num_speculative_tokens <= 2.",
     ),
     Rule("port-overlap", "error", "Two instances on one host cannot listen on the same port."),
     Rule(
         "dp-rocm-settings",
         "error",
-        "Data parallel on ROCm needs the allgather_reducescatter all-to-all and --disable-nccl-for-dp-synchronization (002 Data parallelism tip).",
+        "Data parallel on ROCm needs the allgather_reducescatter all-to-all and --disable-nccl-for-dp-synchronization (002:202).",
     ),
-    Rule("nccl-single-gpu", "warning", "NCCL_MIN_NCHANNELS only helps multi-GPU collectives; one GPU has none (002 RCCL)."),
+    Rule("nccl-single-gpu", "warning", "NCCL_MIN_NCHANNELS only helps multi-GPU collectives; one GPU has none (002:17)."),
     Rule(
         "cluster-topology",
         "error",
@@ -142,12 +140,12 @@ _RULES = (
     Rule(
         "cluster-nic",
         "error",
-        "A cluster needs `cluster_nic`: otherwise RCCL and Gloo pick an interface themselves, often docker0 or a management NIC. The project's choice (RCCL/NCCL documentation of NCCL_SOCKET_IFNAME); 002 does not cover it.",
+        "A cluster needs `cluster_nic`: otherwise RCCL and Gloo pick an interface themselves, often docker0 or a management NIC. The project's choice (RCCL/NCCL documentation of NCCL_SOCKET_IFNAME); 002:580's multi-node checklist does not cover it.",
     ),
     Rule(
         "rccl-unset",
         "warning",
-        "Without NCCL_IB_HCA RCCL sends cross-node traffic over TCP sockets on `cluster_nic`: a fraction of the RDMA bandwidth. The project's choice (RCCL documentation); 002 only covers GPUDirect RDMA (RCCL_NET_GDR_LEVEL).",
+        "Without NCCL_IB_HCA RCCL sends cross-node traffic over TCP sockets on `cluster_nic`: a fraction of the RDMA bandwidth. The project's choice (RCCL documentation); 002:584 only covers GPUDirect RDMA (RCCL_NET_GDR_LEVEL).",
     ),
     Rule("ray-ports", "error", "Ray's pinned ports must not collide with a vLLM port on the same host."),
     Rule(
@@ -247,9 +245,14 @@ _RULES = (
         "An allow-list with `firewall = False` would not be enforced; the firewall must be on for it to mean anything.",
     ),
     Rule(
+        "bench-profile",
+        "error",
+        "A bench profile's fields must be ones vLLM's benchmark reads together: `sharegpt` needs `dataset_path` and takes its lengths from it; `random` makes its own prompts from `input_len` and `output_len` and reads no file.",
+    ),
+    Rule(
         "timeouts",
         "error",
-        "`rolling_drain_timeout` plus docker's 30 s stop margin must stay below `command_timeout`, or the hung-host watchdog kills a normal restart.",
+        "A unit's drain (`rolling_drain_timeout`, or an instance's own `--shutdown-timeout`) plus docker's 30 s stop margin must stay below `command_timeout`, or the hung-host watchdog kills a normal restart.",
     ),
     Rule(
         "quick-reduce-tp1",
@@ -282,7 +285,7 @@ _STARTUP_RULES = (
     Rule(
         "mxfp4-native",
         "error",
-        "Native MXFP4 GEMMs need gfx950 (RocmPlatform.supports_mx); elsewhere vLLM emulates them in high precision. 002 lists the MXFP4 models for MI350/MI355.",
+        "Native MXFP4 GEMMs need gfx950 (RocmPlatform.supports_mx); elsewhere vLLM emulates them in high precision. 002:445 lists the MXFP4 models for MI350/MI355.",
     ),
     Rule(
         "attention-backend",

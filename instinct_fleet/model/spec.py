@@ -149,6 +149,7 @@ _RULE_OF_ERROR = {
     "value_format": "value-format",
     "allow_from": "allow-from",
     "schema": "schema",
+    "bench_profile": "bench-profile",
     **dict.fromkeys(
         (
             "greater_than",
@@ -162,7 +163,7 @@ _RULE_OF_ERROR = {
         "value-format",
     ),
 }
-_CUSTOM = ("value_format", "allow_from", "schema")
+_CUSTOM = ("value_format", "allow_from", "schema", "bench_profile")
 
 
 def _key(loc: tuple[str | int, ...]) -> str:

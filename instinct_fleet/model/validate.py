@@ -37,7 +37,7 @@ HUMAN_INT = re.compile(r"^[1-9][0-9]*[kKmMgG]?$")
 MANAGED_ENV = {"CUDA_VISIBLE_DEVICES": "gpus", "ROCR_VISIBLE_DEVICES": "gpus"}
 MANAGED_FLAGS = {"port": "port", "model": "model"}
 XGMI_ISLAND = 8
-GPU_MEMORY_HIGH = 0.95  # 000 Part II: "0.95+ on MI300X with AITER active can trigger OOM"
+GPU_MEMORY_HIGH = 0.95  # 000:73: "0.95+ on MI300X with AITER active can trigger OOM"
 
 
 def check_image(host: str | None, image: str, version: str) -> list[Finding]:
@@ -240,7 +240,7 @@ def _domain_findings(svc: ServiceSpec) -> list[Finding]:
                     "gpu-memory-high",
                     host,
                     f"{key}.--gpu-memory-utilization",
-                    f"{util} with AITER on: 000 finds 0.95+ can OOM when AITER's workspace spikes during concurrent large prefills; "
+                    f"{util} with AITER on: 000:73 finds 0.95+ can OOM when AITER's workspace spikes during concurrent large prefills; "
                     "0.92 is its aggressive but stable value",
                 )
             )
@@ -307,12 +307,12 @@ def _parallel_findings(svc: ServiceSpec, gpu_count: int, table: knowledge.VllmKn
     return found
 
 
-MAX_SPECULATIVE_TOKENS = 2  # 002: more draft tokens lower the acceptance rate and the throughput
+MAX_SPECULATIVE_TOKENS = 2  # 002:577: more draft tokens lower the acceptance rate and the throughput
 AWQ_DTYPES = ("auto", "float16", "half")
 
 
 def _quantization_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> list[Finding]:
-    """Settings a quantization method or a draft model needs on ROCm (002 quantization and speculative decoding)."""
+    """Settings a quantization method or a draft model needs on ROCm (002:494, 002:579)."""
     found: list[Finding] = []
     host, key = svc.host, f"{svc.name}.args"
     if str(svc.args.get("quantization", "")).lower() == "awq":

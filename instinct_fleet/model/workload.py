@@ -18,11 +18,11 @@ from instinct_fleet.model.spec import HostSpec, ServiceSpec
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
 METRIC_PERCENTILES = (50, 99)
 
-# Built-in profiles. seed-001-gpt-oss is exactly seed 001's run; its published figures are in
+# Built-in profiles. seed-001-gpt-oss is exactly seed 001's run (001:73); its published figures are in
 # instinct_fleet/fleet/report.py:REFERENCES, compared by profile name.
 BUILTIN_PROFILES: dict[str, BenchProfile] = {
     "seed-001-gpt-oss": BenchProfile(dataset="random", input_len=4096, output_len=1024, num_prompts=80, concurrency=[8]),
-    # Seed 004 compares servers on ShareGPT; the dataset file is the one vLLM's docs download.
+    # Seed 004 compares servers on ShareGPT (004:243); the dataset file is the one vLLM's docs download.
     "sharegpt-chat": BenchProfile(
         dataset="sharegpt",
         dataset_path=f"{paths.DATASETS_DIR}/ShareGPT_V3_unfiltered_cleaned_split.json",

@@ -49,6 +49,21 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"vllm_model": ""}, "vllm_model", "value-format"),
     ({"vllm_model": "org/model name"}, "vllm_model", "value-format"),
     ({"vllm_model": "../../etc/passwd"}, "vllm_model", "value-format"),
+    ({"vllm_args": {"shutdown-timeout": 900}}, "vllm_args.shutdown-timeout", "timeouts"),  # past command_timeout (600)
+    ({"vllm_instances": [{"name": "main", "args": {"shutdown-timeout": 590}}]}, "vllm_instances[0].args.shutdown-timeout", "timeouts"),
+    ({"bench_profiles": {"chat": {"dataset": "sharegpt"}}}, "bench_profiles.chat", "bench-profile"),
+    ({"bench_profiles": {"chat": {"dataset_path": "/data/sharegpt.json"}}}, "bench_profiles.chat", "bench-profile"),
+    (
+        {"bench_profiles": {"chat": {"dataset": "sharegpt", "dataset_path": "/d/s.json", "input_len": 512}}},
+        "bench_profiles.chat",
+        "bench-profile",
+    ),
+    ({"vllm_model": "org/team/model"}, "vllm_model", "value-format"),  # neither a repo id nor a path
+    ({"vllm_model": "org/model--v2"}, "vllm_model", "value-format"),
+    ({"vllm_model": "org/-model"}, "vllm_model", "value-format"),
+    ({"vllm_model": "org/model.git"}, "vllm_model", "value-format"),
+    ({"vllm_model": "./Meta-Llama-3-8B"}, "vllm_model", "value-format"),
+    ({"vllm_model": "org/" + "m" * 97}, "vllm_model", "value-format"),
     ({"vllm_shm_size": "16g"}, "vllm_shm_size", "unknown-variable"),
     ({"service_user": "Root User"}, "service_user", "value-format"),
     ({"vllm_env": {"VLLM_ROCM_USE_AITER": "yes"}}, "vllm_env.VLLM_ROCM_USE_AITER", "value-format"),
@@ -120,6 +135,25 @@ def test_good_values_pass() -> None:
 
 
 hostile = st.text(alphabet=st.sampled_from(list("ab=\n\r\t\"'$()`;\\% \x00é")), min_size=1, max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(st.text(alphabet=st.sampled_from(list("aZ9_-./é ")), min_size=1, max_size=12), st.sampled_from(["a" * 96, "o/" + "a" * 97]))
+)
+def test_a_model_id_the_validator_accepts_is_one_huggingface_hub_accepts(model: str) -> None:
+    """vLLM hands a model that is not a local directory to huggingface_hub; its validate_repo_id is the reader,
+    so the validator accepts exactly the repo ids it accepts (and absolute paths besides)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(model)
+        hub = True
+    except HFValidationError:
+        hub = False
+    _, findings = check({**G, "vllm_model": model})
+    refused = any(f.rule == "value-format" and f.key == "vllm_model" for f in findings)
+    assert refused != hub or model.startswith("/"), (model, hub, [str(f) for f in findings])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -121,19 +121,38 @@ def test_firewall_ruleset_names_members_ray_ports_and_allow_list() -> None:
 
 
 # A stand-in for `ray start --block` as it behaves when its raylet exits 0: the raylet (a copy of sleep, so
-# that its /proc comm reads "raylet") dies after $RAYLET_LIVES seconds, and `ray` blocks on. It notes its
+# that its /proc comm reads "raylet") lives until the test ends it, and `ray` blocks on. It notes its
 # arguments and a SIGTERM in $NOTES. With $NO_RAYLET it never starts one.
 FAKE_RAY = """#!/bin/sh
 trap 'echo "ray got TERM" >> "$NOTES"; exit 0' TERM
 echo "ray $*" >> "$NOTES"
 if [ -z "$NO_RAYLET" ]; then
-    cp "$(command -v sleep)" "$NOTES.d/raylet"; "$NOTES.d/raylet" "$RAYLET_LIVES" & raylet=$!
+    cp "$(command -v sleep)" "$NOTES.d/raylet"; "$NOTES.d/raylet" 600 & raylet=$!
 fi
 while :; do sleep 1; done
 """
 
 
-def ray_node_in_a_container(tmp_path: Path, no_raylet: bool = False, raylet_lives: int = 600) -> tuple[subprocess.Popen[str], Path]:
+def processes() -> list[tuple[int, str, str]]:
+    """(pid, comm, command line) of every process still there once read."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            found.append((int(proc.name), (proc / "comm").read_text().strip(), (proc / "cmdline").read_bytes().decode(errors="replace")))
+        except OSError:  # it exited between the listing and the read
+            continue
+    return found
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for the signal (its SigCgt mask in /proc): a shell's trap is set."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def ray_node_in_a_container(tmp_path: Path, no_raylet: bool = False) -> tuple[subprocess.Popen[str], Path]:
     """The Ray node's shell as its container runs it: PID 1 of its own PID namespace, with its own /proc."""
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "ray").write_text(FAKE_RAY)
@@ -145,7 +164,6 @@ def ray_node_in_a_container(tmp_path: Path, no_raylet: bool = False, raylet_live
         **os.environ,
         "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
         "NOTES": str(notes),
-        "RAYLET_LIVES": str(raylet_lives),
         **({"NO_RAYLET": "1"} if no_raylet else {}),
     }
     proc = subprocess.Popen(
@@ -159,9 +177,11 @@ def ray_node_in_a_container(tmp_path: Path, no_raylet: bool = False, raylet_live
 
 
 def test_a_ray_node_whose_raylet_exits_0_exits_1_so_that_systemd_restarts_it(tmp_path: Path) -> None:
-    proc, notes = ray_node_in_a_container(tmp_path, raylet_lives=5)  # seen alive for a few polls, then gone
-    time.sleep(4)
-    assert proc.poll() is None  # past the grace of 3 s: the raylet was seen, so the node waits while it lives
+    proc, notes = ray_node_in_a_container(tmp_path)  # its raylet lives until the test ends it
+    time.sleep(4)  # past the grace of 3 s: the raylet was seen, so the node waits while it lives, however long
+    assert proc.poll() is None
+    (raylet,) = [pid for pid in processes() if pid[1] == "raylet" and str(tmp_path) in pid[2]]
+    os.kill(raylet[0], signal.SIGTERM)  # the raylet shuts itself down; ray start --block runs on
     assert proc.wait(timeout=20) == 1
     assert "this node has no raylet, but ray start --block still runs" in (proc.stderr.read() if proc.stderr else "")
     assert "ray got TERM" in notes.read_text()
@@ -174,7 +194,9 @@ def test_a_ray_node_that_never_shows_a_raylet_gives_up_after_its_grace(tmp_path:
 
 def test_a_stopped_ray_node_passes_the_stop_on_and_exits_0(tmp_path: Path) -> None:
     proc, notes = ray_node_in_a_container(tmp_path)
-    time.sleep(1.5)
     (shell,) = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()  # PID 1 of the namespace
+    deadline = time.monotonic() + 20
+    while not catches(int(shell), signal.SIGTERM) and time.monotonic() < deadline:  # its trap is set: ready for a stop
+        time.sleep(0.05)
     os.kill(int(shell), signal.SIGTERM)  # docker stop
     assert proc.wait(timeout=20) == 0 and "ray got TERM" in notes.read_text()

@@ -10,9 +10,37 @@ import pytest
 
 from instinct_fleet.cli import main
 from instinct_fleet.fleet import report
+from instinct_fleet.model import knowledge
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json"
-GPT_OSS_TP1 = {"model": "openai/gpt-oss-120b", "gpus": [0]}  # what bench's config.json says of 001's configuration
+# What bench's config.json says of 001's run (001:73): its model on one MI300X, the seed-001-gpt-oss profile as is.
+SEED_PROFILE = {"dataset": "random", "input_len": 4096, "output_len": 1024, "num_prompts": 80, "concurrency": [8]}
+GPT_OSS_TP1 = {"model": "openai/gpt-oss-120b", "gpus": [0], "gpu_model": "MI300X", "num_prompts": 80, "profile_settings": SEED_PROFILE}
+# vLLM prints each figure under a label (vllm/benchmarks/serve.py) and saves it under a key; 001 copies the labels.
+VLLM_LABELS = {
+    "Successful requests": "completed",
+    "Benchmark duration (s)": "duration",
+    "Total input tokens": "total_input_tokens",
+    "Total generated tokens": "total_output_tokens",
+    "Request throughput (req/s)": "request_throughput",
+    "Output token throughput (tok/s)": "output_throughput",
+    "Total Token throughput (tok/s)": "total_token_throughput",
+    **{
+        f"{stat} {metric} (ms)": f"{stat.lower()}_{metric.lower()}_ms"
+        for stat in ("Mean", "Median", "P99")
+        for metric in ("TTFT", "TPOT", "ITL", "E2EL")
+    },
+}
+
+
+def seed_001_output() -> dict[str, float]:
+    """The figures of 001's `vllm bench serve` output (001:81-103), read from the seed itself, by vLLM's keys."""
+    figures: dict[str, float] = {}
+    for line in knowledge.seed_text("001").splitlines()[80:103]:
+        label, _, value = line.partition(":")
+        if label.strip() in VLLM_LABELS:
+            figures[VLLM_LABELS[label.strip()]] = float(value)
+    return figures
 
 
 def results(tmp_path: Path, throughput: dict[tuple[str, str], float]) -> Path:
@@ -34,6 +62,18 @@ def seed_profile_run(tmp_path: Path, host: str, config: dict[str, object] | None
         (where / "config.json").write_text(json.dumps(config))
 
 
+def test_the_fixture_and_the_reference_are_the_seeds_own_figures() -> None:
+    """Both sides of the ratio test come from 001's text, separately: a figure typed wrongly in either fails."""
+    published = seed_001_output()
+    assert len(published) == 19 and published["total_input_tokens"] == 327463 and published["completed"] == 80
+    fixture = json.loads(FIXTURE.read_text())
+    assert {key: fixture[key] for key in published} == published
+    assert set(fixture) - set(published) == {"label", "model_id", "num_prompts", "max_concurrency", "failed"}
+    reference = report.REFERENCES["seed-001-gpt-oss"]
+    assert reference.figures == {key: value for key, value in published.items() if key in reference.figures}
+    assert len(reference.figures) == 15  # every rate and latency figure 001 publishes; counts and duration are not figures
+
+
 def test_the_seed_run_matches_its_published_figures_exactly(tmp_path: Path) -> None:
     seed_profile_run(tmp_path, "gpu-1", GPT_OSS_TP1)
     runs = report.load(tmp_path / "r")
@@ -46,20 +86,42 @@ def test_the_seed_run_matches_its_published_figures_exactly(tmp_path: Path) -> N
     assert report.seed_marks(runs, "output_throughput") == (("seed 001: openai/gpt-oss-120b", 8, 479.07),)
 
 
-def test_the_seed_is_compared_only_with_the_same_model_and_configuration(tmp_path: Path) -> None:
-    seed_profile_run(tmp_path, "llama", {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpus": [0]})
-    seed_profile_run(tmp_path, "tp8", {"model": "openai/gpt-oss-120b", "gpus": list(range(8))})
-    seed_profile_run(tmp_path, "bare", None)
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"model": "meta-llama/Llama-3.1-8B-Instruct"}, "model meta-llama/Llama-3.1-8B-Instruct, the seed's openai/gpt-oss-120b"),
+        ({"gpus": list(range(8))}, "GPU count 8, the seed's 1"),
+        ({"gpu_model": "MI355X"}, "GPU model MI355X, the seed's MI300X"),
+        ({"num_prompts": 16}, "prompt count 16, the seed's 80"),
+        ({"profile_settings": {**SEED_PROFILE, "input_len": 128}}, "input length 128, the seed's 4096"),
+        ({"profile_settings": {**SEED_PROFILE, "output_len": 16}}, "output length 16, the seed's 1024"),
+        ({"profile_settings": {**SEED_PROFILE, "dataset": "sharegpt"}}, "dataset sharegpt, the seed's random"),
+        ({"gpu_model": None}, "its config.json does not say its GPU model"),
+    ],
+)
+def test_a_run_is_compared_only_on_the_seeds_workload(tmp_path: Path, change: dict[str, object], why: str) -> None:
+    """Any field of the workload that differs leaves the run out, with that field named; a profile that merely
+    carries the seed's name (a user's own bench_profiles entry) is no exception."""
+    config = {key: value for key, value in {**GPT_OSS_TP1, **change}.items() if value is not None}
+    seed_profile_run(tmp_path, "other", config)
     runs = report.load(tmp_path / "r")
     assert report.reference_rows(runs) == [report.reference_rows([])[0]]
-    assert report.not_compared(runs) == [
-        "bare/main (seed-001-gpt-oss): no config.json beside it says what it ran",
-        "llama/main (seed-001-gpt-oss): it served meta-llama/Llama-3.1-8B-Instruct, the seed openai/gpt-oss-120b",
-        "tp8/main (seed-001-gpt-oss): it ran on 8 GPU(s), the seed on 1",
-    ]
+    assert report.not_compared(runs) == [f"other/main (seed-001-gpt-oss): no comparable reference: {why}"]
     assert report.seed_marks(runs, "output_throughput") == ()
     text, _ = report.write(tmp_path / "r")
-    assert "No run is like a seed's measurement" in text.read_text() and "tp8/main" in text.read_text()
+    assert "No run is like a seed's measurement" in text.read_text() and f"no comparable reference: {why}" in text.read_text()
+
+
+def test_a_run_at_another_concurrency_or_without_its_config_is_not_compared(tmp_path: Path) -> None:
+    seed_profile_run(tmp_path, "bare", None)
+    where = tmp_path / "r" / "c4" / "main"
+    where.mkdir(parents=True)
+    (where / "run.json").write_text(json.dumps({**json.loads(FIXTURE.read_text()), "max_concurrency": 4}))
+    (where / "config.json").write_text(json.dumps(GPT_OSS_TP1))
+    assert report.not_compared(report.load(tmp_path / "r")) == [
+        "bare/main (seed-001-gpt-oss): no comparable reference: no config.json beside it says what it ran",
+        "c4/main (seed-001-gpt-oss): no comparable reference: concurrency 4, the seed's 8",
+    ]
 
 
 def test_an_instance_more_than_ten_percent_below_its_peers_is_flagged_with_its_host(tmp_path: Path) -> None:

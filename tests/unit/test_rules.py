@@ -190,6 +190,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "firewall-off": ({"firewall": False, "vllm_allow_from": ["10.0.0.0/8"]}, {"firewall": True, "vllm_allow_from": ["10.0.0.0/8"]}),
     "timeouts": ({"rolling_drain_timeout": 600}, {"rolling_drain_timeout": 60}),
+    "bench-profile": (
+        {"bench_profiles": {"chat": {"dataset": "sharegpt"}}},
+        {"bench_profiles": {"chat": {"dataset": "sharegpt", "dataset_path": "/var/lib/datasets/sharegpt.json"}}},
+    ),
     "flag-twice": ({"vllm_args": {"max_num_seqs": 64, "max-num-seqs": 128}}, {"vllm_args": {"max-num-seqs": 128}}),
 }
 
