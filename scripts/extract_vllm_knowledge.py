@@ -638,6 +638,103 @@ def anchored_checks(modules: dict[str, str]) -> dict[str, str]:
     return found
 
 
+EXCLUSIVE = re.compile(r"^(\w+) and (\w+)\.(\w+) are mutually exclusive$")
+EXCLUSIVE_KEYS = re.compile(r"^\{\.\.\.\} and (--[\w-]+)\['\{\.\.\.\}'\] are mutually exclusive$")
+
+
+def exclusive_settings(arg_utils: str) -> list[dict[str, str]]:
+    """A flag and a key of a JSON-config flag that set the same thing, which ``EngineArgs`` refuses together:
+    ``"attention_backend and attention_config.backend are mutually exclusive"``, and the loop over
+    ``(flag, key, value)`` tuples that raises ``"{flag} and --speculative-config['{key}'] ..."``."""
+    tree = ast.parse(arg_utils)
+    found: list[dict[str, str]] = []
+    for line, text in _string_literals(tree):
+        if m := EXCLUSIVE.match(text):
+            flag, config, key = m.groups()
+            found.append(
+                {
+                    "flag": "--" + flag.replace("_", "-"),
+                    "config": "--" + config.replace("_", "-"),
+                    "key": key,
+                    "source": f"vllm/engine/arg_utils.py:{line}",
+                }
+            )
+    for loop in (n for n in ast.walk(tree) if isinstance(n, ast.For)):
+        raised = [(line, m) for line, text in _string_literals(loop) if (m := EXCLUSIVE_KEYS.match(text))]
+        if not raised or not isinstance(loop.iter, ast.Tuple):
+            continue
+        line, m = raised[0]
+        for item in loop.iter.elts:
+            first = item.elts[:2] if isinstance(item, ast.Tuple) else []
+            if len(first) == 2 and isinstance(first[0], ast.Constant) and isinstance(first[1], ast.Constant):
+                flag, key = str(first[0].value), str(first[1].value)
+                found.append({"flag": flag, "config": m.group(1), "key": key, "source": f"vllm/engine/arg_utils.py:{line}"})
+    return found
+
+
+def _gib_floor(test: ast.expr) -> int | None:
+    """N of a ``device_memory >= N * GiB_bytes`` comparison anywhere in an ``if`` test."""
+    for node in ast.walk(test):
+        if (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Name)
+            and node.left.id == "device_memory"
+            and isinstance(node.ops[0], ast.GtE)
+            and isinstance(node.comparators[0], ast.BinOp)
+            and isinstance(node.comparators[0].left, ast.Constant)
+        ):
+            return int(str(node.comparators[0].left.value))
+    return None
+
+
+def _server_default(body: list[ast.stmt], name: str) -> int | None:
+    """The ``UsageContext.OPENAI_API_SERVER`` entry of the dict assigned to ``name`` in ``body`` (a plain number)."""
+    for stmt in body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(stmt.value, ast.Dict):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                for k, v in zip(stmt.value.keys, stmt.value.values, strict=True):
+                    if isinstance(k, ast.Attribute) and k.attr == "OPENAI_API_SERVER" and isinstance(v, ast.Constant):
+                        return int(str(v.value))
+    return None
+
+
+def scheduler_defaults(arg_utils: str) -> dict[str, object]:
+    """What ``vllm serve`` sets ``--max-num-batched-tokens`` and ``--max-num-seqs`` to when they are absent, on a GPU
+    of at least each memory tier (``EngineArgs``: the ``device_memory >= N * GiB_bytes`` branches, the OpenAI server's
+    entry), and the rules around them: ``max_num_seqs`` capped at the batched tokens (``min(...)``), both doubled by
+    ``--performance-mode throughput``, and with chunked prefill off the batched tokens raised to the model length
+    (``max``) or set to it."""
+    tree = ast.parse(arg_utils)
+    tiers: list[dict[str, object]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (gib := _gib_floor(node.test)) is not None:
+            batched = _server_default(node.body, "default_max_num_batched_tokens")
+            seqs = _server_default(node.body, "default_max_num_seqs")
+            if batched is not None and seqs is not None:
+                tiers.append(
+                    {
+                        "min_gib": gib,
+                        "max_num_batched_tokens": batched,
+                        "max_num_seqs": seqs,
+                        "source": f"vllm/engine/arg_utils.py:{node.lineno}",
+                    }
+                )
+    if not tiers:
+        return {}
+    calls = [(n.func.id, ast.unparse(n)) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    text = ast.unparse(tree)
+    capped = any(name == "min" and "default_max_num_seqs[usage_context]" in call for name, call in calls)
+    raised = any(name == "max" and "model_config.max_model_len" in call and "max_num_batched_tokens" in call for name, call in calls)
+    return {
+        "tiers": sorted(tiers, key=lambda t: -int(t["min_gib"])),  # type: ignore[call-overload]
+        "seqs_capped_by_batched": capped,
+        "throughput_doubles": "performance_mode" in attrs and "self.performance_mode == 'throughput'" in text,
+        "chunked_off_batched": "max(model_len, default)" if raised else "model_len",
+    }
+
+
 def extract(wheel: Path) -> dict[str, object]:
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
@@ -675,6 +772,10 @@ def extract(wheel: Path) -> dict[str, object]:
             "attention_backends": attention_backends(modules),
             "mx_architectures": mx_architectures(modules),
             "startup_checks": anchored_checks(modules),
+            "exclusive": [
+                e for e in exclusive_settings(modules["vllm/engine/arg_utils.py"]) if e["flag"] in flags and e["config"] in flags
+            ],
+            "scheduler_defaults": scheduler_defaults(modules["vllm/engine/arg_utils.py"]),
         }
 
 

@@ -43,6 +43,8 @@ GPU_MODELS = ("MI300X", "MI325X", "MI350X", "MI355X")
 # The gfx target of each GPU model (AMD's ROCm hardware specifications): vLLM decides
 # native MXFP4 and FP8 kernels by it (RocmPlatform.supports_mx, on_gfx950).
 GPU_ARCH = {"MI300X": "gfx942", "MI325X": "gfx942", "MI350X": "gfx950", "MI355X": "gfx950"}
+# HBM per GPU (002:316): vLLM picks its scheduler defaults by the device's memory (SchedulerDefaults.tier).
+GPU_HBM_GIB = {"MI300X": 192, "MI325X": 256, "MI350X": 288, "MI355X": 288}
 GDR_LEVELS = ("0", "1", "2", "3", "4", "5", "LOC", "PIX", "PXB", "PHB", "SYS")
 
 

@@ -101,6 +101,39 @@ class Replacement:
 
 
 @dataclass(frozen=True)
+class Exclusive:
+    """A flag and a key of a JSON-config flag that set the same thing: ``EngineArgs`` refuses them together."""
+
+    flag: str  # "--attention-backend"
+    config: str  # "--attention-config"
+    key: str  # "backend"
+    source: str  # file:line of the raise
+
+
+@dataclass(frozen=True)
+class SchedulerTier:
+    """``vllm serve``'s defaults for the scheduler's limits on a GPU of at least ``min_gib`` GiB."""
+
+    min_gib: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    source: str
+
+
+@dataclass(frozen=True)
+class SchedulerDefaults:
+    """What vLLM sets --max-num-batched-tokens and --max-num-seqs to when they are absent (``EngineArgs``)."""
+
+    tiers: tuple[SchedulerTier, ...]  # largest memory first
+    seqs_capped_by_batched: bool  # max_num_seqs = min(default, max_num_batched_tokens)
+    throughput_doubles: bool  # --performance-mode throughput doubles both defaults
+    chunked_off_batched: str  # with chunked prefill off: "model_len", or "max(model_len, default)"
+
+    def tier(self, hbm_gib: int) -> SchedulerTier | None:
+        return next((t for t in self.tiers if hbm_gib >= t.min_gib), None)
+
+
+@dataclass(frozen=True)
 class VllmKnowledge:
     version: str
     source: str
@@ -113,6 +146,8 @@ class VllmKnowledge:
     backends_source: str
     mx_architectures: tuple[str, ...]  # gfx prefixes with native MXFP4/MXFP6 (RocmPlatform.supports_mx)
     startup_checks: dict[str, str]  # check id -> the file:line that raises it in this version
+    exclusive: tuple[Exclusive, ...]
+    scheduler_defaults: SchedulerDefaults | None
 
     def canonical_flag(self, name: str) -> str | None:
         """Return the long flag name (without dashes) for ``name``, or None if unknown.
@@ -226,6 +261,19 @@ def load(version: str) -> VllmKnowledge:
         backends_source=backends.get("source", ""),
         mx_architectures=tuple(data["mx_architectures"]),
         startup_checks=dict(data["startup_checks"]),
+        exclusive=tuple(Exclusive(**e) for e in data["exclusive"]),
+        scheduler_defaults=_scheduler_defaults(data["scheduler_defaults"]),
+    )
+
+
+def _scheduler_defaults(data: dict[str, Any]) -> SchedulerDefaults | None:
+    if not data:
+        return None
+    return SchedulerDefaults(
+        tiers=tuple(SchedulerTier(**t) for t in data["tiers"]),
+        seqs_capped_by_batched=data["seqs_capped_by_batched"],
+        throughput_doubles=data["throughput_doubles"],
+        chunked_off_batched=data["chunked_off_batched"],
     )
 
 

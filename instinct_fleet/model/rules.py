@@ -292,7 +292,16 @@ _STARTUP_RULES = (
         "error",
         "The attention backend must accept the KV-cache dtype, block size and the model's MLA, sparsity and sinks, or vLLM stops at start-up (generated per version).",
     ),
-    Rule("scheduler-batched-below-seqs", "error", "vLLM's SchedulerConfig needs --max-num-batched-tokens >= --max-num-seqs."),
+    Rule(
+        "scheduler-batched-below-seqs",
+        "error",
+        "vLLM's SchedulerConfig needs --max-num-batched-tokens >= --max-num-seqs; an absent one counts at the default `vllm serve` sets on the host's GPU model (EngineArgs, by device memory).",
+    ),
+    Rule(
+        "flag-config-exclusive",
+        "error",
+        "A flag and the key of a JSON-config flag that set the same thing (--attention-backend and --attention-config's backend): vLLM's EngineArgs refuses both (generated per version).",
+    ),
     Rule(
         "scheduler-batched-below-model-len",
         "error",

@@ -24,7 +24,7 @@ from functools import cache
 from importlib import resources
 
 from instinct_fleet.model import knowledge
-from instinct_fleet.model.defaults import GPU_ARCH
+from instinct_fleet.model.defaults import GPU_ARCH, GPU_HBM_GIB
 from instinct_fleet.model.rules import Finding, finding
 from instinct_fleet.model.spec import ServiceSpec
 
@@ -117,7 +117,7 @@ def _number(value: object) -> float | None:
 def findings(svc: ServiceSpec, table: knowledge.VllmKnowledge, gpu_model: str) -> list[Finding]:
     """Every start-up check of ``table``'s vLLM that this instance's argv and env trip."""
     launch = Launch(svc, table, gpu_model, checkpoints().get(svc.model))
-    found = [*_quantization(launch), *_bounds(launch), *_attention_backend(launch)]
+    found = [*_quantization(launch), *_bounds(launch), *_attention_backend(launch), *_exclusive(launch)]
     for check, source in table.startup_checks.items():
         found += [finding(check, svc.host, key, f"{message} (vLLM {table.version}: {source})") for key, message in CHECKS[check](launch)]
     return found
@@ -275,10 +275,57 @@ def _attention_backend(launch: Launch) -> Iterator[Finding]:
 Check = Callable[[Launch], Iterator[tuple[str, str]]]
 
 
-def _batched_below_seqs(launch: Launch) -> Iterator[tuple[str, str]]:
+def _scheduler_limits(launch: Launch) -> tuple[float | None, float | None, str]:
+    """--max-num-batched-tokens and --max-num-seqs as vLLM's scheduler gets them: the given value, or the default
+    ``vllm serve`` sets on this GPU model when the flag is absent (None where that depends on what is not known
+    here, the model's own length). The text says which came from a default, and why."""
     batched, seqs = launch.number("max-num-batched-tokens"), launch.number("max-num-seqs")
+    rules = launch.table.scheduler_defaults
+    tier = rules.tier(GPU_HBM_GIB.get(launch.gpu_model, 0)) if rules is not None else None
+    if rules is None or tier is None or (batched is not None and seqs is not None):
+        return batched, seqs, ""
+    factor = 2 if rules.throughput_doubles and launch.arg("performance-mode") == "throughput" else 1
+    said = []
+    if batched is None:
+        batched = float(tier.max_num_batched_tokens * factor)
+        if launch.switch("enable-chunked-prefill") is False:
+            length = launch.number("max-model-len")
+            if length is None:
+                return None, seqs, ""  # the model's own length decides, which the inventory does not say
+            batched = max(length, batched) if rules.chunked_off_batched.startswith("max") else length
+        said.append(f"--max-num-batched-tokens is absent, so vLLM {launch.table.version} sets {batched:g} on an {launch.gpu_model}")
+    if seqs is None:
+        seqs = float(tier.max_num_seqs * factor)
+        if rules.seqs_capped_by_batched:
+            seqs = min(seqs, batched)
+        said.append(f"--max-num-seqs is absent, so vLLM {launch.table.version} sets {seqs:g} on an {launch.gpu_model}")
+    return batched, seqs, f" ({'; '.join(said)}: {tier.source})"
+
+
+def _batched_below_seqs(launch: Launch) -> Iterator[tuple[str, str]]:
+    batched, seqs, defaulted = _scheduler_limits(launch)
     if batched is not None and seqs is not None and batched < seqs:
-        yield launch.where("max-num-batched-tokens"), f"{batched:g} is below --max-num-seqs {seqs:g}; vLLM needs it at least as large"
+        key = "max-num-seqs" if launch.number("max-num-batched-tokens") is None else "max-num-batched-tokens"
+        yield (
+            launch.where(key),
+            f"max_num_batched_tokens {batched:g} is below max_num_seqs {seqs:g}{defaulted}; vLLM needs it at least as large",
+        )
+
+
+def _exclusive(launch: Launch) -> Iterator[Finding]:
+    """A flag and its key in a JSON-config flag, both set: ``EngineArgs`` refuses the pair (``are mutually exclusive``)."""
+    for pair in launch.table.exclusive:
+        flag, config = pair.flag.lstrip("-"), pair.config.lstrip("-")
+        given = launch.arg(flag)
+        parsed = launch.json(config)
+        if given is not None and parsed is not None and parsed.get(pair.key) is not None:
+            yield finding(
+                "flag-config-exclusive",
+                launch.svc.host,
+                launch.where(flag),
+                f"--{flag} and --{config}'s {pair.key} set the same thing; vLLM {launch.table.version} refuses both "
+                f"({pair.source}): keep one",
+            )
 
 
 def _batched_below_model_len(launch: Launch) -> Iterator[tuple[str, str]]:

@@ -58,6 +58,19 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
         "bench_profiles.chat",
         "bench-profile",
     ),
+    # Absent, --max-num-seqs is 1024 on an MI300X (vLLM 0.22.0's EngineArgs), above these batched tokens.
+    (
+        {"vllm_args": {"max-num-seqs": None, "enable-chunked-prefill": None, "max-num-batched-tokens": 512}},
+        "main.args.--max-num-batched-tokens",
+        "scheduler-batched-below-seqs",
+    ),
+    # Absent, --max-num-batched-tokens is 8192 there: below these sequences.
+    ({"vllm_args": {"max-num-seqs": 16384}}, "main.args.--max-num-seqs", "scheduler-batched-below-seqs"),
+    (
+        {"vllm_args": {"cudagraph-capture-sizes": "[1, 2]", "compilation-config": '{"cudagraph_capture_sizes": [4]}'}},
+        "main.args.--cudagraph-capture-sizes",
+        "flag-config-exclusive",
+    ),
     ({"vllm_model": "org/team/model"}, "vllm_model", "value-format"),  # neither a repo id nor a path
     ({"vllm_model": "org/model--v2"}, "vllm_model", "value-format"),
     ({"vllm_model": "org/-model"}, "vllm_model", "value-format"),

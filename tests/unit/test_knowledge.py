@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 
 from instinct_fleet.model import knowledge, startup
+from instinct_fleet.model.defaults import GPU_HBM_GIB
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -361,3 +362,76 @@ def test_the_package_ships_every_seed_the_citations_name_with_the_text_published
         assert seed.file.startswith(number) and seed.title
         assert "vllm serve" in knowledge.seed_text(number)
     assert "2026-05-29" in knowledge.seed_text("002").splitlines()[1]
+
+
+# EngineArgs as vLLM 0.22.0 writes the parts the two extractions below read (vllm/engine/arg_utils.py).
+ENGINE_ARGS = """
+class EngineArgs:
+    def create_speculative_config(self):
+        for flag, key, value in (
+            ("--spec-method", "method", self.spec_method),
+            ("--spec-tokens", "num_speculative_tokens", self.spec_tokens),
+        ):
+            if key in self.speculative_config:
+                raise ValueError(f"{flag} and --speculative-config['{key}'] are mutually exclusive")
+
+    def create_engine_config(self):
+        if self.attention_backend is not None:
+            if attention_config.backend is not None:
+                raise ValueError(
+                    "attention_backend and attention_config.backend "
+                    "are mutually exclusive"
+                )
+
+    @classmethod
+    def get_batch_defaults(cls, world_size):
+        if device_memory >= 160 * GiB_bytes:
+            default_max_num_batched_tokens = {UsageContext.LLM_CLASS: 16384, UsageContext.OPENAI_API_SERVER: 16384}
+            default_max_num_seqs = {UsageContext.LLM_CLASS: 1024, UsageContext.OPENAI_API_SERVER: 1024}
+        elif device_memory >= 70 * GiB_bytes and "a100" not in device_name:
+            default_max_num_batched_tokens = {UsageContext.LLM_CLASS: 16384, UsageContext.OPENAI_API_SERVER: 8192}
+            default_max_num_seqs = {UsageContext.LLM_CLASS: 1024, UsageContext.OPENAI_API_SERVER: 1024}
+        else:
+            default_max_num_batched_tokens = {UsageContext.LLM_CLASS: 8192, UsageContext.OPENAI_API_SERVER: 2048}
+            default_max_num_seqs = {UsageContext.LLM_CLASS: 256, UsageContext.OPENAI_API_SERVER: 256}
+
+    def _set_default_max_num_seqs_and_batched_tokens_args(self, usage_context, model_config):
+        if self.performance_mode == "throughput":
+            self.max_num_seqs *= 2
+        if not self.enable_chunked_prefill:
+            self.max_num_batched_tokens = max(model_config.max_model_len, self.max_num_batched_tokens)
+"""
+
+
+def test_exclusive_settings_and_scheduler_defaults_are_read_from_engine_args() -> None:
+    extract = _extractor()
+    assert extract.exclusive_settings(ENGINE_ARGS) == [
+        {"flag": "--attention-backend", "config": "--attention-config", "key": "backend", "source": "vllm/engine/arg_utils.py:15"},
+        {"flag": "--spec-method", "config": "--speculative-config", "key": "method", "source": "vllm/engine/arg_utils.py:9"},
+        {
+            "flag": "--spec-tokens",
+            "config": "--speculative-config",
+            "key": "num_speculative_tokens",
+            "source": "vllm/engine/arg_utils.py:9",
+        },
+    ]
+    # Largest memory first; the tier below 70 GiB has no floor, so it is never one an Instinct GPU falls in.
+    assert extract.scheduler_defaults(ENGINE_ARGS) == {
+        "tiers": [
+            {"min_gib": 160, "max_num_batched_tokens": 16384, "max_num_seqs": 1024, "source": "vllm/engine/arg_utils.py:21"},
+            {"min_gib": 70, "max_num_batched_tokens": 8192, "max_num_seqs": 1024, "source": "vllm/engine/arg_utils.py:24"},
+        ],
+        "seqs_capped_by_batched": False,
+        "throughput_doubles": True,
+        "chunked_off_batched": "max(model_len, default)",
+    }
+
+
+def test_each_gpu_model_falls_in_the_tier_vllm_gives_its_memory() -> None:
+    """MI300X's 192 GiB is in 0.33.0's top tier (16384 batched tokens) and 0.22.0's only large one (8192)."""
+    new, old = (knowledge.load(v).scheduler_defaults for v in ("0.33.0", "0.22.0"))
+    assert new is not None and old is not None
+    assert {gpu: getattr(new.tier(gib), "max_num_batched_tokens", None) for gpu, gib in GPU_HBM_GIB.items()} == dict.fromkeys(
+        GPU_HBM_GIB, 16384
+    )
+    assert getattr(old.tier(GPU_HBM_GIB["MI300X"]), "max_num_batched_tokens", None) == 8192

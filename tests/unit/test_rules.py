@@ -190,6 +190,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "firewall-off": ({"firewall": False, "vllm_allow_from": ["10.0.0.0/8"]}, {"firewall": True, "vllm_allow_from": ["10.0.0.0/8"]}),
     "timeouts": ({"rolling_drain_timeout": 600}, {"rolling_drain_timeout": 60}),
+    "flag-config-exclusive": (
+        {"vllm_args": {"attention-backend": "ROCM_AITER_FA", "attention-config": '{"backend": "ROCM_AITER_FA"}'}},
+        {"vllm_args": {"attention-backend": "ROCM_AITER_FA", "attention-config": '{"use_prefill_decode_attention": false}'}},
+    ),
     "bench-profile": (
         {"bench_profiles": {"chat": {"dataset": "sharegpt"}}},
         {"bench_profiles": {"chat": {"dataset": "sharegpt", "dataset_path": "/var/lib/datasets/sharegpt.json"}}},
