@@ -134,6 +134,7 @@ class _Types:
         self.defaults: dict[str, dict[str, object]] = {}
         self.constraints: dict[str, dict[str, dict[str, float]]] = {}
         self.unsettable: dict[str, set[str]] = {}
+        self.decorated: set[str] = set()  # classes under vLLM's @config: pydantic dataclasses that forbid unknown keys
 
     def add_enums(self, source: str) -> None:
         """Enum classes anywhere in vLLM: configs convert names to members with ``Enum[value.upper()]``."""
@@ -155,6 +156,12 @@ class _Types:
         tree = ast.parse(source)
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
+                if any(
+                    (isinstance(d, ast.Name) and d.id == "config")
+                    or (isinstance(d, ast.Call) and isinstance(d.func, ast.Name) and d.func.id == "config")
+                    for d in node.decorator_list
+                ):
+                    self.decorated.add(node.name)
                 self.bases[node.name] = [b.id for b in node.bases if isinstance(b, ast.Name)]
                 self.fields[node.name] = {
                     item.target.id: item.annotation
@@ -185,6 +192,10 @@ class _Types:
                 value = node.value
                 if isinstance(target, ast.Name) and value is not None and _literal_choices(value) is not None:
                     self.literal_nodes[target.id] = value
+
+    def configs(self) -> set[str]:
+        """Classes a JSON config flag parses into: the ``...Config`` classes and every other ``@config`` class."""
+        return {name for name in self.fields if name.endswith("Config")} | (self.decorated & set(self.fields))
 
     def owner(self, cls: str, name: str) -> str | None:
         """The class, ``cls`` or one of its bases, that declares field ``name``."""
@@ -258,9 +269,12 @@ class _Types:
         enums = [self.enums[n] for n in sorted(names) if n in self.enums]
         if len(enums) == 1:
             return {"kind": "value", "choices": enums[0], "choices_case": "upper"}
-        config = _config_class(annotation, self.fields)
+        config = _config_class(annotation, self.configs())
         if config is not None:
             return {"kind": "value", "json_fields": self.json_fields(config, (config,))}
+        json_form = _json_form(annotation)
+        if json_form is not None:
+            return {"kind": "value", "json": json_form}
         return {"kind": "value"}
 
     def json_fields(self, cls: str, seen: tuple[str, ...]) -> dict[str, dict[str, object]]:
@@ -276,7 +290,7 @@ class _Types:
             annotation = self.field(cls, name)
             if annotation is None or any(isinstance(n, ast.Name) and n.id == "InitVar" for n in ast.walk(annotation)):
                 continue
-            nested = _config_class(annotation, self.fields)
+            nested = _config_class(annotation, self.configs())
             info: dict[str, object] = {}
             if nested is not None and nested not in seen:
                 info["fields"] = self.json_fields(nested, (*seen, nested))
@@ -308,22 +322,63 @@ def _number(node: ast.expr) -> float | None:
     return None
 
 
-def _config_class(annotation: ast.expr, known: dict[str, dict[str, ast.expr]]) -> str | None:
-    """The config class an annotation names, alone or with None (``X``, ``X | None``, ``Optional[X]``, ``"X"``)."""
+def _config_class(annotation: ast.expr, known: set[str]) -> str | None:
+    """The config class an annotation names, alone, with None, or beside the plain ``dict`` it is built from with
+    ``**`` (``X``, ``X | None``, ``Optional[X]``, ``"X"``, ``dict[str, Any] | X | None``)."""
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
         try:
             annotation = ast.parse(annotation.value, mode="eval").body
         except SyntaxError:
             return None
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
-        parts = [annotation.left, annotation.right]
-        rest = [p for p in parts if not (isinstance(p, ast.Constant) and p.value is None)]
+        rest = [p for p in _union_members(annotation) if not (isinstance(p, ast.Constant) and p.value is None) and not _is_dict(p)]
         return _config_class(rest[0], known) if len(rest) == 1 else None
     if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name) and annotation.value.id == "Optional":
         return _config_class(annotation.slice, known)
-    if isinstance(annotation, ast.Name) and annotation.id.endswith("Config") and annotation.id in known:
+    if isinstance(annotation, ast.Name) and annotation.id in known:
         return annotation.id
     return None
+
+
+BUILTIN_HEADS = {"bool", "str", "int", "float", "list", "tuple", "set", "dict", "None", "Any", "Literal"}
+
+
+def _json_form(annotation: ast.expr) -> str | None:
+    """How ``get_kwargs`` parses a flag whose type is a ``dict`` (its union's own members, not their arguments):
+    ``"object"`` when it is ``json.loads`` alone, ``"object-or-string"`` when ``union_dict_and_str`` reads a value
+    shaped ``{...}`` as JSON and keeps any other as a string (a ``str`` or a class beside the dict). None when a
+    member the chain tries first (bool, Literal, tuple, list, set, int, float) decides, or no dict is in it."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name) and annotation.value.id == "Optional":
+        annotation = annotation.slice
+    heads = set()
+    for member in _union_members(annotation):
+        target = member.value if isinstance(member, ast.Subscript) else member
+        if isinstance(member, ast.Constant) and member.value is None:
+            heads.add("None")
+        elif isinstance(target, ast.Name):
+            heads.add(target.id)
+        else:
+            return None
+    if "dict" not in heads or heads & {"bool", "Literal", "tuple", "list", "set", "int", "float"}:
+        return None
+    return "object-or-string" if "str" in heads or heads - BUILTIN_HEADS else "object"
+
+
+def _union_members(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return [*_union_members(node.left), *_union_members(node.right)]
+    return [node]
+
+
+def _is_dict(node: ast.expr) -> bool:
+    """``dict`` or ``dict[...]``: the JSON form a config is built from with ``**``."""
+    target = node.value if isinstance(node, ast.Subscript) else node
+    return isinstance(target, ast.Name) and target.id == "dict"
 
 
 def _literal_choices(node: ast.expr) -> list[str] | None:

@@ -37,6 +37,7 @@ class Flag:
     choices: tuple[str, ...] = ()
     upper_case: bool = False
     json_fields: dict[str, Flag] | None = None
+    json: str | None = None  # a dict flag without a config: "object" (json.loads) or "object-or-string" ({...} is JSON)
     default: str | int | float | bool | None = None
     bounds: tuple[tuple[str, float], ...] = ()
     settable: bool = True
@@ -286,6 +287,7 @@ def _flag(name: str, info: dict[str, Any]) -> Flag:
         choices=tuple(info.get("choices", ())),
         upper_case=info.get("choices_case") == "upper",
         json_fields={k: _flag(k, v) for k, v in nested.items()} if nested is not None else None,
+        json=info.get("json"),
         default=info.get("default"),
         bounds=tuple(sorted(info.get("bounds", {}).items())),
         settable=info.get("settable", True),

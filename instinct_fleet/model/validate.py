@@ -179,7 +179,21 @@ def _flag_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> l
             found.append(finding("value-domain", host, where, _not_a_choice(str(value), spec, table.version)))
         elif spec.json_fields is not None and not isinstance(value, bool):
             found += _json_config_findings(host, where, str(value), spec.json_fields, table.version)
+        elif spec.json is not None and not isinstance(value, bool) and _json_object_error(str(value), spec.json):
+            found.append(finding("value-domain", host, where, _json_object_error(str(value), spec.json)))
     return found
+
+
+def _json_object_error(value: str, form: str) -> str:
+    """What vLLM's argparse says of a dict flag's value ("" when it reads one): ``json.loads`` into an object, or,
+    where a string is also allowed, any value not shaped ``{...}`` kept as that string (``union_dict_and_str``)."""
+    if form == "object-or-string" and not re.match(r"(?s)^\s*{.*}\s*$", value):
+        return ""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        return f"is not valid JSON ({exc.msg} at character {exc.pos}): {value!r}"
+    return "" if isinstance(parsed, dict) else f'must be a JSON object such as {{"key": value}}, got {value!r}'
 
 
 def _not_a_choice(value: str, spec: knowledge.Flag, version: str) -> str:

@@ -71,6 +71,12 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
         "main.args.--cudagraph-capture-sizes",
         "flag-config-exclusive",
     ),
+    # Keys of JSON-config flags: --quantization-config's config (forward-referenced, beside a dict), and the
+    # plain dict flags, which vLLM reads with json.loads.
+    ({"vllm_args": {"quantization-config": '{"linaer": "fp8"}'}}, "main.args.--quantization-config.linaer", "value-domain"),
+    ({"vllm_args": {"override-generation-config": "temperature=0.2"}}, "main.args.--override-generation-config", "value-domain"),
+    ({"vllm_args": {"mm-processor-kwargs": "[1, 2]"}}, "main.args.--mm-processor-kwargs", "value-domain"),
+    ({"vllm_args": {"additional-config": '{"a": }'}}, "main.args.--additional-config", "value-domain"),
     ({"vllm_model": "org/team/model"}, "vllm_model", "value-format"),  # neither a repo id nor a path
     ({"vllm_model": "org/model--v2"}, "vllm_model", "value-format"),
     ({"vllm_model": "org/-model"}, "vllm_model", "value-format"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import zipfile
@@ -435,3 +436,28 @@ def test_each_gpu_model_falls_in_the_tier_vllm_gives_its_memory() -> None:
         GPU_HBM_GIB, 16384
     )
     assert getattr(old.tier(GPU_HBM_GIB["MI300X"]), "max_num_batched_tokens", None) == 8192
+
+
+@pytest.mark.parametrize(
+    ("annotation", "form"),
+    [
+        ("dict[str, Any]", "object"),  # json.loads alone
+        ("dict[str, Any] | None", "object"),
+        ("dict | SupportsHash", "object-or-string"),  # a class beside the dict: union_dict_and_str
+        ("str | dict[str, str] | None", "object-or-string"),
+        ("dict[str, int] | int", None),  # int comes first in get_kwargs' chain
+        ("list[dict[str, Any]]", None),
+    ],
+)
+def test_a_dict_flag_is_read_as_get_kwargs_reads_it(annotation: str, form: str | None) -> None:
+    assert _extractor()._json_form(ast.parse(annotation, mode="eval").body) == form
+
+
+def test_a_config_beside_the_dict_it_is_built_from_gives_its_keys() -> None:
+    """--quantization-config: ``"dict[str, Any] | QuantizationConfigArgs | None"``, a forward reference to an @config class."""
+    extract = _extractor()
+    annotation = ast.parse('"dict[str, Any] | QuantizationConfigArgs | None"', mode="eval").body
+    assert extract._config_class(annotation, {"QuantizationConfigArgs"}) == "QuantizationConfigArgs"
+    assert extract._config_class(annotation, set()) is None
+    fields = knowledge.load("0.22.0").flag("quantization-config").json_fields
+    assert fields is not None and set(fields) == {"linear", "moe", "ignore"}
