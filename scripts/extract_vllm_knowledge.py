@@ -667,6 +667,8 @@ ANCHORS: dict[str, tuple[str, str]] = {
     "speculative-prompt-lookup": ("vllm/config/speculative.py", r"prompt_lookup_min=\{\.\.\.\} must be <= prompt_lookup_max"),
     "kv-connector-role": ("vllm/config/kv_transfer.py", r"Please specify kv_role when kv_connector"),
     "shuffle-kv-speculative": ("vllm/v1/attention/backends/rocm_aiter_fa.py", r"Shuffle KV cache layout is not supported with"),
+    "executor-nsight-needs-ray": ("vllm/config/parallel.py", r"Unable to use nsight profiling unless workers"),
+    "executor-nnodes-backend": ("vllm/config/parallel.py", r"nnodes > 1 can only be set when distributed executor"),
 }
 
 

@@ -298,6 +298,16 @@ _STARTUP_RULES = (
         "vLLM's SchedulerConfig needs --max-num-batched-tokens >= --max-num-seqs; an absent one counts at the default `vllm serve` sets on the host's GPU model (EngineArgs, by device memory).",
     ),
     Rule(
+        "executor-nsight-needs-ray",
+        "error",
+        "--ray-workers-use-nsight needs the ray executor: vLLM's ParallelConfig refuses it under the executor it picks otherwise (uni for one process, mp for more).",
+    ),
+    Rule(
+        "executor-nnodes-backend",
+        "error",
+        "--nnodes above 1 needs the mp, uni or external_launcher executor: vLLM's ParallelConfig refuses it under ray, explicit or picked by --data-parallel-backend ray.",
+    ),
+    Rule(
         "flag-config-exclusive",
         "error",
         "A flag and the key of a JSON-config flag that set the same thing (--attention-backend and --attention-config's backend): vLLM's EngineArgs refuses both (generated per version).",

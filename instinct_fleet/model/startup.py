@@ -399,6 +399,31 @@ def _shuffle_kv_speculative(launch: Launch) -> Iterator[tuple[str, str]]:
             )
 
 
+def _executor_backend(launch: Launch) -> str:
+    """The executor ``ParallelConfig`` runs: ``--distributed-executor-backend``, else ``ray`` with
+    ``--data-parallel-backend ray`` and ``mp`` when more than one process serves, ``uni`` for one (on ROCm; a Ray
+    placement group, the other way to ``ray``, is one a unit's container never starts in)."""
+    given = launch.arg("distributed-executor-backend")
+    if isinstance(given, str):
+        return given
+    world = launch.svc.size("tensor-parallel-size") * launch.svc.size("pipeline-parallel-size")
+    world *= int(launch.number("prefill-context-parallel-size") or 1)
+    if world * launch.svc.size("data-parallel-size") > 1:
+        return "ray" if launch.arg("data-parallel-backend") == "ray" else "mp"
+    return "uni"
+
+
+def _nsight_needs_ray(launch: Launch) -> Iterator[tuple[str, str]]:
+    if launch.switch("ray-workers-use-nsight") and _executor_backend(launch) != "ray":
+        yield launch.where("ray-workers-use-nsight"), f"needs the ray executor, and this instance runs {_executor_backend(launch)}"
+
+
+def _nnodes_backend(launch: Launch) -> Iterator[tuple[str, str]]:
+    nodes = launch.number("nnodes")
+    if nodes is not None and nodes > 1 and _executor_backend(launch) not in ("mp", "uni", "external_launcher"):
+        yield launch.where("nnodes"), f"{nodes:g} nodes need the mp, uni or external_launcher executor, not {_executor_backend(launch)}"
+
+
 CHECKS: dict[str, Check] = {
     "scheduler-batched-below-seqs": _batched_below_seqs,
     "scheduler-batched-below-model-len": _batched_below_model_len,
@@ -410,4 +435,6 @@ CHECKS: dict[str, Check] = {
     "speculative-prompt-lookup": _speculative_prompt_lookup,
     "kv-connector-role": _kv_connector_role,
     "shuffle-kv-speculative": _shuffle_kv_speculative,
+    "executor-nsight-needs-ray": _nsight_needs_ray,
+    "executor-nnodes-backend": _nnodes_backend,
 }

@@ -77,6 +77,13 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"vllm_args": {"override-generation-config": "temperature=0.2"}}, "main.args.--override-generation-config", "value-domain"),
     ({"vllm_args": {"mm-processor-kwargs": "[1, 2]"}}, "main.args.--mm-processor-kwargs", "value-domain"),
     ({"vllm_args": {"additional-config": '{"a": }'}}, "main.args.--additional-config", "value-domain"),
+    # The executor vLLM picks without --distributed-executor-backend: uni for one GPU, mp for more.
+    ({"vllm_args": {"ray-workers-use-nsight": True}}, "main.args.--ray-workers-use-nsight", "executor-nsight-needs-ray"),
+    (
+        {"vllm_args": {"nnodes": 2, "data-parallel-size": 2, "data-parallel-backend": "ray"}, "gpu_count": 8},
+        "main.args.--nnodes",
+        "executor-nnodes-backend",
+    ),
     ({"vllm_model": "org/team/model"}, "vllm_model", "value-format"),  # neither a repo id nor a path
     ({"vllm_model": "org/model--v2"}, "vllm_model", "value-format"),
     ({"vllm_model": "org/-model"}, "vllm_model", "value-format"),

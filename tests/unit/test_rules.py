@@ -190,9 +190,23 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "firewall-off": ({"firewall": False, "vllm_allow_from": ["10.0.0.0/8"]}, {"firewall": True, "vllm_allow_from": ["10.0.0.0/8"]}),
     "timeouts": ({"rolling_drain_timeout": 600}, {"rolling_drain_timeout": 60}),
-    "flag-config-exclusive": (
-        {"vllm_args": {"attention-backend": "ROCM_AITER_FA", "attention-config": '{"backend": "ROCM_AITER_FA"}'}},
-        {"vllm_args": {"attention-backend": "ROCM_AITER_FA", "attention-config": '{"use_prefill_decode_attention": false}'}},
+    "executor-nsight-needs-ray": (
+        {"vllm_args": {"ray-workers-use-nsight": True}},
+        {"vllm_args": {"ray-workers-use-nsight": True, "distributed-executor-backend": "ray"}},
+    ),
+    "executor-nnodes-backend": (
+        {"vllm_args": {"nnodes": 2, "distributed-executor-backend": "ray"}},
+        {"vllm_args": {"nnodes": 2, "distributed-executor-backend": "mp"}},
+    ),
+    "flag-config-exclusive": (  # a Llama: gpt-oss's attention sinks rule ROCM_AITER_FA out whatever else is set
+        {
+            "vllm_model": "meta-llama/Llama-3.1-8B-Instruct",
+            "vllm_args": {"attention-backend": "ROCM_AITER_FA", "attention-config": '{"backend": "ROCM_AITER_FA"}'},
+        },
+        {
+            "vllm_model": "meta-llama/Llama-3.1-8B-Instruct",
+            "vllm_args": {"attention-backend": "ROCM_AITER_FA", "attention-config": '{"use_prefill_decode_attention": false}'},
+        },
     ),
     "bench-profile": (
         {"bench_profiles": {"chat": {"dataset": "sharegpt"}}},

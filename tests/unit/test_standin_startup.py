@@ -72,6 +72,15 @@ REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
         "scheduler-batched-below-seqs",
         {"vllm_args": {"max-num-batched-tokens": 256, "enable-chunked-prefill": True}},
     ),
+    "batched tokens below the sequences vLLM sets on an MI300X": (
+        "scheduler-batched-below-seqs",
+        {"vllm_args": {"max-num-seqs": None, "enable-chunked-prefill": None, "max-num-batched-tokens": 512}},
+    ),
+    "sequences above the batched tokens vLLM sets on an MI300X": (
+        "scheduler-batched-below-seqs",
+        {"vllm_args": {"max-num-seqs": 16384, "enable-chunked-prefill": None}},
+    ),
+    "a dict flag that is not a JSON object": ("value-domain", {"vllm_args": {"mm-processor-kwargs": "[1, 2]"}}),
 }
 
 
@@ -91,6 +100,7 @@ STARTUP_RULES = [
     "quantization-deprecated",
     "quantization-mismatch",
     "attention-backend",
+    "flag-config-exclusive",
 ]
 
 

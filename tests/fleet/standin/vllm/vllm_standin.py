@@ -165,12 +165,62 @@ def numbers(args: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in args.items() if isinstance(v, str) and v.replace(".", "", 1).isdigit()}
 
 
+GPU_MEMORY_GIB = 192  # the captured amd-smi fixture's GPUs are MI300X: 192 GiB of HBM each
+
+
+def scheduler_defaults(
+    args: dict[str, Any], seqs: float | None, batched: float | None, length: float | None, chunked_off: bool
+) -> tuple[float | None, float | None]:
+    """What EngineArgs sets an absent --max-num-seqs and --max-num-batched-tokens to on this GPU (TABLE["scheduler_defaults"])."""
+    rules = TABLE.get("scheduler_defaults") or {}
+    tier = next((t for t in rules.get("tiers", []) if t["min_gib"] <= GPU_MEMORY_GIB), None)
+    if tier is None:
+        return seqs, batched
+    factor = 2 if rules["throughput_doubles"] and args.get("--performance-mode") == "throughput" else 1
+    if batched is None:
+        batched = float(tier["max_num_batched_tokens"] * factor)
+        if chunked_off and length is not None:
+            batched = max(length, batched) if rules["chunked_off_batched"].startswith("max") else length
+        elif chunked_off:
+            batched = None  # the model's own length, which the stand-in does not model
+    if seqs is None:
+        seqs = float(tier["max_num_seqs"] * factor)
+        if rules["seqs_capped_by_batched"] and batched is not None:
+            seqs = min(seqs, batched)
+    return seqs, batched
+
+
+def executor_backend(args: dict[str, Any]) -> str:
+    """ParallelConfig's executor on ROCm: the flag, else ray for --data-parallel-backend ray, mp for more than one process, uni for one."""
+    if args.get("--distributed-executor-backend"):
+        return str(args["--distributed-executor-backend"])
+    number = numbers(args)
+    world = (
+        number.get("--tensor-parallel-size", 1)
+        * number.get("--pipeline-parallel-size", 1)
+        * number.get("--prefill-context-parallel-size", 1)
+    )
+    if world * number.get("--data-parallel-size", 1) > 1:
+        return "ray" if args.get("--data-parallel-backend") == "ray" else "mp"
+    return "uni"
+
+
 def check_settings(args: dict[str, Any]) -> None:
     """The checks between settings, in vLLM's words, where this version's source raises them (TABLE["startup_checks"])."""
     raises = TABLE["startup_checks"]
     number = numbers(args)
     seqs, batched, length = number.get("--max-num-seqs"), number.get("--max-num-batched-tokens"), number.get("--max-model-len")
     chunked_off = args.get("--enable-chunked-prefill") is False
+    seqs, batched = scheduler_defaults(args, seqs, batched, length, chunked_off)
+    for pair in TABLE.get("exclusive", []):
+        config = json.loads(args[pair["config"]]) if args.get(pair["config"]) else {}
+        if args.get(pair["flag"]) is not None and isinstance(config, dict) and config.get(pair["key"]) is not None:
+            config_error(f"ValueError: {pair['flag']} and {pair['config']}['{pair['key']}'] are mutually exclusive")
+    backend = executor_backend(args)
+    if "executor-nsight-needs-ray" in raises and args.get("--ray-workers-use-nsight") is True and backend != "ray":
+        config_error("ValueError: Unable to use nsight profiling unless workers run with Ray.")
+    if "executor-nnodes-backend" in raises and number.get("--nnodes", 1) > 1 and backend not in ("mp", "uni", "external_launcher"):
+        config_error("ValueError: nnodes > 1 can only be set when distributed executor backend is mp, uni or external_launcher.")
     if "scheduler-batched-below-model-len" in raises and chunked_off and batched and length and batched < length:
         config_error(f"ValueError: max_num_batched_tokens ({batched:g}) is smaller than max_model_len ({length:g}).")
     if "scheduler-batched-below-seqs" in raises and seqs and batched and batched < seqs:
@@ -231,6 +281,13 @@ def check_startup(model: str, args: dict[str, Any]) -> None:
         info = FLAGS[flag]
         if isinstance(value, bool):
             continue
+        if info.get("json") and (info["json"] == "object" or value.lstrip().startswith("{")):
+            try:
+                loaded = json.loads(value)
+            except json.JSONDecodeError as exc:
+                fail(f"argument {flag}: invalid loads value: {value!r} ({exc.msg})")
+            if not isinstance(loaded, dict):
+                fail(f"argument {flag}: must be a JSON object")
         if "json_fields" in info:
             try:
                 parsed = json.loads(value)
