@@ -54,6 +54,16 @@ vllm_api_key_path = None
 # Host directory mounted as the Hugging Face cache.
 hf_cache_dir = "/var/lib/instinct-fleet/huggingface"
 
+# Root of the compile and JIT caches kept on each host, one directory per image (VLLM_CACHE_ROOT
+# for torch.compile and Triton, AITER_JIT_DIR, the TunableOp results), mounted at the same path
+# inside the container: a cache copied between hosts stays valid only at the path it was built
+# at.
+compile_cache_dir = "/var/cache/instinct-fleet/compile"
+
+# How many images' compile caches each host keeps: a unit's start removes the least recently
+# used beyond this, never one a running container uses.
+compile_cache_keep = 2
+
 # Seconds to wait for each instance's /health and /v1/models after a (re)start.
 health_timeout = 1800
 

@@ -26,7 +26,9 @@ def env_text(plan: HostFacts, svc: ServiceSpec) -> str:
 
 def vllm_argv(plan: HostFacts, svc: ServiceSpec) -> list[str]:
     cluster, v = plan.spec.cluster, plan.spec.vars
+    cache = plan.compile_cache(svc)
     mounts = [f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}"] if plan.role == "head" else []
+    mounts.append(f"{cache}:{cache}")
     container = render.vllm_container(
         svc,
         plan.devices(svc),
@@ -51,7 +53,7 @@ def ray_argv(plan: HostFacts) -> list[str]:
         command=command,
         env_path=paths.RAY_ENV,
         devices=plan.devices(svc),
-        mounts=[f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}"],
+        mounts=[f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}", f"{plan.compile_cache(svc)}:{plan.compile_cache(svc)}"],
         infiniband=cluster.infiniband,
     )
     return render.docker_run(container, plan.spec.vars, plan.group_ids, plan.report.hf_token)
@@ -78,7 +80,13 @@ def unit_vars(plan: HostFacts, svc: ServiceSpec) -> dict[str, Any]:
         "ray_unit": paths.ray_unit("head") if ready else None,
         "ray_ready": ready,
         "start_timeout": render.start_seconds(cluster, ready is not None),
+        "cache_prepare": cache_prepare(plan, svc),
     }
+
+
+def cache_prepare(plan: HostFacts, svc: ServiceSpec) -> str:
+    """The ExecStartPre that readies the image's compile cache (templates/cache-prepare.sh)."""
+    return render.exec_line(["/bin/sh", paths.CACHE_PREPARE, plan.compile_cache(svc), svc.image, str(plan.spec.vars.compile_cache_keep)])
 
 
 def ray_unit_vars(plan: HostFacts) -> dict[str, Any]:
@@ -91,6 +99,7 @@ def ray_unit_vars(plan: HostFacts) -> dict[str, Any]:
         "docker": paths.DOCKER,
         "env_path": paths.RAY_ENV,
         "exec_start": render.exec_line(ray_argv(plan)),
+        "cache_prepare": cache_prepare(plan, plan.spec.services[0]),
     }
 
 

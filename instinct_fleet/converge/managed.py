@@ -263,6 +263,22 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             lambda _r: SKIP if v.docker_credentials_file is None else _local(v.docker_credentials_file),
             mode="600",
         ),
+        # Compile caches: the root, the directory of each image this host serves, and the script that readies one
+        # before a unit starts (its image id, stale build locks, older images' caches).
+        *(
+            [
+                FileEntry(v.compile_cache_dir, "runtime", "Compile-cache root", lambda _r: b"", mode="755", directory=True),
+                *(
+                    FileEntry(cache, "runtime", f"Compile cache of {image}", lambda _r: b"", mode="755", directory=True)
+                    for image, cache in sorted(
+                        {svc.image: paths.compile_cache(v.compile_cache_dir, svc.image) for svc in spec.services}.items()
+                    )
+                ),
+                FileEntry(paths.CACHE_PREPARE, "runtime", "Compile-cache script", lambda _r: render.template_bytes("cache-prepare.sh")),
+            ]
+            if spec.services
+            else []
+        ),
         # The serving image: one seed host per image pulls first (deploys.runtime), then the rest.
         *([ImageEntry(spec.services[0].image, "pull", "vLLM image present")] if spec.services else []),
         # Stage 4, model weights (with weights_source).

@@ -413,6 +413,14 @@ class FleetVars(_Strict):
         default="/var/lib/instinct-fleet/huggingface",
         description="Host directory mounted as the Hugging Face cache.",
     )
+    compile_cache_dir: HostPath = Field(
+        default="/var/cache/instinct-fleet/compile",
+        description="Root of the compile and JIT caches kept on each host, one directory per image (VLLM_CACHE_ROOT for torch.compile and Triton, AITER_JIT_DIR, the TunableOp results), mounted at the same path inside the container: a cache copied between hosts stays valid only at the path it was built at.",
+    )
+    compile_cache_keep: Annotated[StrictInt, Field(ge=1)] = Field(
+        default=2,
+        description="How many images' compile caches each host keeps: a unit's start removes the least recently used beyond this, never one a running container uses.",
+    )
     health_timeout: Seconds = Field(
         default=1800,
         description="Seconds to wait for each instance's /health and /v1/models after a (re)start.",

@@ -123,6 +123,22 @@ def served_model(svc: ServiceSpec) -> str:
     return str(name).split()[0] if isinstance(name, str) and name.strip() else svc.model
 
 
+TRUE_WORDS = ("1", "true", "True", "TRUE")
+
+
+def compile_cache_env(cache: str, svc: ServiceSpec) -> dict[str, str]:
+    """Where the container's compilers keep what they build, inside the image's cache directory (mounted at the
+    same path): VLLM_CACHE_ROOT (vLLM's torch.compile and Triton caches, where the pinned vLLM reads it: its
+    knowledge table), AITER_JIT_DIR (AITER's own variable for its JIT modules, aiter/jit/core.py) and, where
+    TunableOp is on, PYTORCH_TUNABLEOP_FILENAME (PyTorch's; ``%d`` is the device)."""
+    table = knowledge.find(svc.version)
+    env = {"VLLM_CACHE_ROOT": f"{cache}/vllm"} if table is not None and "VLLM_CACHE_ROOT" in table.env_vars else {}
+    env["AITER_JIT_DIR"] = f"{cache}/aiter"
+    if svc.env.get("PYTORCH_TUNABLEOP_ENABLED") in TRUE_WORDS:
+        env["PYTORCH_TUNABLEOP_FILENAME"] = f"{cache}/tunableop/tunableop_results%d.csv"
+    return env
+
+
 def env_file(env: dict[str, str], with_token: bool) -> str:
     """docker --env-file lines. The token is never here: only the path of its read-only mount."""
     lines = dict(env)

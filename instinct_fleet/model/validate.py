@@ -35,6 +35,8 @@ POSITIVE_INT_FLAGS = (
 )
 HUMAN_INT = re.compile(r"^[1-9][0-9]*[kKmMgG]?$")
 MANAGED_ENV = {"CUDA_VISIBLE_DEVICES": "gpus", "ROCR_VISIBLE_DEVICES": "gpus"}
+# Set from compile_cache_dir (render.compile_cache_env): a second value would split the cache from its mount.
+CACHE_ENV = ("VLLM_CACHE_ROOT", "AITER_JIT_DIR", "PYTORCH_TUNABLEOP_FILENAME")
 MANAGED_FLAGS = {"port": "port", "model": "model"}
 XGMI_ISLAND = 8
 GPU_MEMORY_HIGH = 0.95  # 000:73: "0.95+ on MI300X with AITER active can trigger OOM"
@@ -69,6 +71,8 @@ def _env_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> li
             )
         elif name in MANAGED_ENV:
             found.append(finding("managed-key", host, f"{key}.{name}", f"set vllm_instances[].{MANAGED_ENV[name]} instead"))
+        elif name in CACHE_ENV:
+            found.append(finding("managed-key", host, f"{key}.{name}", "set compile_cache_dir instead: each image's caches live under it"))
         elif table is not None and name in table.env_unread:
             found.append(
                 finding(

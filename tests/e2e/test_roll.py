@@ -37,6 +37,8 @@ from fleetctl import (
     verify,
 )
 
+from instinct_fleet.model import paths
+
 FLEET_SHARE = 1  # make test runs this module on its own fleet, beside the other modules (conftest.py)
 
 
@@ -54,9 +56,16 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(on_loc
             "rolling_post_start": {"control": log.format("post", hooks)},
         },
     )
+    # A build lock a killed container left in the image's compile cache (its PID namespace is gone): the unit's
+    # ExecStartPre removes it, where AITER would wait on it forever (aiter#5266).
+    env_file = paths.unit_env_path(paths.vllm_unit("main"))
+    jit = ssh(fleet, "sim-gpu-1", f"sed -n 's/^AITER_JIT_DIR=//p' {env_file}").strip()
+    assert jit.startswith("/var/cache/instinct-fleet/compile/") and ssh(fleet, "sim-gpu-1", f"cat {jit}/../IMAGE_ID").startswith("sha256:")
+    ssh(fleet, "sim-gpu-1", f"mkdir -p {jit}/module_moe && printf '4242\\nsim-gpu-1\\npid:[1]\\n0\\n' > {jit}/module_moe/lock")
     with Probe(fleet, hz=5) as probe, Load(router_url(fleet), key=fleet["api_key"]) as load:
         rolled = deploy(inventory=retune)
     assert rolled.results["failed_hosts"] == ["sim-nogpu"], rolled.stderr[-3000:]
+    assert ssh(fleet, "sim-gpu-1", f"test -e {jit}/module_moe/lock && echo left || echo gone") == "gone\n"
     # (a) Through the router, while every unit rolled: not one client request failed.
     assert load.failed() == [] and load.served(True) >= 20 and load.served(False) >= 20, (load.failed()[:5], len(load.done))
     assert probe.rate() >= 4, f"the probe sampled at {probe.rate():.1f} Hz"
@@ -251,4 +260,8 @@ def test_registry_down_during_the_pre_pull_restarts_nothing(baseline: str, fleet
     released = deploy(inventory=release)
     assert released.results["failed_hosts"] == ["sim-nogpu"], released.stderr[-3000:]
     assert image in ssh(fleet, "sim-gpu-1", "cat /etc/systemd/system/vllm-main.service")
+    # The new image has a compile cache of its own; the old one's stays (compile_cache_keep 2).
+    new_cache = paths.compile_cache("/var/cache/instinct-fleet/compile", image)
+    assert ssh(fleet, "sim-gpu-1", f"cat {new_cache}/IMAGE_ID").startswith("sha256:")
+    assert len(ssh(fleet, "sim-gpu-1", "ls /var/cache/instinct-fleet/compile").split()) == 2
     quiet(deploy(inventory=release))

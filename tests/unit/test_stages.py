@@ -55,6 +55,9 @@ FRESH = {
         f"{paths.CPU_IDLE_UNIT} enabled",
     ],
     "runtime": [
+        "Compile-cache root",
+        "Compile cache of vllm/vllm-openai-rocm:v0.22.0",
+        "Compile-cache script",
         f"docker settings {paths.DAEMON_JSON}",
         f"docker settings {paths.DOCKER_DROP_IN}",
         "Reload systemd (dockerd settings)",

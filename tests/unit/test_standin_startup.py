@@ -8,8 +8,12 @@ checkpoint table.
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -114,3 +118,29 @@ def test_the_stand_in_refuses_each_start_up_rule_where_validation_does(rule: str
         svc = spec.services[0]
         said = consumers.argv_check(svc.model, render_args(svc), svc.env)
         assert bool(said) is refused, (rule, data, said)
+
+
+def test_the_stand_in_compiles_once_per_configuration_and_waits_on_a_build_lock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """STANDIN_COMPILE_S: a miss compiles and writes its entry; the same model and settings hit it, on any port;
+    a changed flag misses; an AITER build lock under AITER_JIT_DIR holds the start until it is gone."""
+    module = consumers.standin()
+    env = {"VLLM_CACHE_ROOT": str(tmp_path / "vllm"), "AITER_JIT_DIR": str(tmp_path / "aiter"), "STANDIN_COMPILE_S": "0.2"}
+    with mock.patch.dict(os.environ, env):
+        module.compile_or_reuse("m", {"--max-num-seqs": "8", "--port": "8000"})
+        module.compile_or_reuse("m", {"--max-num-seqs": "8", "--port": "9000"})
+        module.compile_or_reuse("m", {"--max-num-seqs": "16", "--port": "8000"})
+        said = capsys.readouterr().out
+        assert [line.split(":")[0] for line in said.splitlines()] == [
+            "INFO stand-in compile cache miss",
+            "INFO stand-in compile cache hit",
+            "INFO stand-in compile cache miss",
+        ], said
+        lock = tmp_path / "aiter" / "module_moe" / "lock"
+        lock.parent.mkdir(parents=True)
+        lock.write_text("1\nsim-gpu-1\n")
+        removed = threading.Timer(1.0, lock.unlink)
+        removed.start()
+        started = time.monotonic()
+        module.compile_or_reuse("m", {"--max-num-seqs": "8"})
+        assert time.monotonic() - started >= 0.9 and "waiting for baton release" in capsys.readouterr().out
+        removed.join()

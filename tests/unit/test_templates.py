@@ -78,6 +78,7 @@ def test_the_vllm_unit_of_a_single_node_instance() -> None:
     assert keys(unit["Service"]) == [
         "Type",
         "ExecStartPre",
+        "ExecStartPre",
         "ExecStart",
         "ExecStop",
         "ExecStopPost",

@@ -31,12 +31,15 @@ a crash loop under systemd), STANDIN_NEVER_HEALTHY=1 (listen, but /health stays 
 STANDIN_FAIL_COMPLETIONS=1 (healthy and listed, but the first completion gets a 500 and the
 server exits, as vLLM does when its engine dies at the first forward pass),
 STANDIN_FAIL_EVERY=N (every Nth streamed completion gets a 500 before it takes a place in
-the batch, so the rest run faster: a configuration that loses requests under load), and the
+the batch, so the rest run faster: a configuration that loses requests under load),
+STANDIN_COMPILE_S (a cold start's compile time, skipped on a hit in VLLM_CACHE_ROOT; see
+``compile_or_reuse``), and the
 speed model's constants (STANDIN_TOKENS_PER_SECOND and the others named in :class:`Engine`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -791,6 +794,45 @@ def join_ray(tp: int, pp: int) -> None:
             os._exit(1)
 
 
+# Flags that change how a server listens, not what it compiles: vLLM's compile cache key leaves them out, so two
+# hosts serving one model with one configuration on different ports share one cache.
+SERVING_ONLY = ("--port", "--host", "--api-key", "--served-model-name", "--shutdown-timeout", "--uvicorn-log-level")
+
+
+def compile_key(model: str, args: dict[str, Any]) -> str:
+    """What vLLM's compile cache key covers: the model, the engine's settings from its argv, and every VLLM_* variable
+    (the cache root, under which the cache lives, and the node's own address aside)."""
+    engine = {k: v for k, v in args.items() if k not in SERVING_ONLY}
+    env = {k: v for k, v in os.environ.items() if k.startswith("VLLM_") and k not in ("VLLM_CACHE_ROOT", "VLLM_HOST_IP")}
+    return hashlib.sha256(json.dumps([model, engine, env], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def compile_or_reuse(model: str, args: dict[str, Any]) -> None:
+    """STANDIN_COMPILE_S: the compile step of a cold start (torch.compile, Triton, AITER's JIT modules), skipped when
+    VLLM_CACHE_ROOT holds an entry for this configuration's key, and written after it. Before it, an AITER build lock
+    under AITER_JIT_DIR blocks the start while it exists, as AITER's FileBaton waits on a lock whose holder it cannot
+    see (an old-format lock from another PID namespace: aiter#5266)."""
+    seconds = float(os.environ.get("STANDIN_COMPILE_S", "0"))
+    root, jit = os.environ.get("VLLM_CACHE_ROOT"), os.environ.get("AITER_JIT_DIR")
+    if seconds <= 0 or not root:
+        return
+    started = time.monotonic()
+    for lock in sorted(glob(os.path.join(jit, "**", "lock"), recursive=True)) if jit else []:
+        print(f"INFO stand-in waiting for baton release at {lock}", flush=True)
+        while os.path.exists(lock):
+            time.sleep(0.5)
+    entry = os.path.join(root, "torch_compile_cache", compile_key(model, args), "done")
+    if os.path.exists(entry):
+        print(f"INFO stand-in compile cache hit: {os.path.dirname(entry)} (warm start)", flush=True)
+        return
+    print(f"INFO stand-in compile cache miss: compiling for {seconds:g}s (cold start)", flush=True)
+    time.sleep(seconds)
+    os.makedirs(os.path.dirname(entry), exist_ok=True)
+    with open(entry + ".tmp", "w") as handle:
+        handle.write(f"compiled in {time.monotonic() - started:.1f}s\n")
+    os.replace(entry + ".tmp", entry)
+
+
 def drain(timeout: float) -> None:
     """SIGTERM: with --shutdown-timeout, answer 503 on /health and wait for in-flight requests, as vLLM does."""
     State.draining = True
@@ -829,6 +871,7 @@ def main() -> None:
         threading.Thread(target=join_ray, args=(tp, pp), daemon=True).start()
     # A real server loads weights before it listens; keep a short, visible delay.
     time.sleep(float(os.environ.get("STANDIN_STARTUP_SECONDS", "2")))
+    compile_or_reuse(model, args)
     if os.environ.get("STANDIN_CRASH_AT_START") == "1":
         print("ERROR stand-in: STANDIN_CRASH_AT_START=1, exiting as a broken configuration would", flush=True)
         sys.exit(1)
