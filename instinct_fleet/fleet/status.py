@@ -57,6 +57,7 @@ class Row:
     error: str | None = None
     pool: str | None = None  # a router: how many of its pool's instances its health checks pass
     pool_drift: str | None = None  # a router: how its live pool differs from the inventory's
+    compile_cache: int | None = None  # an instance: bytes in its image's compile-cache directory on the host
 
     @property
     def ok(self) -> bool:
@@ -90,6 +91,7 @@ def script(spec: HostSpec) -> str:
             f"if {health.serving(svc.port, render.served_model(svc), spec.vars.vllm_api_key_path, generates=render.generates(svc))}; then echo 'health ok'; "
             f"else echo \"health $(curl -s -o /dev/null -m 3 -w '%{{http_code}}' http://127.0.0.1:{svc.port}/health)\"; fi; "
             f"docker inspect -f 'image {{{{.Config.Image}}}} {{{{.Image}}}}' {unit} 2>/dev/null; "
+            f'echo "cache $(du -sb {q(paths.compile_cache(spec.vars.compile_cache_dir, svc.image))} 2>/dev/null | cut -f1)"; '
             f"curl -s -m 3 http://127.0.0.1:{svc.port}/metrics 2>/dev/null | grep -E {q(f'^({metrics})[{{ ]')}; true"
         )
     cluster = spec.cluster
@@ -145,6 +147,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
         lines = part.get(f"instance {unit}", [])
         state = lines[0] if lines and not lines[0].startswith(("health ", "image ")) else "unknown"
         image_line = next((line.split() for line in lines if line.startswith("image ")), ["image", "-", ""])
+        cache = next((line.split()[1] for line in lines if line.startswith("cache ") and line.split()[1:2] != [""]), "")
         rows.append(
             Row(
                 host=host,
@@ -160,6 +163,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
                 waiting=_metric(lines, WAITING, sum),
                 kv_cache=_metric(lines, kv_cache_metric(svc.version), max),
                 rolling=rolling,
+                compile_cache=int(cache) if cache.isdigit() else None,
             )
         )
     for pool in spec.pools:
@@ -219,15 +223,28 @@ def _num(value: float | None, percent: bool = False) -> str:
     return f"{value * 100:.1f}%" if percent else f"{value:g}"
 
 
+def _size(value: int | None) -> str:
+    """Bytes as du -h writes them (the image's compile cache; shared by the host's instances of that image)."""
+    if value is None:
+        return "-"
+    size, unit = float(value), "B"
+    for unit in ("B", "K", "M", "G", "T"):
+        if size < 1024 or unit == "T":
+            break
+        size /= 1024
+    return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+
+
 def table(rows: list[Row]) -> str:
     """The fleet as a terminal table; an image other than the inventory's is marked with '!'."""
-    header = ["host", "instance", "unit", "health", "image", "running", "waiting", "kv cache"]
+    header = ["host", "instance", "unit", "health", "image", "running", "waiting", "kv cache", "compile cache"]
     body = []
     for r in rows:
         image = r.image if r.image == r.wanted_image or r.wanted_image == "-" else f"! {r.image} (wants {r.wanted_image})"
         state = r.state + (" (rolling)" if r.rolling else "")
         health = r.health if r.pool is None else f"{r.health}, pool {r.pool}" + (f" ! {r.pool_drift}" if r.pool_drift else "")
-        body.append([r.host, r.instance, state, health, image, _num(r.running), _num(r.waiting), _num(r.kv_cache, percent=True)])
+        row = [r.host, r.instance, state, health, image, _num(r.running), _num(r.waiting), _num(r.kv_cache, percent=True)]
+        body.append([*row, _size(r.compile_cache)])
     widths = [max(len(str(x)) for x in column) for column in zip(header, *body, strict=True)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *body]]
     errors = sorted({f"{r.host}: {r.error}" for r in rows if r.error})

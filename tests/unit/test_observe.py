@@ -49,6 +49,7 @@ def test_status_reads_units_health_image_and_vllm_metrics() -> None:
                 "active",
                 "health ok",
                 f"image {image} sha256:abc",
+                "cache 1610612736",
                 'vllm:num_requests_running{model_name="m",engine="0"} 3.0',
                 'vllm:num_requests_running{model_name="m",engine="1"} 2.0',
                 'vllm:num_requests_waiting{model_name="m",engine="0"} 1.0',
@@ -56,7 +57,7 @@ def test_status_reads_units_health_image_and_vllm_metrics() -> None:
                 'vllm:kv_cache_usage_perc{model_name="m",engine="1"} 0.5',
             ],
         ),
-        ("instance vllm-b", ["activating", "health 000"]),
+        ("instance vllm-b", ["activating", "health 000", "cache "]),
         (f"unit {paths.EXPORTER_UNIT}", ["active", "health 200"]),
     )
     a, b, exporter = status.parse(spec, text)
@@ -64,8 +65,9 @@ def test_status_reads_units_health_image_and_vllm_metrics() -> None:
     assert (b.state, b.health, b.ok) == ("activating", "no answer", False)
     assert b.problem() == "vllm-b.service is activating"
     assert exporter.instance == paths.EXPORTER_UNIT and exporter.ok
+    assert (a.compile_cache, b.compile_cache) == (1610612736, None)  # no directory yet: du printed nothing
     table = status.table([a, b, exporter])
-    assert "50.0%" in table and "activating" in table
+    assert "50.0%" in table and "activating" in table and "1.5G" in table
 
 
 def test_status_marks_a_rolling_host_another_image_and_an_unreachable_host() -> None:
@@ -86,6 +88,7 @@ def test_status_script_asks_every_unit_in_one_command() -> None:
     (head, _), (worker, _) = check_cluster({"metrics_exporter": True}, 2)
     script = status.script(head)
     assert "vllm:kv_cache_usage_perc" in script and "ray-head.service" in script and paths.ROLL_MARKER in script
+    assert f"du -sb {paths.compile_cache(head.vars.compile_cache_dir, head.services[0].image)}" in script
     assert "vllm-" not in status.script(worker) and "ray-worker.service" in status.script(worker)
 
 

@@ -273,6 +273,17 @@ def check_settings(args: dict[str, Any]) -> None:
         config_error("ValueError: Please specify kv_role when kv_connector is set.")
 
 
+def json_object(flag: str, value: str) -> dict[str, Any]:
+    """A flag's value as vLLM's argparse reads a dict: JSON, and an object."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        fail(f"argument {flag}: invalid loads value: {value!r} ({exc.msg})")
+    if not isinstance(parsed, dict):
+        fail(f"argument {flag}: must be a JSON object")
+    return parsed
+
+
 def check_startup(model: str, args: dict[str, Any]) -> None:
     """What vLLM's engine config refuses at start-up, read from the same generated tables.
 
@@ -285,20 +296,9 @@ def check_startup(model: str, args: dict[str, Any]) -> None:
         if isinstance(value, bool):
             continue
         if info.get("json") and (info["json"] == "object" or value.lstrip().startswith("{")):
-            try:
-                loaded = json.loads(value)
-            except json.JSONDecodeError as exc:
-                fail(f"argument {flag}: invalid loads value: {value!r} ({exc.msg})")
-            if not isinstance(loaded, dict):
-                fail(f"argument {flag}: must be a JSON object")
+            json_object(flag, value)  # argparse's json.loads, or union_dict_and_str's for a value shaped {...}
         if "json_fields" in info:
-            try:
-                parsed = json.loads(value)
-            except json.JSONDecodeError as exc:
-                fail(f"argument {flag}: invalid loads value: {value!r} ({exc.msg})")
-            if not isinstance(parsed, dict):
-                fail(f"argument {flag}: must be a JSON object")
-            check_json_config(flag, parsed, info["json_fields"])
+            check_json_config(flag, json_object(flag, value), info["json_fields"])
         elif info.get("bounds"):
             try:
                 number = float(value)
