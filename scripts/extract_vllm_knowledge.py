@@ -695,6 +695,33 @@ def anchored_checks(modules: dict[str, str]) -> dict[str, str]:
     return found
 
 
+# The start-up lines vLLM logs for each phase (logger format strings, as written in its source): the health gate
+# reads them from a unit's journal to say how long each phase took and whether the compile cache was hit.
+STARTUP_LOG: dict[str, str] = {
+    "weights": r"^Model loading took ",
+    "compile": r"^(%s)?torch\.compile (takes|took) .* in total",
+    "cache-hit": r"^(%s)?Directly load the compiled graph\(s\)",
+    "cache-miss": r"^(%s)?Compiling a graph for ",
+    "graph-capture": r"^Graph capturing finished in ",
+}
+
+
+def startup_log(modules: dict[str, str]) -> dict[str, list[str]]:
+    """Each phase's log format strings in this version's source, in file order (duplicates once)."""
+    found: dict[str, list[str]] = {phase: [] for phase in STARTUP_LOG}
+    for path in sorted(modules):
+        if not any(
+            word in modules[path]
+            for word in ("Model loading took", "torch.compile", "compiled graph", "Compiling a graph", "Graph capturing")
+        ):
+            continue
+        for _, text in _string_literals(ast.parse(modules[path])):
+            for phase, anchor in STARTUP_LOG.items():
+                if re.search(anchor, text) and text not in found[phase]:
+                    found[phase].append(text)
+    return {phase: formats for phase, formats in found.items() if formats}
+
+
 EXCLUSIVE = re.compile(r"^(\w+) and (\w+)\.(\w+) are mutually exclusive$")
 EXCLUSIVE_KEYS = re.compile(r"^\{\.\.\.\} and (--[\w-]+)\['\{\.\.\.\}'\] are mutually exclusive$")
 
@@ -833,6 +860,7 @@ def extract(wheel: Path) -> dict[str, object]:
                 e for e in exclusive_settings(modules["vllm/engine/arg_utils.py"]) if e["flag"] in flags and e["config"] in flags
             ],
             "scheduler_defaults": scheduler_defaults(modules["vllm/engine/arg_utils.py"]),
+            "startup_log": startup_log(modules),
         }
 
 

@@ -38,8 +38,17 @@ class DockerImageId(FactBase[str | None]):
 class InstanceHealth(FactBase[health.Health]):
     """Wait until one instance is healthy (health.serving); stop early if its unit fails or restarts."""
 
-    def command(self, unit: str, port: int, served: str, timeout: int, key_path: str | None = None, generates: bool = True) -> str:
-        return health.wait_script(unit, port, served, timeout, key_path, generates)
+    def command(
+        self,
+        unit: str,
+        port: int,
+        served: str,
+        timeout: int,
+        key_path: str | None = None,
+        generates: bool = True,
+        anchors: tuple[str, ...] = (),
+    ) -> str:
+        return health.wait_script(unit, port, served, timeout, key_path, generates, anchors)
 
     def process(self, output: list[str]) -> health.Health:
         return health.parse("\n".join(output))

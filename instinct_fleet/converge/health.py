@@ -17,6 +17,7 @@ so a bad flag shows its journal at once instead of after the timeout.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -62,6 +63,71 @@ class Health:
     models: tuple[str, ...]
     state: str
     journal: tuple[str, ...]
+    startup: tuple[str, ...] = ()  # healthy: "elapsed SECONDS", then this start's phase lines from the journal
+
+
+@dataclass(frozen=True)
+class Startup:
+    """One start of a unit, from its journal: how long to healthy, and the phases vLLM logged on the way."""
+
+    seconds: float | None  # from leaving inactive (ExecStartPre included) to the gate passing
+    weights: float | None  # "Model loading took ... seconds"
+    compile: float | None  # "torch.compile took ... s in total"
+    graph_capture: float | None  # "Graph capturing finished in ... secs"
+    cache: str | None  # "warm": every graph loaded from the compile cache; "cold": one compiled; None: not logged
+
+    def describe(self) -> str:
+        if self.seconds is None:
+            return ""
+        phases = [
+            f"{name} {value:g} s"
+            for name, value in (("weights", self.weights), ("compile", self.compile), ("graph capture", self.graph_capture))
+            if value is not None
+        ]
+        return f"started in {self.seconds:g} s" + (f", {self.cache}" if self.cache else "") + (f" ({', '.join(phases)})" if phases else "")
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "seconds": self.seconds,
+            "weights": self.weights,
+            "compile": self.compile,
+            "graph_capture": self.graph_capture,
+            "cache": self.cache,
+        }
+
+
+CONVERSION = re.compile(r"%(?:\.\d+)?[sdf]")
+
+
+def _log_regex(fmt: str) -> re.Pattern[str]:
+    """A logger format string as a regex: its text literal, %s any text, %d and %f a number (captured)."""
+    out, pos = [], 0
+    for m in CONVERSION.finditer(fmt):
+        out.append(re.escape(fmt[pos : m.start()]))
+        out.append(r".*?" if m.group().endswith("s") else r"([0-9.]+)")
+        pos = m.end()
+    out.append(re.escape(fmt[pos:]))
+    return re.compile("".join(out))
+
+
+def log_anchors(formats: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """Fixed text that picks the phase lines out of a journal (grep -F): each format's longest literal run."""
+    return tuple(sorted({max(CONVERSION.split(f), key=len).strip() for fs in formats.values() for f in fs}))
+
+
+def startup(lines: tuple[str, ...], formats: dict[str, tuple[str, ...]]) -> Startup:
+    """The phases of one start from the gate's startup section (``formats``: the pinned vLLM's, knowledge.startup_log)."""
+    seconds = next((float(line.split()[1]) for line in lines if line.startswith("elapsed ") and len(line.split()) == 2), None)
+    found: dict[str, list[float]] = {}
+    for phase, fmts in formats.items():
+        for line in lines:
+            for fmt in fmts:
+                m = _log_regex(fmt).search(line)
+                if m:
+                    found.setdefault(phase, []).append(float(m.groups()[-1 if phase == "weights" else 0]) if m.groups() else 0.0)
+    first = {phase: values[0] for phase, values in found.items()}
+    cache = "cold" if "cache-miss" in found else "warm" if "cache-hit" in found else None
+    return Startup(seconds, first.get("weights"), first.get("compile"), first.get("graph-capture"), cache)
 
 
 # A listed model whose completion fails this many polls in a row fails the gate; a failure at the first
@@ -69,11 +135,24 @@ class Health:
 COMPLETION_TRIES = 3
 
 
-def wait_script(unit: str, port: int, served: str, timeout: int, key_path: str | None = None, generates: bool = True) -> str:
+def wait_script(
+    unit: str, port: int, served: str, timeout: int, key_path: str | None = None, generates: bool = True, anchors: tuple[str, ...] = ()
+) -> str:
     """Poll until :func:`serving` passes; stop early when the unit fails or restarts, when /health answers
     but lists another model, or when the model is listed but its completions keep failing (the verdict says
-    which, with the first failed completion's answer)."""
+    which, with the first failed completion's answer). Healthy, it also reports this start: the seconds since
+    the unit left inactive, and the journal lines of this invocation that hold one of ``anchors``."""
     u = shlex.quote(unit)
+    grep = " ".join(f"-e {shlex.quote(a)}" for a in anchors)
+    started = (
+        f"echo '{MARK}startup'; awk -v t=\"$(systemctl show -p InactiveExitTimestampMonotonic --value {u})\" "
+        "'{printf \"elapsed %.1f\\n\", $1 - t / 1000000}' /proc/uptime; "
+        + (
+            f'journalctl _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value {u})" -o cat --no-pager 2>/dev/null | grep -F {grep} | tail -n 40; '
+            if anchors
+            else ""
+        )
+    )
     url = f"http://127.0.0.1:{int(port)}"
     # The same request as serving's, with the answer kept (and its HTTP code) for the verdict.
     sent = v1_curl(f"{url}/v1/completions", key_path, 10, completion(served)).replace("curl -fsS", "curl -sS -w ' (HTTP %{http_code})'")
@@ -83,7 +162,7 @@ def wait_script(unit: str, port: int, served: str, timeout: int, key_path: str |
         f"end=$(( $(date +%s) + {int(timeout)} )); start=$(systemctl show -p NRestarts --value {u}); tries=0; answer=''; "
         "while :; do "
         f"if {serving(port, served, key_path, 10, generates)}; then echo '{MARK}code'; echo 200; echo '{MARK}state'; echo healthy; "
-        f"echo '{MARK}models'; {v1_curl(f'{url}/v1/models', key_path, 10)} 2>/dev/null; echo; exit 0; fi; "
+        f"echo '{MARK}models'; {v1_curl(f'{url}/v1/models', key_path, 10)} 2>/dev/null; echo; {started}exit 0; fi; "
         f"code=$(curl -s -o /dev/null -m 5 -w '%{{http_code}}' {url}/health); "
         f'if [ "$code" = 200 ] && {serving(port, served, key_path, 10, generates=False)}; then '
         f'tries=$((tries + 1)); [ -n "$answer" ] || answer="$({sent} 2>&1 | tr -d "\\n" | head -c 400)"; '
@@ -121,6 +200,7 @@ def parse(text: str) -> Health:
         models=models,
         state="\n".join(parts.get("state", [])).strip(),
         journal=tuple(parts.get("journal", [])),
+        startup=tuple(parts.get("startup", [])),
     )
 
 

@@ -104,20 +104,33 @@ def healthy(
     record: Callable[[str, str], None] | None = None,
     generates: bool = True,
     hold: Callable[[str, str], None] | None = None,
+    started: Callable[[str, str, health.Startup], None] | None = None,
+    log_formats: dict[str, tuple[str, ...]] | None = None,
 ) -> Generator[str, None, None]:
     """Wait until an instance is healthy (health.serving: /health, its model listed, one token generated);
     fail the host if it is not, or, with ``hold`` (a batch that rolls back), hand it the reason and keep the
-    host in the run so that its rollback can run.
+    host in the run so that its rollback can run. Healthy, ``started`` gets this start's phases from the unit's
+    journal, read with ``log_formats`` (the pinned vLLM's start-up lines, knowledge.startup_log).
 
     Changes nothing, so it never counts as a change. It only waits while the
     deploy executes: at plan time the units may not even exist yet.
     """
     if not host.state.is_executing:
         return
+    formats = log_formats or {}
     result = host.get_fact(
-        InstanceHealth, unit=unit, port=port, served=served_model, timeout=timeout, key_path=key_path, generates=generates
+        InstanceHealth,
+        unit=unit,
+        port=port,
+        served=served_model,
+        timeout=timeout,
+        key_path=key_path,
+        generates=generates,
+        anchors=health.log_anchors(formats),
     )
     problem = health.verdict(unit, port, served_model, result)
+    if problem is None and started is not None:
+        started(host.name, unit, health.startup(result.startup, formats))
     if problem is None:
         host.noop(f"{unit} healthy on :{port}, serving {served_model}" + (", one token generated" if generates else ""))
     elif hold is not None:

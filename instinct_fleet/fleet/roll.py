@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from instinct_fleet.converge.generations import GenerationPlan
+from instinct_fleet.converge.health import Startup
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.state import content_differs
 from instinct_fleet.fleet import canary
@@ -142,6 +143,8 @@ class Roll:
     measured: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     compared: dict[str, list[canary.Comparison]] = field(default_factory=dict)
     turns: dict[str, Turn] = field(default_factory=dict)  # per host that passed preflight: its part in the roll
+    # Per host and serving unit: its start in this roll, from the health gate (how long, cold or warm, the phases).
+    starts: dict[tuple[str, str], Startup] = field(default_factory=dict)
 
     def batch_of(self, host: str) -> int | None:
         for index, batch in enumerate(self.batches):
@@ -180,6 +183,10 @@ class Roll:
                 + f": {found.evidence()}",
             )
         return problem
+
+    def started(self, host: str, unit: str, start: Startup) -> None:
+        """A unit passed its health gate in this roll: how it started (the last start wins, after a rollback too)."""
+        self.starts[(host, unit)] = start
 
     def hold(self, host: str, reason: str) -> None:
         """A health gate failed in a batch that rolls back: the host stays in the run to be put back."""
@@ -274,18 +281,25 @@ class Roll:
                         "status": status,
                         "why": why,
                         "canary": [c.as_json() for c in self.compared.get(host, [])],
+                        "start": start.as_json() if (start := self.starts.get((host, paths.service(paths.vllm_unit(instance))))) else None,
                     }
                 )
         return rows
 
 
 def format_summary(rows: list[dict[str, Any]]) -> str:
-    """The summary as a table for the terminal."""
+    """The summary as a table for the terminal; a unit that started in the roll says how (its start-up phases)."""
     head = ("host", "instance", "status", "why")
-    table = [head, *[(r["host"], r["instance"], r["status"], r["why"].splitlines()[0] if r["why"] else "") for r in rows]]
+    table = [head, *[(r["host"], r["instance"], r["status"], _why(r)) for r in rows]]
     widths = [max(len(str(row[i])) for row in table) for i in range(3)]
     lines = ["  ".join(str(cell).ljust(widths[i]) if i < 3 else str(cell) for i, cell in enumerate(row)).rstrip() for row in table]
     return "\n".join(["Roll summary:", *("  " + line for line in lines)])
+
+
+def _why(row: dict[str, Any]) -> str:
+    why = row["why"].splitlines()[0] if row["why"] else ""
+    start = Startup(**row["start"]).describe() if row.get("start") else ""
+    return "; ".join(part for part in (why, start) if part)
 
 
 def dump_summary(rows: list[dict[str, Any]]) -> str:

@@ -17,11 +17,11 @@ from pyinfra.api.state import State
 from pyinfra.operations import files
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet.converge import apply, operations
+from instinct_fleet.converge import apply, health, operations
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import canary, measure
 from instinct_fleet.fleet.run import FleetPlan
-from instinct_fleet.model import paths, workload
+from instinct_fleet.model import knowledge, paths, workload
 from instinct_fleet.model.defaults import Hook
 
 
@@ -44,10 +44,14 @@ def healthy(
     record: Callable[[str, str], None] | None = None,
     units: set[str] | None = None,
     hold: Callable[[str, str], None] | None = None,
+    started: Callable[[str, str, health.Startup], None] | None = None,
 ) -> None:
     """The health gate: each instance of ``units`` (default: those that were not healthy at preflight) becomes
-    healthy (health.serving: /health, its model listed, one token generated) within health_timeout."""
+    healthy (health.serving: /health, its model listed, one token generated) within health_timeout; ``started``
+    gets each one's start-up phases."""
     timeout = plan.spec.vars.health_timeout
+    table = knowledge.find(str(plan.spec.vars.vllm_version))
+    formats = table.startup_log if table is not None else {}
     for endpoint in plan.desired.endpoints:
         name = endpoint.unit
         if (units is not None and name not in units) or (units is None and endpoint.port in plan.report.healthy_ports):
@@ -62,6 +66,8 @@ def healthy(
             record=record,
             generates=endpoint.generates,
             hold=hold,
+            started=started,
+            log_formats=formats,
             _if=gate,
             _timeout=timeout + 60,  # the wait ends itself at health_timeout; this bounds a hung host
         )
@@ -169,7 +175,7 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
     all_files = apply.converge(plan, "roll", gate, units=[*stale, *pending], force=me.force, timeout=start_timeout)
 
     rollback = rolling and v.rolling_on_failure == "rollback"
-    healthy(plan, gate, fleet.roll.note, units=set(pending), hold=fleet.roll.hold if rollback else None)
+    healthy(plan, gate, fleet.roll.note, units=set(pending), hold=fleet.roll.hold if rollback else None, started=fleet.roll.started)
     if me.measured:
         _canary(plan, fleet, "after", gate, fleet.roll.hold if rollback else None)
 

@@ -149,6 +149,7 @@ class VllmKnowledge:
     startup_checks: dict[str, str]  # check id -> the file:line that raises it in this version
     exclusive: tuple[Exclusive, ...]
     scheduler_defaults: SchedulerDefaults | None
+    startup_log: dict[str, tuple[str, ...]]  # phase -> the logger format strings vLLM writes for it
 
     def canonical_flag(self, name: str) -> str | None:
         """Return the long flag name (without dashes) for ``name``, or None if unknown.
@@ -264,6 +265,7 @@ def load(version: str) -> VllmKnowledge:
         startup_checks=dict(data["startup_checks"]),
         exclusive=tuple(Exclusive(**e) for e in data["exclusive"]),
         scheduler_defaults=_scheduler_defaults(data["scheduler_defaults"]),
+        startup_log={phase: tuple(formats) for phase, formats in data["startup_log"].items()},
     )
 
 

@@ -73,6 +73,11 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(on_loc
     assert probe.worst() >= len(UNITS) - 1, [s for s in probe.samples if sum(s[1].values()) < len(UNITS) - 1][:5]
     for host in ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2"):
         assert rolled.status(host) == {"rolled"}, rolled.roll
+    # Each unit that restarted says how it started: seconds to healthy and the phases from its journal (the
+    # stand-in logs vLLM's own lines; with no STANDIN_COMPILE_S it compiles nothing, so no cache verdict).
+    starts = {(r["host"], r["instance"]): r["start"] for r in rolled.roll if r["status"] == "rolled" and r["host"] != "sim-c2"}
+    assert starts and all(s and s["seconds"] > 0 and s["weights"] is not None for s in starts.values()), starts
+    assert "started in " in rolled.stderr.split("Roll summary:")[-1]
     batches = {row["serving_unit"]: row["batch"] for row in rolled.roll if row["status"] == "rolled"}
     assert sorted(batches.values()) == [1, 2, 3] and set(batches) == set(UNITS)
     # The hooks ran once per serving unit, on its head or single host, around its own batch, in batch order.

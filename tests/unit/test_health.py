@@ -163,3 +163,31 @@ def test_a_unit_waiting_to_restart_fails_the_gate_at_once(tmp_path: Path) -> Non
     problem = health.verdict("vllm-main.service", 1, "org/model", health.parse(done.stdout))
     assert problem is not None and "waits to restart (crash loop)" in problem and "No available memory" in problem
     assert time.monotonic() - started < 15  # one poll, not health_timeout
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "0.22.0", "0.33.0"])
+def test_a_start_is_read_from_the_lines_vllm_logs_for_it(version: str) -> None:
+    """The gate's startup section: seconds to healthy and each phase, by the format strings of that version's source
+    (a leading logger prefix, the GiB and the compile range are text; the seconds are the number that matters)."""
+    from instinct_fleet.model import knowledge
+
+    formats = knowledge.load(version).startup_log
+    fill = {"weights": (0.52, 41.5), "compile": (7.25,), "cache-miss": ("(1, 8192)", 7.0), "graph-capture": (12, 0.5)}
+
+    def line(phase: str) -> str:
+        values = list(fill[phase])
+        fmt = formats[phase][-1]
+        return "INFO " + health.CONVERSION.sub(lambda m: "" if m.start() == 0 and m.group() == "%s" else m.group() % values.pop(0), fmt)
+
+    startup = health.parse(text(code="200", state="healthy", models=MODELS, startup="\n".join(["elapsed 63.4", *map(line, fill)]))).startup
+    got = health.startup(startup, formats)
+    assert (got.seconds, got.weights, got.compile, got.graph_capture, got.cache) == (63.4, 41.5, 7.25, 12.0, "cold")
+    assert got.describe() == "started in 63.4 s, cold (weights 41.5 s, compile 7.25 s, graph capture 12 s)"
+    assert health.startup(("elapsed 3.0",), formats).describe() == "started in 3 s"  # no phase logged: only the time
+
+
+def test_the_wait_script_reports_the_start_only_when_healthy() -> None:
+    script = health.wait_script("vllm-main.service", 8080, "m", 60, anchors=("Model loading took",))
+    healthy, _, rest = script.partition("exit 0; fi; ")
+    assert "InactiveExitTimestampMonotonic" in healthy and "_SYSTEMD_INVOCATION_ID" in healthy and "-e 'Model loading took'" in healthy
+    assert "_SYSTEMD_INVOCATION_ID" not in rest

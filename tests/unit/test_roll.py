@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from instinct_fleet.converge import preflight
+from instinct_fleet.converge.health import Startup
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import roll as rolling
 from instinct_fleet.fleet.roll import Roll, ServingUnit, batch_size, batches, format_summary, plan_roll
@@ -170,6 +171,19 @@ def test_the_summary_lists_every_host_and_instance_with_why() -> None:
     ]
     text = format_summary(rows)
     assert "crash loop" in text and text.startswith("Roll summary:")
+
+
+def test_the_summary_says_how_each_unit_started() -> None:
+    """The health gate hands the roll each unit's start (health.Startup): the row carries it, the table says it."""
+    r = roll()
+    r.proceeds(0, set())
+    r.started("b", "vllm-x.service", Startup(63.4, 41.5, 7.25, 12.0, "cold"))
+    rows = r.summary({"b": ("x", "y")}, set())
+    assert [row["start"] for row in rows] == [
+        {"seconds": 63.4, "weights": 41.5, "compile": 7.25, "graph_capture": 12.0, "cache": "cold"},
+        None,  # vllm-y did not start in this roll
+    ]
+    assert "started in 63.4 s, cold (weights 41.5 s, compile 7.25 s, graph capture 12 s)" in format_summary(rows)
 
 
 def test_plan_roll_makes_a_cluster_one_serving_unit_with_the_head_first() -> None:

@@ -17,7 +17,8 @@ from unittest import mock
 
 import pytest
 
-from instinct_fleet.model import startup
+from instinct_fleet.converge import health
+from instinct_fleet.model import knowledge, startup
 from instinct_fleet.model.recipes import all_recipes
 from instinct_fleet.model.render import render_args
 
@@ -126,12 +127,19 @@ def test_the_stand_in_compiles_once_per_configuration_and_waits_on_a_build_lock(
     module = consumers.standin()
     env = {"VLLM_CACHE_ROOT": str(tmp_path / "vllm"), "AITER_JIT_DIR": str(tmp_path / "aiter"), "STANDIN_COMPILE_S": "0.2"}
     with mock.patch.dict(os.environ, env):
+        formats = knowledge.load(consumers.STANDIN_VERSION).startup_log
+        module.compile_or_reuse("m", {"--max-num-seqs": "8", "--port": "8000"})
+        cold = health.startup(("elapsed 1.0", *capsys.readouterr().out.splitlines()), formats)
+        module.compile_or_reuse("m", {"--max-num-seqs": "8", "--port": "9000"})
+        warm = health.startup(("elapsed 1.0", *capsys.readouterr().out.splitlines()), formats)
+        # The gate reads the stand-in's lines as vLLM's: they are printed from the same format strings.
+        assert (cold.cache, warm.cache) == ("cold", "warm") and cold.compile is not None and cold.compile >= 0.2 > (warm.compile or 0)
         module.compile_or_reuse("m", {"--max-num-seqs": "8", "--port": "8000"})
         module.compile_or_reuse("m", {"--max-num-seqs": "8", "--port": "9000"})
         module.compile_or_reuse("m", {"--max-num-seqs": "16", "--port": "8000"})
-        said = capsys.readouterr().out
+        said = "\n".join(line for line in capsys.readouterr().out.splitlines() if "stand-in compile cache" in line)
         assert [line.split(":")[0] for line in said.splitlines()] == [
-            "INFO stand-in compile cache miss",
+            "INFO stand-in compile cache hit",
             "INFO stand-in compile cache hit",
             "INFO stand-in compile cache miss",
         ], said

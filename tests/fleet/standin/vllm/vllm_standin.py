@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -807,6 +808,23 @@ def compile_key(model: str, args: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps([model, engine, env], sort_keys=True).encode()).hexdigest()[:16]
 
 
+def log_phase(phase: str, *values: object) -> None:
+    """Print a start-up line as this vLLM version logs it (TABLE["startup_log"], the format strings of its source):
+    a leading %s (a logger prefix) takes nothing, every other conversion the next value."""
+    formats = TABLE.get("startup_log", {}).get(phase)
+    if not formats:
+        return
+    fmt, queue = formats[-1], list(values)
+
+    def fill(m: re.Match[str]) -> str:
+        if m.start() == 0 and m.group() == "%s":
+            return ""
+        value = queue.pop(0) if queue else 0
+        return m.group() % value if m.group() != "%s" else str(value)
+
+    print("INFO " + re.sub(r"%(?:\.\d+)?[sdf]", fill, fmt), flush=True)
+
+
 def compile_or_reuse(model: str, args: dict[str, Any]) -> None:
     """STANDIN_COMPILE_S: the compile step of a cold start (torch.compile, Triton, AITER's JIT modules), skipped when
     VLLM_CACHE_ROOT holds an entry for this configuration's key, and written after it. Before it, an AITER build lock
@@ -824,9 +842,13 @@ def compile_or_reuse(model: str, args: dict[str, Any]) -> None:
     entry = os.path.join(root, "torch_compile_cache", compile_key(model, args), "done")
     if os.path.exists(entry):
         print(f"INFO stand-in compile cache hit: {os.path.dirname(entry)} (warm start)", flush=True)
+        log_phase("cache-hit", "(1, 8192)", time.monotonic() - started)
+        log_phase("compile", time.monotonic() - started)
         return
     print(f"INFO stand-in compile cache miss: compiling for {seconds:g}s (cold start)", flush=True)
     time.sleep(seconds)
+    log_phase("cache-miss", "(1, 8192)", time.monotonic() - started)
+    log_phase("compile", time.monotonic() - started)
     os.makedirs(os.path.dirname(entry), exist_ok=True)
     with open(entry + ".tmp", "w") as handle:
         handle.write(f"compiled in {time.monotonic() - started:.1f}s\n")
@@ -870,8 +892,11 @@ def main() -> None:
         State.ready = False
         threading.Thread(target=join_ray, args=(tp, pp), daemon=True).start()
     # A real server loads weights before it listens; keep a short, visible delay.
-    time.sleep(float(os.environ.get("STANDIN_STARTUP_SECONDS", "2")))
+    loading = float(os.environ.get("STANDIN_STARTUP_SECONDS", "2"))
+    time.sleep(loading)
+    log_phase("weights", 0.52, loading)
     compile_or_reuse(model, args)
+    log_phase("graph-capture", 0, 0.1)
     if os.environ.get("STANDIN_CRASH_AT_START") == "1":
         print("ERROR stand-in: STANDIN_CRASH_AT_START=1, exiting as a broken configuration would", flush=True)
         sys.exit(1)
