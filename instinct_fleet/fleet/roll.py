@@ -281,7 +281,7 @@ class Roll:
                         "status": status,
                         "why": why,
                         "canary": [c.as_json() for c in self.compared.get(host, [])],
-                        "start": start.as_json() if (start := self.starts.get((host, paths.service(paths.vllm_unit(instance))))) else None,
+                        "start": start.as_json() if (start := self.starts.get((host, paths.service(instance)))) else None,
                     }
                 )
         return rows

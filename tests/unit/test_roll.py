@@ -178,7 +178,7 @@ def test_the_summary_says_how_each_unit_started() -> None:
     r = roll()
     r.proceeds(0, set())
     r.started("b", "vllm-x.service", Startup(63.4, 41.5, 7.25, 12.0, "cold"))
-    rows = r.summary({"b": ("x", "y")}, set())
+    rows = r.summary({"b": ("vllm-x", "vllm-y")}, set())  # a host's serving units, by unit name
     assert [row["start"] for row in rows] == [
         {"seconds": 63.4, "weights": 41.5, "compile": 7.25, "graph_capture": 12.0, "cache": "cold"},
         None,  # vllm-y did not start in this roll
