@@ -73,10 +73,10 @@ $(WHEEL_VENV)/.installed: pyproject.toml $(PACKAGE_FILES)
 wheel-venv: $(WHEEL_VENV)/.installed
 
 # End to end: the real CLI and pyinfra over SSH, testinfra, on simulated fleets. One fleet leaves the
-# CPU idle for much of the run, so the modules run in shares at once, each share on its own fresh
-# fleet (INSTINCT_FLEET_SLOT=N): a module names its share in FLEET_SHARE (default 0). Two shares keep
-# 2 cores busy; a third was slower.
-E2E_SHARES  = 0 1
+# CPU idle for much of the run (health gates, restarts, timeouts), so the modules run in shares at
+# once, each share on its own fresh fleet (INSTINCT_FLEET_SLOT=N): a module names its share in
+# FLEET_SHARE (default 0). Three shares of about 9 minutes each (benchmarks/RESULTS.md, make test).
+E2E_SHARES  = 0 1 2
 E2E_TARGETS = $(addprefix e2e-,$(E2E_SHARES))
 
 e2e: fleet-images install fleet-deps floor-venv wheel-venv

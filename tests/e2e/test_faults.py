@@ -23,7 +23,7 @@ from fleetctl import (
     streamed_deploy,
 )
 
-FLEET_SHARE = 0  # make test runs this module on fleet share 0, beside test_roll on share 1 (conftest.py)
+FLEET_SHARE = 0  # with test_deploy (conftest.py)
 FLEET_LAST = True  # it leaves the fleet on BASELINE: after the modules on inventories/local.py (conftest.py)
 
 

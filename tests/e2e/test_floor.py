@@ -13,7 +13,7 @@ from typing import Any
 
 from fleetctl import ROOT, deploy
 
-FLEET_SHARE = 1  # a short module beside test_roll, before it (conftest.py): the shares take about the same time
+FLEET_SHARE = 1  # a short module beside test_roll (conftest.py)
 
 FLOOR_PYTHON = ROOT / ".venv-floor" / "bin" / "python"
 

@@ -22,7 +22,7 @@ from fleetctl import CLI, FIGURES, INVENTORY, ROOT, Run, deploy, ssh
 
 from instinct_fleet.model import paths
 
-FLEET_SHARE = 0  # beside test_deploy, test_tune and test_faults; test_roll's share holds the short modules (conftest.py)
+FLEET_SHARE = 2  # beside test_roll_gates, before it (conftest.py)
 OSS = "openai/gpt-oss-120b"
 INSTANCES = {("sim-gpu-1", "main"), ("sim-gpu-1", "batch"), ("sim-gpu-2", "llama-a"), ("sim-gpu-2", "oss"), ("sim-c1", "llama-405b")}
 EXPORTERS = {"sim-gpu-1", "sim-c1", "sim-c2"}

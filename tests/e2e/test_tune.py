@@ -53,6 +53,8 @@ EQUAL = ["--instance", "main", "--vary-env", "VLLM_LOGGING_LEVEL=INFO,DEBUG", "-
 EQUAL += ["--num-prompts", "8", "--concurrency", "8", "--max-out", "2", "--limit", LIMIT]
 
 
+FLEET_SHARE = 1  # last on share 1: it leaves the fleet on the staging inventory (conftest.py)
+
 def staging(fleet: dict[str, Any], tmp_path: Path) -> str:
     ports = {h["name"]: h["api_port"] for h in fleet["hosts"]}
     common = {"bench_profiles": {"tune": PROFILE}, "rolling_drain_timeout": 5}
