@@ -13,10 +13,10 @@ from typing import Any
 
 from fleetctl import FIGURES, ROOT
 
+FLEET_SHARE = 2  # beside test_roll_gates, before it (conftest.py)
+
 HOSTS = ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2", "sim-nogpu")
 
-
-FLEET_SHARE = 2  # beside test_roll_gates, before it (conftest.py)
 
 def test_a_no_op_re_tune_reads_one_fact_and_runs_at_most_three_commands_per_host(converged: Any) -> None:
     done = subprocess.run(

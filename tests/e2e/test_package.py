@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from fleetctl import INVENTORY, ROOT, Run, simulated
 
-
-@pytest.fixture(scope="module")
 FLEET_SHARE = 2  # beside test_roll_gates, before it (conftest.py)
 
+
+@pytest.fixture(scope="module")
 def installed() -> Path:
     """The venv with the wheel built from this checkout installed (not editable), its verify extra included:
     ``make wheel-venv``, which make e2e builds beside the fleet images (a no-op when it is up to date)."""

@@ -20,6 +20,8 @@ from typing import Any
 
 from fleetctl import CLI, FIGURES, ROOT, Probe, Run, deploy, inventory, quiet, serving_files, verify
 
+FLEET_SHARE = 1  # last on share 1: it leaves the fleet on the staging inventory (conftest.py)
+
 HOSTS = ("sim-gpu-1", "sim-gpu-2")
 LIMIT = "sim-gpu-*"
 # The model's constants for this sweep: a fast prefill with a heavy fixed cost per step, so the budget shows in TTFT.
@@ -52,8 +54,6 @@ SWEEP = [
 EQUAL = ["--instance", "main", "--vary-env", "VLLM_LOGGING_LEVEL=INFO,DEBUG", "--profile", "tune"]
 EQUAL += ["--num-prompts", "8", "--concurrency", "8", "--max-out", "2", "--limit", LIMIT]
 
-
-FLEET_SHARE = 1  # last on share 1: it leaves the fleet on the staging inventory (conftest.py)
 
 def staging(fleet: dict[str, Any], tmp_path: Path) -> str:
     ports = {h["name"]: h["api_port"] for h in fleet["hosts"]}
