@@ -806,15 +806,19 @@ def scheduler_defaults(arg_utils: str) -> dict[str, object]:
                 )
     if not tiers:
         return {}
-    calls = [(n.func.id, ast.unparse(n)) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
-    attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    text = ast.unparse(tree)
+    nodes = list(ast.walk(tree))
+    calls = [
+        (n.func.id, ast.unparse(n))
+        for n in nodes
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("min", "max")
+    ]
     capped = any(name == "min" and "default_max_num_seqs[usage_context]" in call for name, call in calls)
     raised = any(name == "max" and "model_config.max_model_len" in call and "max_num_batched_tokens" in call for name, call in calls)
+    doubles = any(isinstance(n, ast.Compare) and ast.unparse(n) == "self.performance_mode == 'throughput'" for n in nodes)
     return {
         "tiers": sorted(tiers, key=lambda t: -int(t["min_gib"])),  # type: ignore[call-overload]
         "seqs_capped_by_batched": capped,
-        "throughput_doubles": "performance_mode" in attrs and "self.performance_mode == 'throughput'" in text,
+        "throughput_doubles": doubles,
         "chunked_off_batched": "max(model_len, default)" if raised else "model_len",
     }
 

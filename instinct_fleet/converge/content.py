@@ -26,7 +26,7 @@ def env_text(plan: HostFacts, svc: ServiceSpec) -> str:
 
 def vllm_argv(plan: HostFacts, svc: ServiceSpec) -> list[str]:
     cluster, v = plan.spec.cluster, plan.spec.vars
-    cache = plan.compile_cache(svc)
+    cache = plan.spec.compile_cache(svc)
     mounts = [f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}"] if plan.role == "head" else []
     mounts.append(f"{cache}:{cache}")
     container = render.vllm_container(
@@ -44,6 +44,7 @@ def ray_argv(plan: HostFacts) -> list[str]:
     cluster = plan.spec.cluster
     assert cluster is not None and plan.cluster is not None
     svc = plan.spec.services[0]
+    cache = plan.spec.compile_cache(svc)
     # --num-gpus from amd-smi; preflight has checked it equals gpu_count on every member.
     entrypoint, command = render.ray_node(render.ray_start(cluster, plan.cluster.node_ip, plan.cluster.head_ip, len(plan.report.gpus)))
     container = render.Container(
@@ -53,7 +54,7 @@ def ray_argv(plan: HostFacts) -> list[str]:
         command=command,
         env_path=paths.RAY_ENV,
         devices=plan.devices(svc),
-        mounts=[f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}", f"{plan.compile_cache(svc)}:{plan.compile_cache(svc)}"],
+        mounts=[f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}", f"{cache}:{cache}"],
         infiniband=cluster.infiniband,
     )
     return render.docker_run(container, plan.spec.vars, plan.group_ids, plan.report.hf_token)
@@ -86,7 +87,9 @@ def unit_vars(plan: HostFacts, svc: ServiceSpec) -> dict[str, Any]:
 
 def cache_prepare(plan: HostFacts, svc: ServiceSpec) -> str:
     """The ExecStartPre that readies the image's compile cache (templates/cache-prepare.sh)."""
-    return render.exec_line(["/bin/sh", paths.CACHE_PREPARE, plan.compile_cache(svc), svc.image, str(plan.spec.vars.compile_cache_keep)])
+    return render.exec_line(
+        ["/bin/sh", paths.CACHE_PREPARE, plan.spec.compile_cache(svc), svc.image, str(plan.spec.vars.compile_cache_keep)]
+    )
 
 
 def ray_unit_vars(plan: HostFacts) -> dict[str, Any]:

@@ -120,9 +120,10 @@ def startup(lines: tuple[str, ...], formats: dict[str, tuple[str, ...]]) -> Star
     seconds = next((float(line.split()[1]) for line in lines if line.startswith("elapsed ") and len(line.split()) == 2), None)
     found: dict[str, list[float]] = {}
     for phase, fmts in formats.items():
+        patterns = [_log_regex(fmt) for fmt in fmts]
         for line in lines:
-            for fmt in fmts:
-                m = _log_regex(fmt).search(line)
+            for pattern in patterns:
+                m = pattern.search(line)
                 if m:
                     found.setdefault(phase, []).append(float(m.groups()[-1 if phase == "weights" else 0]) if m.groups() else 0.0)
     first = {phase: values[0] for phase, values in found.items()}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from instinct_fleet.converge import preflight
 from instinct_fleet.converge.preflight import HostReport
-from instinct_fleet.model import paths, render
+from instinct_fleet.model import render
 from instinct_fleet.model.spec import HostSpec, ServiceSpec
 
 
@@ -65,11 +65,7 @@ class HostFacts:
     def env(self, svc: ServiceSpec) -> dict[str, str]:
         """The container env: the instance's, its image's compile cache, plus RCCL settings and VLLM_HOST_IP on a cluster node."""
         cluster = self.spec.cluster
-        env = {**svc.env, **render.compile_cache_env(self.compile_cache(svc), svc)}
+        env = {**svc.env, **render.compile_cache_env(self.spec.compile_cache(svc), svc)}
         if cluster is None or self.cluster is None:
             return env
         return {**env, **cluster.rccl_env(), "VLLM_HOST_IP": self.cluster.node_ip}
-
-    def compile_cache(self, svc: ServiceSpec) -> str:
-        """The compile-cache directory of the instance's image on this host (the same path on every host)."""
-        return paths.compile_cache(self.spec.vars.compile_cache_dir, svc.image)

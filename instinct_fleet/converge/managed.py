@@ -270,9 +270,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
                 FileEntry(v.compile_cache_dir, "runtime", "Compile-cache root", lambda _r: b"", mode="755", directory=True),
                 *(
                     FileEntry(cache, "runtime", f"Compile cache of {image}", lambda _r: b"", mode="755", directory=True)
-                    for image, cache in sorted(
-                        {svc.image: paths.compile_cache(v.compile_cache_dir, svc.image) for svc in spec.services}.items()
-                    )
+                    for image, cache in sorted({svc.image: spec.compile_cache(svc) for svc in spec.services}.items())
                 ),
                 FileEntry(paths.CACHE_PREPARE, "runtime", "Compile-cache script", lambda _r: render.template_bytes("cache-prepare.sh")),
             ]

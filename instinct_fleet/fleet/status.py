@@ -91,7 +91,7 @@ def script(spec: HostSpec) -> str:
             f"if {health.serving(svc.port, render.served_model(svc), spec.vars.vllm_api_key_path, generates=render.generates(svc))}; then echo 'health ok'; "
             f"else echo \"health $(curl -s -o /dev/null -m 3 -w '%{{http_code}}' http://127.0.0.1:{svc.port}/health)\"; fi; "
             f"docker inspect -f 'image {{{{.Config.Image}}}} {{{{.Image}}}}' {unit} 2>/dev/null; "
-            f'echo "cache $(du -sb {q(paths.compile_cache(spec.vars.compile_cache_dir, svc.image))} 2>/dev/null | cut -f1)"; '
+            f'echo "cache $(du -sb {q(spec.compile_cache(svc))} 2>/dev/null | cut -f1)"; '
             f"curl -s -m 3 http://127.0.0.1:{svc.port}/metrics 2>/dev/null | grep -E {q(f'^({metrics})[{{ ]')}; true"
         )
     cluster = spec.cluster
@@ -147,7 +147,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
         lines = part.get(f"instance {unit}", [])
         state = lines[0] if lines and not lines[0].startswith(("health ", "image ")) else "unknown"
         image_line = next((line.split() for line in lines if line.startswith("image ")), ["image", "-", ""])
-        cache = next((line.split()[1] for line in lines if line.startswith("cache ") and line.split()[1:2] != [""]), "")
+        cache = next((line[len("cache ") :] for line in lines if line.startswith("cache ")), "")  # du's bytes; none without the directory
         rows.append(
             Row(
                 host=host,

@@ -212,25 +212,25 @@ def _timeouts(spec: HostSpec) -> Iterator[Finding]:
 
 def _arg_key(spec: HostSpec, instance: str, flag: str) -> str:
     """Where the inventory sets an instance's flag: its own vllm_instances entry, else vllm_args."""
+    return next((f"{key}.{flag}" for key, name, args in _arg_layers(spec) if name == instance and flag in args), f"vllm_args.{flag}")
+
+
+def _arg_layers(spec: HostSpec) -> list[tuple[str, str | None, dict[str, object]]]:
+    """Each place the inventory writes flags: (its key, the instance it is for or None for every one, its flags)."""
+    layers: list[tuple[str, object, object]] = [("vllm_args", None, spec.data.get("vllm_args"))]
     instances = spec.data.get("vllm_instances")
-    for i, item in enumerate(instances if isinstance(instances, list) else []):
-        args = item.get("args") if isinstance(item, dict) else None
-        if isinstance(args, dict) and item.get("name") == instance and flag in args:
-            return f"vllm_instances[{i}].args.{flag}"
-    return f"vllm_args.{flag}"
+    if isinstance(instances, list):
+        layers += [
+            (f"vllm_instances[{i}].args", item.get("name"), item.get("args")) for i, item in enumerate(instances) if isinstance(item, dict)
+        ]
+    return [(key, name if isinstance(name, str) else None, args) for key, name, args in layers if isinstance(args, dict)]
 
 
 def duplicate_flags(spec: HostSpec) -> list[Finding]:
     """One flag given twice in one place under two spellings (``tp`` and ``tensor-parallel-size``): which one wins is an accident."""
     table = knowledge.find(str(spec.vars.vllm_version))
-    layers: list[tuple[str, object]] = [("vllm_args", spec.data.get("vllm_args"))]
-    instances = spec.data.get("vllm_instances")
-    if isinstance(instances, list):
-        layers += [(f"vllm_instances[{i}].args", item.get("args")) for i, item in enumerate(instances) if isinstance(item, dict)]
     found = []
-    for key, args in layers:
-        if not isinstance(args, dict):
-            continue
+    for key, _, args in _arg_layers(spec):
         spellings: dict[str, list[str]] = {}
         for name in args:
             if isinstance(name, str):

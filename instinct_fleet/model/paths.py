@@ -22,7 +22,6 @@ REBOOT_MARKER = "/run/instinct-fleet/reboot-required"
 RAY_ENV = f"{CONFIG_DIR}/ray.env"
 RAY_READY_SCRIPT = f"{CONFIG_DIR}/ray-ready.py"
 CACHE_PREPARE = f"{CONFIG_DIR}/cache-prepare.sh"  # a serving unit's ExecStartPre for its image's compile cache
-CACHE_IMAGE_ID = "IMAGE_ID"  # in an image's cache directory: the image id its caches were built with
 RAY_TMP = "/var/lib/instinct-fleet/ray"  # shared /tmp/ray: the vLLM driver joins the head's Ray node through it
 FIREWALL_FILE = f"{CONFIG_DIR}/firewall.nft"
 FIREWALL_UNIT = "instinct-fleet-firewall"
@@ -148,7 +147,7 @@ def compile_cache(root: str, image: str) -> str:
     """An image's compile-cache directory under ``root``: the same path on every host that runs the image.
 
     Named by the image reference (readable, with a hash so that two references never share a name); the image id
-    it was built with is recorded inside (CACHE_IMAGE_ID), and a start on another id empties it first.
+    it was built with is recorded inside (IMAGE_ID, by templates/cache-prepare.sh), and a start on another id empties it first.
     """
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", image.rsplit("/", 1)[-1])[:48]
     return f"{root}/{readable}_{hashlib.sha256(image.encode()).hexdigest()[:12]}"

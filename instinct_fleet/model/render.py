@@ -21,6 +21,7 @@ from instinct_fleet.model.defaults import FleetVars
 from instinct_fleet.model.paths import KERNEL_ARGS
 from instinct_fleet.model.recipes import ArgValue
 from instinct_fleet.model.spec import ClusterSpec, ServiceSpec
+from instinct_fleet.model.startup import TRUE
 
 
 def _format(value: ArgValue) -> str:
@@ -123,9 +124,6 @@ def served_model(svc: ServiceSpec) -> str:
     return str(name).split()[0] if isinstance(name, str) and name.strip() else svc.model
 
 
-TRUE_WORDS = ("1", "true", "True", "TRUE")
-
-
 def compile_cache_env(cache: str, svc: ServiceSpec) -> dict[str, str]:
     """Where the container's compilers keep what they build, inside the image's cache directory (mounted at the
     same path): VLLM_CACHE_ROOT (vLLM's torch.compile and Triton caches, where the pinned vLLM reads it: its
@@ -134,7 +132,7 @@ def compile_cache_env(cache: str, svc: ServiceSpec) -> dict[str, str]:
     table = knowledge.find(svc.version)
     env = {"VLLM_CACHE_ROOT": f"{cache}/vllm"} if table is not None and "VLLM_CACHE_ROOT" in table.env_vars else {}
     env["AITER_JIT_DIR"] = f"{cache}/aiter"
-    if svc.env.get("PYTORCH_TUNABLEOP_ENABLED") in TRUE_WORDS:
+    if svc.env.get("PYTORCH_TUNABLEOP_ENABLED") in TRUE:
         env["PYTORCH_TUNABLEOP_FILENAME"] = f"{cache}/tunableop/tunableop_results%d.csv"
     return env
 

@@ -132,6 +132,10 @@ class HostSpec:
         ray = (paths.ray_unit(self.cluster.role),) if self.cluster is not None else ()
         return ray + tuple(paths.vllm_unit(s.name) for s in self.serves)
 
+    def compile_cache(self, svc: ServiceSpec) -> str:
+        """The compile-cache directory of the instance's image on this host (the same path on every host)."""
+        return paths.compile_cache(self.vars.compile_cache_dir, svc.image)
+
 
 # pyinfra's own host data: connection settings and operation arguments (_sudo, _timeout, ...).
 PYINFRA_PREFIXES = ("ssh_", "winrm_", "_")

@@ -34,6 +34,7 @@ POSITIVE_INT_FLAGS = (
     "block-size",
 )
 HUMAN_INT = re.compile(r"^[1-9][0-9]*[kKmMgG]?$")
+OBJECT_SHAPED = re.compile(r"(?s)^\s*{.*}\s*$")  # what vLLM's union_dict_and_str hands to json.loads
 MANAGED_ENV = {"CUDA_VISIBLE_DEVICES": "gpus", "ROCR_VISIBLE_DEVICES": "gpus"}
 # Set from compile_cache_dir (render.compile_cache_env): a second value would split the cache from its mount.
 CACHE_ENV = ("VLLM_CACHE_ROOT", "AITER_JIT_DIR", "PYTORCH_TUNABLEOP_FILENAME")
@@ -183,21 +184,24 @@ def _flag_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> l
             found.append(finding("value-domain", host, where, _not_a_choice(str(value), spec, table.version)))
         elif spec.json_fields is not None and not isinstance(value, bool):
             found += _json_config_findings(host, where, str(value), spec.json_fields, table.version)
-        elif spec.json is not None and not isinstance(value, bool) and _json_object_error(str(value), spec.json):
-            found.append(finding("value-domain", host, where, _json_object_error(str(value), spec.json)))
+        elif spec.json is not None and not isinstance(value, bool) and (spec.json == "object" or OBJECT_SHAPED.match(str(value))):
+            # A dict flag: argparse's json.loads, or, where a string is also allowed (union_dict_and_str), for a
+            # value shaped {...}; any other such value is kept as that string.
+            why = _json_object(str(value))[1]
+            if why:
+                found.append(finding("value-domain", host, where, why))
     return found
 
 
-def _json_object_error(value: str, form: str) -> str:
-    """What vLLM's argparse says of a dict flag's value ("" when it reads one): ``json.loads`` into an object, or,
-    where a string is also allowed, any value not shaped ``{...}`` kept as that string (``union_dict_and_str``)."""
-    if form == "object-or-string" and not re.match(r"(?s)^\s*{.*}\s*$", value):
-        return ""
+def _json_object(value: str) -> tuple[dict[str, object], str]:
+    """A dict flag's value as vLLM's argparse reads it, with json.loads; the why ("" when it is a JSON object)."""
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
-        return f"is not valid JSON ({exc.msg} at character {exc.pos}): {value!r}"
-    return "" if isinstance(parsed, dict) else f'must be a JSON object such as {{"key": value}}, got {value!r}'
+        return {}, f"is not valid JSON ({exc.msg} at character {exc.pos}): {value!r}"
+    if not isinstance(parsed, dict):
+        return {}, f'must be a JSON object such as {{"key": value}}, got {value!r}'
+    return parsed, ""
 
 
 def _not_a_choice(value: str, spec: knowledge.Flag, version: str) -> str:
@@ -209,12 +213,9 @@ def _not_a_choice(value: str, spec: knowledge.Flag, version: str) -> str:
 
 def _json_config_findings(host: str | None, where: str, value: str, fields: dict[str, knowledge.Flag], version: str) -> list[Finding]:
     """A JSON config flag: vLLM parses it into a config that forbids unknown keys, nested configs included, at start-up."""
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        return [finding("value-domain", host, where, f"is not valid JSON ({exc.msg} at character {exc.pos}): {value!r}")]
-    if not isinstance(parsed, dict):
-        return [finding("value-domain", host, where, f'must be a JSON object such as {{"key": value}}, got {value!r}')]
+    parsed, why = _json_object(value)
+    if why:
+        return [finding("value-domain", host, where, why)]
     return _json_keys(host, where, parsed, fields, version)
 
 
