@@ -29,6 +29,7 @@ from instinct_fleet import scaffold
 from instinct_fleet.converge import managed
 from instinct_fleet.fleet import bench, monitoring, remote, status, sweeps, trials, tunereport
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
+from instinct_fleet.fleet.spread import WARM_ENV
 from instinct_fleet.model import knowledge, paths, workload
 from instinct_fleet.model.defaults import DEFAULTS, default_image
 from instinct_fleet.model.inventory import InventoryError, load_inventory, plan_hosts, project_of, select, with_cluster_peers
@@ -285,6 +286,21 @@ def _deploy(opts: argparse.Namespace, project: Path, deploy_file: str) -> int:
             payload = {"results": None}
         payload["roll"] = json.loads(summary.read_text())["roll"] if summary.is_file() else []
     print(json.dumps(payload, indent=2))
+    return code
+
+
+def cmd_warm(opts: argparse.Namespace) -> int:
+    """A deploy that restarts one instance per compile configuration and spreads its cache (instinct_fleet/fleet/spread.py)."""
+    where = _deploy_file(opts)
+    if refused((f for _, fs in _plan_limited(opts) for f in fs), "nothing was warmed and no host was contacted", warnings=True):
+        return EXIT_INVALID
+    os.environ[WARM_ENV] = "1"
+    code = _deploy(opts, *where)
+    print(
+        "instinct-fleet: each compile configuration was built on one host and its cache copied to the others that serve it; "
+        "`instinct-fleet deploy` with this inventory now restarts them warm.",
+        file=sys.stderr,
+    )
     return code
 
 
@@ -621,12 +637,17 @@ def build_parser() -> argparse.ArgumentParser:
         "rollback",
         help="put back an earlier generation of each host's serving files through the roll's batches and health gates; arguments after -- go to pyinfra",
     )
+    warm = sub.add_parser(
+        "warm",
+        help="build each new compile configuration on one host (behind its health gate) and copy its cache to every "
+        "other host that serves it, which does not restart: the next deploy starts them warm; arguments after -- go to pyinfra",
+    )
     status_p = sub.add_parser("status", help="every unit of the fleet now: state, health, image, requests running/waiting, KV cache")
     bench_p = sub.add_parser(
         "bench", help="vllm bench serve against each instance, from its own image, on its host (or --client); results for report"
     )
     targets = sub.add_parser("targets", help="Prometheus file_sd JSON for every vLLM /metrics endpoint and metrics exporter")
-    for p in (deploy, rollback):
+    for p in (deploy, rollback, warm):
         p.add_argument("inventory")
         p.add_argument(
             "deploy_file",
@@ -639,11 +660,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="pyinfra's JSON results (operations, totals, failed hosts) and the roll summary")
     for p in (verify, status_p, bench_p, targets):
         p.add_argument("inventory")
-    for p in (plan, deploy, verify, rollback, status_p, bench_p, targets):
+    for p in (plan, deploy, verify, rollback, warm, status_p, bench_p, targets):
         p.add_argument(
             "--limit", action="append", metavar="PATTERN", help="a group name or a glob of host names, as pyinfra's --limit (repeatable)"
         )
-    for p in (plan, deploy, verify, rollback, status_p, bench_p, targets):
+    for p in (plan, deploy, verify, rollback, warm, status_p, bench_p, targets):
         p.add_argument(
             "--project-dir",
             help="the directory pyinfra runs in: config.py and group_data/ (default: the deploy file's directory, else the current one)",
@@ -653,6 +674,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     deploy.set_defaults(func=cmd_deploy)
     rollback.set_defaults(func=cmd_rollback)
+    warm.set_defaults(func=cmd_warm)
     verify.set_defaults(func=cmd_verify)
     targets.add_argument("-o", "--output", help="write to this file (Prometheus re-reads it) instead of printing")
     targets.set_defaults(func=cmd_targets)
@@ -721,7 +743,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             joined.append(item)
     opts = parser.parse_args(joined)
     opts.passthrough = passthrough
-    if passthrough and opts.command not in ("deploy", "verify", "rollback"):
+    if passthrough and opts.command not in ("deploy", "verify", "rollback", "warm"):
         parser.error(f"{opts.command} takes no arguments after --")
     try:
         code = int(opts.func(opts))

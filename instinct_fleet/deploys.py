@@ -34,6 +34,7 @@ from pyinfra.context import host
 from pyinfra.operations import apt
 
 from instinct_fleet.converge import apply, content, managed, operations
+from instinct_fleet.fleet import spread
 from instinct_fleet.fleet.run import fleet_plan, plan_for
 from instinct_fleet.fleet.serving import converge_batch, healthy
 from instinct_fleet.model import paths
@@ -214,6 +215,16 @@ def serving() -> None:
         operations.barrier(name=f"Roll: batch {batch}", note=f"roll batch {batch}")
         if batch == mine:
             converge_batch(plan, fleet, batch, host.state)
+        # The compile caches the batch's hosts built, into this host's before its own batch (fleet/spread.py).
+        spread.emit_receives(
+            fleet.roll.spreads,
+            host.name,
+            batch,
+            plan.spec.vars.compile_cache_keep,
+            fleet.roll.carried,
+            lambda: fleet.roll.interrupted is None,
+            plan.spec.vars.image_pull_timeout,
+        )
     # After the last batch (on every host at once): a host whose batch an interrupt (SIGINT, SIGTERM)
     # kept from opening fails, so that the run exits non-zero.
     operations.fail(

@@ -46,6 +46,23 @@ def env_var_names(envs_source: str) -> list[str]:
     raise SystemExit("environment_variables not found in vllm/envs.py")
 
 
+def compile_env(envs_source: str, env_vars: list[str]) -> list[str]:
+    """The env vars vLLM folds into its torch.compile cache key: ``compile_factors`` hashes every known one but
+    its ``ignored_factors`` set; older releases' ``compute_hash`` hashes the ``environment_variables_to_hash`` list."""
+    for node in ast.walk(ast.parse(envs_source)):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+        if not isinstance(target, ast.Name) or not isinstance(node.value, (ast.Set, ast.List)):
+            continue
+        names = {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        if target.id == "ignored_factors":
+            return sorted(set(env_vars) - names)
+        if target.id == "environment_variables_to_hash":
+            return sorted(names & set(env_vars))
+    raise SystemExit("neither ignored_factors nor environment_variables_to_hash found in vllm/envs.py")
+
+
 def _identifiers(node: ast.AST) -> set[str]:
     """Every name or attribute that ``node`` loads."""
     found = set()
@@ -406,8 +423,8 @@ def _kwargs_sources(func: ast.AST) -> dict[str, str]:
     return found
 
 
-def serve_flags(parser_sources: list[str], types: _Types) -> tuple[dict[str, dict[str, object]], dict[str, str]]:
-    """Collect every ``add_argument`` flag of the serve parser, and the frontend dataclass flags."""
+def serve_flags(parser_sources: list[str], types: _Types, frontend: bool = True) -> tuple[dict[str, dict[str, object]], dict[str, str]]:
+    """Collect every ``add_argument`` flag of the serve parser, and (``frontend``) the frontend dataclass flags."""
     flags: dict[str, dict[str, object]] = {}
     aliases: dict[str, str] = {}
     for source in parser_sources:
@@ -452,7 +469,7 @@ def serve_flags(parser_sources: list[str], types: _Types) -> tuple[dict[str, dic
             for other in names:
                 if other != long_names[0]:
                     aliases[other] = long_names[0]
-    for cls in types.fields:
+    for cls in types.fields if frontend else ():
         if cls.endswith("FrontendArgs") and cls != "BaseFrontendArgs":
             for name in types.all_fields(cls):
                 flags.setdefault("--" + name.replace("_", "-"), types.describe(types.field(cls, name)))
@@ -847,6 +864,7 @@ def extract(wheel: Path) -> dict[str, object]:
                 if "def make_arg_parser" in text:
                     parser_files.append(name)
         flags, aliases = serve_flags([read(n) for n in parser_files], types)
+        engine, _ = serve_flags([read("vllm/engine/arg_utils.py")], types, frontend=False)
         version = wheel.name.split("-")[1]
         env_vars = env_var_names(envs)
         return {
@@ -854,8 +872,11 @@ def extract(wheel: Path) -> dict[str, object]:
             "source": f"{wheel.name}: vllm/envs.py, " + ", ".join(parser_files) + "; reads and enums: every vllm/*.py",
             "env_vars": env_vars,
             "env_unread": unread_env_vars(env_vars, modules),
+            "compile_env": compile_env(envs, env_vars),
             "flags": flags,
             "aliases": aliases,
+            # The server's own flags (its parser and FrontendArgs): no engine setting, so no part of the compile cache key.
+            "frontend": sorted(set(flags) - set(engine)),
             "quantization": quantization_table(modules),
             "attention_backends": attention_backends(modules),
             "mx_architectures": mx_architectures(modules),

@@ -263,8 +263,9 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             lambda _r: SKIP if v.docker_credentials_file is None else _local(v.docker_credentials_file),
             mode="600",
         ),
-        # Compile caches: the root, the directory of each image this host serves, and the script that readies one
-        # before a unit starts (its image id, stale build locks, older images' caches).
+        # Compile caches: the root, the directory of each image this host serves, the script that readies one
+        # before a unit starts (its image id, stale build locks, older images' caches), and the one that packs a
+        # cache and merges a checked copy of one (the roll's spreading, instinct_fleet/fleet/spread.py).
         *(
             [
                 FileEntry(v.compile_cache_dir, "runtime", "Compile-cache root", lambda _r: b"", mode="755", directory=True),
@@ -273,6 +274,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
                     for image, cache in sorted({svc.image: spec.compile_cache(svc) for svc in spec.services}.items())
                 ),
                 FileEntry(paths.CACHE_PREPARE, "runtime", "Compile-cache script", lambda _r: render.template_bytes("cache-prepare.sh")),
+                FileEntry(paths.CACHE_SPREAD, "runtime", "Compile-cache copy script", lambda _r: render.template_bytes("cache-spread.sh")),
             ]
             if spec.services
             else []

@@ -39,6 +39,7 @@ class Gpu:
     render_node: str | None
     driver: str | None
     firmware: str | None
+    arch: str | None = None  # amd-smi's target_graphics_version (gfx942 on MI300X); rocm-smi's listing has none
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,13 @@ class HostReport:
     def numa_balancing(self) -> str | None:
         """kernel.numa_balancing's live value, None on a kernel without it (the probe reads it as a declared sysctl)."""
         return self.sysctls.get(NUMA_BALANCING)
+
+    @property
+    def gpu_arch(self) -> str | None:
+        """The one GPU architecture of the host (gfx942): compiled kernels and JIT modules built for it run only
+        on it, so a compile cache goes only to hosts with the same; None when the GPUs do not all name the same."""
+        archs = {gpu.arch for gpu in self.gpus}
+        return next(iter(archs)) if len(archs) == 1 else None
 
     @property
     def missing_kernel_args(self) -> tuple[str, ...]:
@@ -167,6 +175,7 @@ def _amd_smi_gpus(static: Any, by_path: dict[str, str], nodes: tuple[str, ...]) 
                 render_node=render,
                 driver=_na(_dig(row, "driver", "version")),
                 firmware=_na(_dig(row, "ifwi", "version")) or _na(_dig(row, "vbios", "version")),
+                arch=_na(_dig(row, "asic", "target_graphics_version")),
             )
         )
     if gpus and all(g.market_name == "N/A" for g in gpus):

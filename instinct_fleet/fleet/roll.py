@@ -29,7 +29,8 @@ from instinct_fleet.converge.generations import GenerationPlan
 from instinct_fleet.converge.health import Startup
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.state import content_differs
-from instinct_fleet.fleet import canary
+from instinct_fleet.fleet import canary, spread
+from instinct_fleet.fleet.spread import Carried, Spread
 from instinct_fleet.model import paths
 
 Kind = Literal["unchanged", "start", "restart"]
@@ -80,7 +81,9 @@ class Turn:
     """What one host does in the serving stage, decided from its plan before anything runs (the preflight facts do
     not change during a run), so the stage only acts: :func:`instinct_fleet.fleet.serving.converge_batch`."""
 
-    batch: int  # the host's batch; 0 for a host whose units are unchanged (it checks them in batch 0)
+    # The host's batch; 0 for a host whose units are unchanged (it checks them in batch 0); None: it has changes but
+    # acts in no batch of this run (``instinct-fleet warm`` restarts other hosts, the next deploy rolls it).
+    batch: int | None
     rolling: bool  # its serving unit restarts something that serves now
     force: bool  # every serving unit restarts: docker's settings change, or a member of a cluster that rolls
     stale: tuple[str, ...]  # units the inventory no longer names, still there: stopped, their files removed
@@ -92,8 +95,9 @@ class Turn:
     marker_left: bool  # a roll marker a failed roll left behind
 
 
-def turn(plan: HostPlan, roll: Roll) -> Turn:
-    """One host's :class:`Turn` in ``roll``."""
+def turn(plan: HostPlan, roll: Roll, only: frozenset[str] | None = None) -> Turn:
+    """One host's :class:`Turn` in ``roll``; ``only`` (``instinct-fleet warm``): the instance units it may restart.
+    A host with changes and none of them in ``only`` acts in no batch; its docker settings wait as well."""
     host = str(plan.spec.host)
     unit = roll.unit_of(host)
     rolling = unit is not None and unit.kind == "restart"
@@ -102,6 +106,10 @@ def turn(plan: HostPlan, roll: Roll) -> Turn:
     stale = tuple(u for u in plan.stale_units if plan.unit_drifted(u) or plan.drifted(paths.unit_path(u)))
     pending = tuple(name for name in plan.desired.serving if force or not plan.serving_in_place(name))
     deferred = defers_docker(plan)
+    if only is not None and (pending or stale) and not set(pending) & only:
+        return Turn(None, False, False, (), (), deferred, False, plan.generations, False, False)
+    if only is not None:
+        pending, stale = tuple(name for name in pending if name in only), ()
     return Turn(
         batch=roll.batch_of(host) or 0,
         rolling=rolling,
@@ -145,6 +153,9 @@ class Roll:
     turns: dict[str, Turn] = field(default_factory=dict)  # per host that passed preflight: its part in the roll
     # Per host and serving unit: its start in this roll, from the health gate (how long, cold or warm, the phases).
     starts: dict[tuple[str, str], Startup] = field(default_factory=dict)
+    spreads: tuple[Spread, ...] = ()  # the compile caches carried from the first host to build them to later ones
+    carried: Carried = field(default_factory=Carried)  # what each copy did
+    warm: bool = False  # instinct-fleet warm: only the batches' instances restart; the others wait, their caches filled
 
     def batch_of(self, host: str) -> int | None:
         for index, batch in enumerate(self.batches):
@@ -259,6 +270,8 @@ class Roll:
             return "unchanged", ""
         if not ran:
             return ("would-start" if unit.kind == "start" else "would-roll"), f"in batch {batch}; a dry run changed nothing"
+        if batch is None and self.warm:
+            return "not-rolled", "left for the next deploy, which restarts it on the compile cache this run built"
         if batch is None or batch not in self.failed_at_start:
             stopped = self.failed_batches(failed, len(self.batches))
             where = ", ".join(map(str, stopped))
@@ -282,6 +295,7 @@ class Roll:
                         "why": why,
                         "canary": [c.as_json() for c in self.compared.get(host, [])],
                         "start": start.as_json() if (start := self.starts.get((host, paths.service(instance)))) else None,
+                        "cache": self.carried.notes.get(host, []),
                     }
                 )
         return rows
@@ -299,7 +313,7 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
 def _why(row: dict[str, Any]) -> str:
     why = row["why"].splitlines()[0] if row["why"] else ""
     start = Startup(**row["start"]).describe() if row.get("start") else ""
-    return "; ".join(part for part in (why, start) if part)
+    return "; ".join(part for part in (why, start, *row.get("cache", ())) if part)
 
 
 def dump_summary(rows: list[dict[str, Any]]) -> str:
@@ -334,8 +348,10 @@ def defers_docker(plan: HostPlan) -> bool:
     return docker_changed(plan) and kind(plan) == "restart"
 
 
-def plan_roll(plans: Mapping[str, HostPlan]) -> Roll:
-    """The run's serving units, their kind and their batches, from every planned host that passed preflight."""
+def plan_roll(plans: Mapping[str, HostPlan], warm: bool = False) -> Roll:
+    """The run's serving units, their kind and their batches, from every planned host that passed preflight, and
+    the compile caches carried between them. ``warm`` (``instinct-fleet warm``): the batches restart one instance
+    per compile configuration (spread.warm_sources), and every other host that serves it receives its cache."""
     ready = {name: plan for name, plan in plans.items() if plan.ok and plan.desired.serving}
     clusters: dict[str, list[HostPlan]] = {}
     units = []
@@ -351,17 +367,32 @@ def plan_roll(plans: Mapping[str, HostPlan]) -> Roll:
         units.append(ServingUnit(f"cluster {cluster_name}", hosts, combine(kind(p) for p in members)))
     if not ready:
         roll = Roll([], [[]], 0)
-    else:
-        # validate_rolling has checked that every host carries the same rolling settings.
-        v = next(iter(ready.values())).spec.vars
-        roll = Roll(
+        roll.turns.update({name: turn(plan, roll) for name, plan in sorted(plans.items()) if plan.ok})
+        return roll
+    # validate_rolling has checked that every host carries the same rolling settings.
+    v = next(iter(ready.values())).spec.vars
+    canaried = v.canary_profile is not None and not warm
+
+    def make(rolled: list[ServingUnit]) -> Roll:
+        return Roll(
             units,
-            batches(units, batch_size(v.rolling_batch, len(units)), canary=v.canary_profile is not None),
+            batches(rolled, batch_size(v.rolling_batch, len(rolled)), canary=canaried),
             v.rolling_max_failures,
             on_failure=v.rolling_on_failure,
-            canary_rule=canary.Rule.of(v) if v.canary_profile is not None else None,
+            canary_rule=canary.Rule.of(v) if canaried else None,
+            warm=warm,
         )
-        if v.canary_profile is not None and len(roll.batches) > 1 and roll.batches[1]:
+
+    roll = make(units)
+    turns = {name: turn(plan, roll) for name, plan in sorted(plans.items()) if plan.ok}
+    if not warm:
+        roll.spreads = spread.plan(plans, turns)
+        roll.turns.update(turns)
+        if canaried and len(roll.batches) > 1 and roll.batches[1]:
             roll.canary_host = roll.batches[1][0].hosts[0]  # the head of a cluster, where its instance answers
-    roll.turns.update({name: turn(plan, roll) for name, plan in sorted(plans.items()) if plan.ok})
+        return roll
+    sources = spread.warm_sources(plans, turns)
+    roll = make([u for u in units if u.hosts[0] in sources])
+    roll.spreads = spread.plan(plans, turns, sources, roll.batch_of)
+    roll.turns.update({name: turn(plan, roll, sources.get(name, frozenset())) for name, plan in sorted(plans.items()) if plan.ok})
     return roll

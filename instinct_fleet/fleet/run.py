@@ -28,6 +28,7 @@ from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.managed import UNTOUCHED
 from instinct_fleet.converge.preflight import HostReport
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV, Roll, dump_summary, format_summary, plan_roll
+from instinct_fleet.fleet.spread import WARM_ENV
 from instinct_fleet.model import gate
 from instinct_fleet.model.inventory import HostData, hosts_of, plan_hosts, project_of
 from instinct_fleet.model.rules import Finding, finding
@@ -156,13 +157,13 @@ class FleetPlan:
     weight_seeds: dict[str, str]
 
     @classmethod
-    def of(cls, plans: dict[str, HostPlan]) -> FleetPlan:
-        """The run's plan, made whole from the hosts' plans."""
+    def of(cls, plans: dict[str, HostPlan], warm: bool = False) -> FleetPlan:
+        """The run's plan, made whole from the hosts' plans (``warm``: an ``instinct-fleet warm`` run)."""
         seeds = image_seeds(plans)
         pulls: dict[str, Literal["seed", "after"]] = {
             name: "seed" if name in seeds else "after" for name, plan in plans.items() if plan.ok and plan.pulls_image
         }
-        return cls(plans, plan_roll(plans), pulls, weight_seeds(plans))
+        return cls(plans, plan_roll(plans, warm), pulls, weight_seeds(plans))
 
 
 def image_seeds(plans: dict[str, HostPlan]) -> set[str]:
@@ -302,7 +303,7 @@ def _plan_run(state: Any) -> FleetPlan:
         return {name: job.value if isinstance(job.value, HostReport) else None for name, job in jobs.items()}
 
     plans = plan_inventory(data, active, read_all, restore)
-    return FleetPlan.of(plans)
+    return FleetPlan.of(plans, warm=os.environ.get(WARM_ENV) == "1")
 
 
 def _refuse_unchecked(state: Any) -> None:

@@ -19,7 +19,7 @@ from pyinfra.operations.util import any_changed
 
 from instinct_fleet.converge import apply, health, operations
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet import canary, measure
+from instinct_fleet.fleet import canary, measure, spread
 from instinct_fleet.fleet.run import FleetPlan
 from instinct_fleet.model import knowledge, paths, workload
 from instinct_fleet.model.defaults import Hook
@@ -184,6 +184,8 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
 
     if joins:
         operations.router_pools_joined(name="Roll: back into the router pools", members=joins, _if=passed)
+    # The caches this host built for hosts of later batches: sent once its instances passed their gate.
+    spread.emit_sends(fleet.roll.spreads, host, batch, fleet.roll.carried, passed, v.image_pull_timeout)
     if rollback:
         _rollback(plan, fleet, batch, failed, start_timeout * max(1, len(pending)))
         if left:  # healthy again on the old files (the rollback's gate fails the host otherwise)

@@ -140,8 +140,10 @@ class VllmKnowledge:
     source: str
     env_vars: frozenset[str]
     env_unread: frozenset[str]  # defined in envs.py, but no running code reads them
+    compile_env: frozenset[str]  # the env vars vLLM folds into its torch.compile cache key (envs.compile_factors)
     flags: dict[str, Flag]
     aliases: dict[str, str]
+    frontend: frozenset[str]  # the server's own flags (--port, --api-key): no engine setting, no part of the compile key
     quantization: Quantization
     backends: dict[str, Backend]  # the backends ROCm can pick; empty where the version declares none
     backends_source: str
@@ -239,8 +241,10 @@ def load(version: str) -> VllmKnowledge:
         source=data["source"],
         env_vars=frozenset(data["env_vars"]),
         env_unread=frozenset(data["env_unread"]),
+        compile_env=frozenset(data["compile_env"]),
         flags=flags,
         aliases=dict(data["aliases"]),
+        frontend=frozenset(data["frontend"]),
         quantization=Quantization(
             methods=frozenset(quant["methods"]),
             deprecated=frozenset(quant["deprecated"]),

@@ -22,6 +22,7 @@ REBOOT_MARKER = "/run/instinct-fleet/reboot-required"
 RAY_ENV = f"{CONFIG_DIR}/ray.env"
 RAY_READY_SCRIPT = f"{CONFIG_DIR}/ray-ready.py"
 CACHE_PREPARE = f"{CONFIG_DIR}/cache-prepare.sh"  # a serving unit's ExecStartPre for its image's compile cache
+CACHE_SPREAD = f"{CONFIG_DIR}/cache-spread.sh"  # packs a compile cache on the host that built it, checks and merges a copy
 RAY_TMP = "/var/lib/instinct-fleet/ray"  # shared /tmp/ray: the vLLM driver joins the head's Ray node through it
 FIREWALL_FILE = f"{CONFIG_DIR}/firewall.nft"
 FIREWALL_UNIT = "instinct-fleet-firewall"
@@ -141,6 +142,13 @@ ROUTER_GLOBS = (f"{SYSTEMD_DIR}/{ROUTER_PATTERN}", f"{CONFIG_DIR}/router/*.worke
 # What the preflight fact hashes and stats besides the declared paths; and the unit patterns it lists.
 PROBED_GLOBS = (*RESTART_FILES, *ROUTER_GLOBS)
 PROBED_PATTERNS = (*UNIT_PATTERNS, ROUTER_PATTERN)
+
+
+def spread_bundle(cache: str, digest: str) -> str:
+    """Where a packed copy of the compile cache ``cache`` waits on a host, beside the caches (one filesystem, so that
+    its entries move into place by rename); ``digest`` names one copy. A dot directory: no image's cache."""
+    root, _, name = cache.rpartition("/")
+    return f"{root}/.spread/{name}-{digest}.tar"
 
 
 def compile_cache(root: str, image: str) -> str:

@@ -6,6 +6,7 @@ Both the CLI's JSON and the deploy's templates call these functions, so what
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import re
@@ -135,6 +136,26 @@ def compile_cache_env(cache: str, svc: ServiceSpec) -> dict[str, str]:
     if svc.env.get("PYTORCH_TUNABLEOP_ENABLED") in TRUE:
         env["PYTORCH_TUNABLEOP_FILENAME"] = f"{cache}/tunableop/tunableop_results%d.csv"
     return env
+
+
+def compile_config(svc: ServiceSpec, api_key_path: str | None) -> str | None:
+    """A digest of what the pinned vLLM folds into its compile cache key: the image, the model, every engine flag
+    (its server's own flags, such as --port and --api-key, aside: the table's ``frontend``) and the env vars its
+    ``compile_factors`` hash (the table's ``compile_env``). Two instances with the same digest build the same cache
+    entries, so one's cache starts the other warm. VLLM_API_KEY, set in the container from ``api_key_path``,
+    counts by that path where the version hashes it. None for a version without a table.
+
+    It may split what vLLM would share (it counts every engine flag), never the reverse; and vLLM checks its own
+    key on every start, so a cache copied to a host that differs is unused, never misused."""
+    table = knowledge.find(svc.version)
+    if table is None:
+        return None
+    engine = {name: value for name, value in svc.args.items() if f"--{name}" not in table.frontend}
+    env = {name: value for name, value in svc.env.items() if name in table.compile_env}
+    if api_key_path is not None and "VLLM_API_KEY" in table.compile_env:
+        env["VLLM_API_KEY"] = f"(read from {api_key_path})"
+    factors = json.dumps([svc.image, svc.model, engine, env], sort_keys=True, default=str)
+    return hashlib.sha256(factors.encode()).hexdigest()[:16]
 
 
 def env_file(env: dict[str, str], with_token: bool) -> str:

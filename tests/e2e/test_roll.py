@@ -34,6 +34,14 @@ from fleetctl import (
 from instinct_fleet.model import paths
 
 FLEET_SHARE = 1  # with the bench, router and tune modules; the roll's gates are on share 2 (conftest.py)
+# A cache miss compiles for STANDIN_COMPILE_S. sim-gpu-1's main and sim-gpu-2's oss serve gpt-oss-120b with one
+# configuration once both have the API key (vLLM 0.22.0 hashes VLLM_API_KEY into its compile key), so the host
+# that restarts oss after sim-gpu-1 can start it on the cache sim-gpu-1 built.
+COMPILING = {
+    "sim-gpu-1": {"vllm_api_key_path": "/etc/instinct-fleet/api-key", "vllm_env": {"STANDIN_COMPILE_S": "3"}},
+    "sim-gpu-2": {"vllm_env": {"HF_HUB_OFFLINE": "1", "STANDIN_COMPILE_S": "3"}},
+}
+SPOOL = "/var/cache/instinct-fleet/compile/.spread"  # where a host receives a cache copy (paths.spread_bundle)
 
 
 def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(on_local: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
@@ -49,6 +57,7 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(on_loc
             "rolling_pre_stop": {"control": log.format("pre", hooks), "host": log.format("pre", "/var/log/hooks.log")},
             "rolling_post_start": {"control": log.format("post", hooks)},
         },
+        hosts=COMPILING,
     )
     # A build lock a killed container left in the image's compile cache (its PID namespace is gone): the unit's
     # ExecStartPre removes it, where AITER would wait on it forever (aiter#5266).
@@ -71,6 +80,13 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(on_loc
     # stand-in logs vLLM's own lines; with no STANDIN_COMPILE_S it compiles nothing, so no cache verdict).
     starts = {(r["host"], r["instance"]): r["start"] for r in rolled.roll if r["status"] == "rolled" and r["instance"].startswith("vllm-")}
     assert starts and all(s and s["seconds"] > 0 and s["weights"] is not None for s in starts.values()), starts
+    # The changed flag misses on the first host that restarts it and hits on the later one, which received the cache.
+    cache = {row["host"]: row["cache"] for row in rolled.roll}
+    assert starts[("sim-gpu-1", "vllm-main")]["cache"] == "cold" and starts[("sim-gpu-2", "vllm-oss")]["cache"] == "warm", starts
+    assert starts[("sim-gpu-2", "vllm-llama-a")]["cache"] == "cold"  # nobody had built Llama 3.1 70B before it
+    assert [c for c in cache["sim-gpu-1"] if "sent to 1 host(s)" in c], cache
+    assert [c for c in cache["sim-gpu-2"] if "compile cache from sim-gpu-1 received" in c], cache
+    assert starts[("sim-gpu-2", "vllm-oss")]["compile"] < 3 <= starts[("sim-gpu-1", "vllm-main")]["compile"], starts
     assert "started in " in rolled.stderr.split("Roll summary:")[-1]
     batches = {row["serving_unit"]: row["batch"] for row in rolled.roll if row["status"] == "rolled"}
     assert sorted(batches.values()) == [1, 2, 3] and set(batches) == set(UNITS)
@@ -106,7 +122,7 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(on_loc
 def test_a_crash_looping_change_is_rolled_back_on_its_first_batch(on_local: Run, fleet: dict[str, Any], tmp_path: Path) -> None:
     """rolling_on_failure = "rollback" (the default): the batch whose gate fails goes back to its last healthy
     generation, byte for byte, answers again, and the roll stops; the run exits non-zero."""
-    good = inventory(tmp_path, "good", BASELINE)
+    good = inventory(tmp_path, "good", BASELINE, hosts=COMPILING)
     broken = inventory(tmp_path, "broken", {**BASELINE, "vllm_env": {"STANDIN_CRASH_AT_START": "1"}})
     before = {(h, c): started_at(fleet, h, c) for h, c in (("sim-gpu-1", "vllm-main"), ("sim-gpu-2", "vllm-llama-a"))}
     files = serving_files(fleet)
@@ -131,11 +147,21 @@ def test_a_crash_looping_change_is_rolled_back_on_its_first_batch(on_local: Run,
     for (host, container), at in before.items():
         assert started_at(fleet, host, container) == at, f"{container} on {host} was restarted by a stopped roll"
         assert "STANDIN_CRASH" not in ssh(fleet, host, f"docker inspect --format '{{{{.Config.Env}}}}' {container}")
-    # Fixed and re-run: the roll completes, and the run after it changes nothing.
-    fixed = deploy(inventory=good)
+    # Fixed and re-run: the roll completes, and the run after it changes nothing. sim-gpu-2's disk has no room for
+    # the cache sim-gpu-1 sends (a 4 KiB filesystem where copies land): the partial copy is removed, never used, and
+    # oss compiles there as it would have; the roll goes on.
+    ssh(fleet, "sim-gpu-2", f"mkdir -p {SPOOL} && mount -t tmpfs -o size=4k tmpfs {SPOOL}")
+    try:
+        fixed = deploy(inventory=good)
+    finally:
+        ssh(fleet, "sim-gpu-2", f"umount {SPOOL}")
     assert fixed.results["failed_hosts"] == ["sim-nogpu"], fixed.stderr[-3000:]
     for host in ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2"):
         assert fixed.status(host) <= {"rolled", "started"}, fixed.roll
+    refused = [c for row in fixed.roll if row["host"] == "sim-gpu-2" for c in row["cache"]]
+    assert refused and all("not received" in c and "the partial copy was removed" in c for c in refused), refused
+    oss = next(row["start"] for row in fixed.roll if (row["host"], row["instance"]) == ("sim-gpu-2", "vllm-oss"))
+    assert oss["cache"] == "cold", oss
     quiet(deploy(inventory=good))
     FIGURES.append(
         f"crash-looping change rolled back on batch 1 (the Ray cluster) in {stopped.seconds:.0f} s, lowest capacity "

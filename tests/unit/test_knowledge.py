@@ -24,6 +24,12 @@ environment_variables: dict[str, Callable[[], Any]] = {
     "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": lambda: False,
     "VLLM_RPC_TIMEOUT": lambda: 10000,
 }
+def compile_factors() -> dict[str, object]:
+    ignored_factors: set[str] = {
+        "VLLM_HOST_IP",
+        "VLLM_RPC_TIMEOUT",
+        "LD_LIBRARY_PATH",
+    }
 """
 # Read as 0.22.0 does: AITER through a classmethod something calls, unified attention into an
 # attribute whose only reader is a method nobody calls; VLLM_RPC_TIMEOUT nowhere; VLLM_HOST_IP as a default.
@@ -221,6 +227,11 @@ def test_extractor_on_a_synthetic_wheel(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "vllm-9.9.9.json").read_text())
     assert data["env_vars"] == ["VLLM_HOST_IP", "VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "VLLM_RPC_TIMEOUT"]
     assert data["env_unread"] == ["VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "VLLM_RPC_TIMEOUT"]
+    # compile_factors hashes every known env var but its ignored ones (a name it ignores that envs.py lacks is no var).
+    assert data["compile_env"] == ["VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION"]
+    # The server's own flags (cli_args.py's parser and FrontendArgs), no engine setting: no part of the compile key.
+    assert set(data["frontend"]) < set(data["flags"]) and {"--port", "--host"} <= set(data["frontend"])
+    assert not {"--max-num-seqs", "--tensor-parallel-size", "--kv-cache-dtype"} & set(data["frontend"])
     assert data["flags"] == {
         # The registry's enum (the one vLLM has) wins over the stub in config/attention.py.
         "--attention-backend": {

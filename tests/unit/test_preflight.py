@@ -70,6 +70,7 @@ def test_captured_mi300x_host_parses_completely() -> None:
     assert [g.model for g in report.gpus] == ["MI300X"] * 8
     assert [g.render_node for g in report.gpus] == [f"renderD{128 + i}" for i in range(8)]
     assert report.gpus[0].bdf == "0000:1b:00.0" and report.gpus[0].firmware == "00159017"
+    assert report.gpu_arch == "gfx942"  # every GPU's asic.target_graphics_version: where a compile cache may go
     assert (report.rocm_version, report.amdgpu_version) == ("7.2.1", "6.16.13")
     assert (report.compute_partition, report.memory_partition) == ("SPX", "NPS1")
     assert report.missing_kernel_args == ("pci=realloc=off",)
@@ -103,6 +104,7 @@ def test_rocm_smi_is_the_fallback() -> None:
     report = preflight.parse_report(text)
     assert report.smi == "rocm-smi"
     assert [(g.model, g.render_node) for g in report.gpus] == [("MI300X", "renderD128")]
+    assert report.gpu_arch is None  # rocm-smi names no architecture: such a host neither sends nor receives a compile cache
     problems = hostchecks.hard_problems(report, spec(gpu_count=1))  # type: ignore[arg-type]
     assert problems == []
 

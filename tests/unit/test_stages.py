@@ -58,6 +58,7 @@ FRESH = {
         "Compile-cache root",
         "Compile cache of vllm/vllm-openai-rocm:v0.22.0",
         "Compile-cache script",
+        "Compile-cache copy script",
         f"docker settings {paths.DAEMON_JSON}",
         f"docker settings {paths.DOCKER_DROP_IN}",
         "Reload systemd (dockerd settings)",

@@ -795,16 +795,14 @@ def join_ray(tp: int, pp: int) -> None:
             os._exit(1)
 
 
-# Flags that change how a server listens, not what it compiles: vLLM's compile cache key leaves them out, so two
-# hosts serving one model with one configuration on different ports share one cache.
-SERVING_ONLY = ("--port", "--host", "--api-key", "--served-model-name", "--shutdown-timeout", "--uvicorn-log-level")
-
-
 def compile_key(model: str, args: dict[str, Any]) -> str:
-    """What vLLM's compile cache key covers: the model, the engine's settings from its argv, and every VLLM_* variable
-    (the cache root, under which the cache lives, and the node's own address aside)."""
-    engine = {k: v for k, v in args.items() if k not in SERVING_ONLY}
-    env = {k: v for k, v in os.environ.items() if k.startswith("VLLM_") and k not in ("VLLM_CACHE_ROOT", "VLLM_HOST_IP")}
+    """What this vLLM version's compile cache key covers, from its own source (the knowledge table): the model, the
+    engine's settings from its argv (the server's own flags, TABLE["frontend"], aside: two hosts serving one model
+    with one configuration on different ports share one cache) and the env vars its ``compile_factors`` hash
+    (TABLE["compile_env"]; VLLM_CACHE_ROOT and VLLM_HOST_IP are not among them)."""
+    frontend = set(TABLE["frontend"])
+    engine = {k: v for k, v in args.items() if k not in frontend}
+    env = {k: v for k, v in os.environ.items() if k in TABLE["compile_env"]}
     return hashlib.sha256(json.dumps([model, engine, env], sort_keys=True).encode()).hexdigest()[:16]
 
 

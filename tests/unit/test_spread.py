@@ -1,0 +1,128 @@
+"""Carrying compile caches: who builds, who receives, what counts as one configuration, and ``instinct-fleet warm``."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from instinct_fleet.converge import preflight
+from instinct_fleet.converge.hostplan import HostPlan
+from instinct_fleet.fleet import spread
+from instinct_fleet.fleet.roll import format_summary, plan_roll
+from instinct_fleet.fleet.run import plan_inventory
+from instinct_fleet.model.inventory import HostData, plan_hosts
+from instinct_fleet.model.render import compile_config, render_args
+
+from . import consumers
+from .test_preflight import mi300x_host
+from .test_roll import deployed
+
+MAIN = {"vllm_instances": [{"name": "main"}]}
+ENV = "/etc/instinct-fleet/vllm-main.env"
+
+
+def serving(hosts: dict[str, dict[str, Any]], arch: dict[str, str | None] | None = None) -> dict[str, HostPlan]:
+    """Hosts that serve ``vllm-main`` now, each with a changed env file: every one restarts in the roll."""
+    data = [HostData(name, (), values) for name, values in hosts.items()]
+    fresh = plan_inventory(data, set(hosts), lambda specs: dict.fromkeys(specs, preflight.parse_report(mi300x_host())))
+    reports = {}
+    for name in hosts:
+        text = mi300x_host(files=deployed(fresh[name], **{ENV: "OLD=1\n"}), active="vllm-main.service loaded active running x")
+        report = preflight.parse_report(text)
+        if arch is not None and name in arch:
+            report = dataclasses.replace(report, gpus=tuple(dataclasses.replace(g, arch=arch[name]) for g in report.gpus))
+        reports[name] = report
+    return plan_inventory(data, set(hosts), lambda specs: {n: reports[n] for n in specs})
+
+
+def test_the_first_host_to_restart_sends_its_cache_to_the_later_ones_that_build_the_same() -> None:
+    plans = serving(
+        {
+            "a1": MAIN,
+            "a2": {"vllm_instances": [{"name": "main", "port": 9000}]},  # another port: the same configuration
+            "a3": MAIN,
+            "b1": {**MAIN, "vllm_args": {"max-num-seqs": 64}},  # a flag of its own: its own cache, nobody to send it to
+            "mi355": MAIN,  # another GPU architecture
+            "smi": MAIN,  # no architecture named (rocm-smi)
+        },
+        arch={"mi355": "gfx950", "smi": None},
+    )
+    roll = plan_roll(plans)
+    assert [sorted(h for u in b for h in u.hosts) for b in roll.batches][1:3] == [["a1"], ["a2"]]  # rolling_batch 1
+    cache = plans["a1"].spec.compile_cache(plans["a1"].spec.services[0])
+    assert roll.spreads == (spread.Spread("a1", cache, plans["a1"].spec.services[0].image, 1, ("a2", "a3")),)
+
+
+def test_a_ray_cluster_neither_sends_nor_receives() -> None:
+    cluster = {"ray_cluster": "c", "cluster_nic": "eth0", "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2, "nccl_ib_hca": "mlx5_0"}
+    hosts = [HostData("head", (), {**cluster, "ray_role": "head"}), HostData("w1", (), {**cluster, "ray_role": "worker"})]
+    eth = "1: lo    inet 127.0.0.1/8 scope host lo\n2: eth0    inet {}/16 brd 172.17.255.255 scope global eth0"
+    reports = {n: preflight.parse_report(mi300x_host(interfaces=eth.format(ip))) for n, ip in (("head", "10.0.0.1"), ("w1", "10.0.0.2"))}
+    plans = plan_inventory(hosts, {"head", "w1"}, lambda specs: {n: reports[n] for n in specs})
+    assert spread.groups(plans, plan_roll(plans).turns) == {}
+
+
+def test_warm_restarts_one_instance_per_configuration_and_fills_every_other_host() -> None:
+    plans = serving({"a1": MAIN, "a2": MAIN, "a3": MAIN, "b1": {**MAIN, "vllm_args": {"max-num-seqs": 64}}})
+    roll = plan_roll(plans, warm=True)
+    assert sorted(h for b in roll.batches for u in b for h in u.hosts) == ["a1", "b1"]
+    assert [(s.source, s.receivers) for s in roll.spreads] == [("a1", ("a2", "a3"))]
+    assert roll.turns["a1"].pending == ("vllm-main",) and roll.turns["a1"].batch is not None
+    for other in ("a2", "a3"):  # nothing of them restarts, no hook, no marker: their cache fills
+        turn = roll.turns[other]
+        assert turn.batch is None and turn.pending == () and not turn.rolling and not turn.busy
+    assert roll.outcome("a2", set()) == ("not-rolled", "left for the next deploy, which restarts it on the compile cache this run built")
+
+
+def test_the_summary_says_what_each_cache_did() -> None:
+    plans = serving({"a1": MAIN, "a2": MAIN})
+    roll = plan_roll(plans)
+    roll.carried.note("a2", "compile cache from a1 refused: the copy's sha256 is 00, the source's ff (a partial or damaged copy)")
+    rows = roll.summary({"a1": ("vllm-main",), "a2": ("vllm-main",)}, set())
+    assert rows[1]["cache"] == ["compile cache from a1 refused: the copy's sha256 is 00, the source's ff (a partial or damaged copy)"]
+    assert "a partial or damaged copy" in format_summary(rows)
+
+
+def test_the_copies_run_as_function_commands_that_get_the_host() -> None:
+    # pyinfra hands state and host to a FunctionCommand only when both parameters are named so.
+    for function in (spread._pack, spread._receive):
+        assert inspect.getfullargspec(function).args[:2] == ["state", "host"]
+
+
+# (what differs from the base instance, its inventory, the env it adds in the container, one configuration or two)
+VARIANTS: list[tuple[str, dict[str, Any], dict[str, str], bool]] = [
+    ("another port", {"vllm_instances": [{"name": "main", "port": 9100}]}, {}, True),
+    ("an API key (0.22.0 hashes VLLM_API_KEY)", {"vllm_api_key_path": "/etc/instinct-fleet/api-key"}, {"VLLM_API_KEY": "sk-1"}, False),
+    ("another max-num-seqs", {"vllm_args": {"max-num-seqs": 64}}, {}, False),
+    ("AITER off", {"vllm_env": {"VLLM_ROCM_USE_AITER": "0"}}, {}, False),
+    ("a logging level (not hashed)", {"vllm_env": {"VLLM_LOGGING_LEVEL": "DEBUG"}}, {}, True),
+    ("a served name", {"vllm_args": {"served-model-name": "oss"}}, {}, False),
+    ("uvicorn's log level (a server flag)", {"vllm_args": {"uvicorn-log-level": "warning"}}, {}, True),
+]
+
+
+def _standin_key(data: dict[str, Any], extra_env: dict[str, str]) -> tuple[str | None, str]:
+    (spec, findings), *_ = plan_hosts([HostData("h1", (), {**MAIN, **data})])
+    assert not [f for f in findings if f.severity == "error"], findings
+    svc = spec.services[0]
+    model, args = consumers.standin().parse(["serve", svc.model, *render_args(svc)])
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    with mock.patch.dict(os.environ, {**clean, **svc.env, **extra_env}, clear=True):
+        return compile_config(svc, spec.vars.vllm_api_key_path), consumers.standin().compile_key(model, args)
+
+
+@pytest.mark.parametrize("name, data, env, same", VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_one_configuration_means_one_cache_key_to_the_stand_in(name: str, data: dict[str, Any], env: dict[str, str], same: bool) -> None:
+    """Two instances the spreading counts as one configuration build the same cache entries in vLLM's stand-in
+    (its key is vLLM's, from the version's compile factors); the spreading may split more, never less."""
+    base_config, base_key = _standin_key({}, {})
+    config, key = _standin_key(data, env)
+    assert config is not None and base_config is not None
+    assert (config == base_config) is same, name
+    if same:
+        assert key == base_key, name
