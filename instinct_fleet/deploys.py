@@ -215,7 +215,10 @@ def serving() -> None:
         operations.barrier(name=f"Roll: batch {batch}", note=f"roll batch {batch}")
         if batch == mine:
             converge_batch(plan, fleet, batch, host.state)
-        # The compile caches the batch's hosts built, into this host's before its own batch (fleet/spread.py).
+        # The compile caches the batch's hosts built, into this host's before its own batch (fleet/spread.py). pyinfra
+        # orders operations of different hosts only through one they share: the barrier puts every send first.
+        if any(s.batch == batch for s in fleet.roll.spreads):
+            operations.barrier(name=f"Roll: compile caches of batch {batch} sent", note=f"caches of roll batch {batch} sent")
         spread.emit_receives(
             fleet.roll.spreads,
             host.name,

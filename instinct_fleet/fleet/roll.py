@@ -40,6 +40,8 @@ SUMMARY_ENV = "INSTINCT_FLEET_ROLL_JSON"
 # run then puts that generation's serving files back through the same batches and gates.
 ROLLBACK_ENV = "INSTINCT_FLEET_ROLLBACK"
 SEVERITY: dict[Kind, int] = {"unchanged": 0, "start": 1, "restart": 2}
+# Why ``instinct-fleet warm`` left a unit as it was: the cache it received (the row's ``cache``) serves the next deploy.
+WARM_LEFT = "left for the next deploy: instinct-fleet warm restarts one instance per compile configuration"
 
 
 @dataclass(frozen=True)
@@ -271,7 +273,7 @@ class Roll:
         if not ran:
             return ("would-start" if unit.kind == "start" else "would-roll"), f"in batch {batch}; a dry run changed nothing"
         if batch is None and self.warm:
-            return "not-rolled", "left for the next deploy, which restarts it on the compile cache this run built"
+            return "not-rolled", WARM_LEFT
         if batch is None or batch not in self.failed_at_start:
             stopped = self.failed_batches(failed, len(self.batches))
             where = ", ".join(map(str, stopped))
@@ -285,14 +287,15 @@ class Roll:
             status, why = self.outcome(host, failed, ran)
             unit = self.unit_of(host)
             for instance in hosts[host] or ("-",):
+                left = self.warm and status == "rolled" and instance not in self.turns[host].pending  # another host built it
                 rows.append(
                     {
                         "host": host,
                         "instance": instance,
                         "serving_unit": unit.name if unit else None,
                         "batch": self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None,
-                        "status": status,
-                        "why": why,
+                        "status": "not-rolled" if left else status,
+                        "why": WARM_LEFT if left else why,
                         "canary": [c.as_json() for c in self.compared.get(host, [])],
                         "start": start.as_json() if (start := self.starts.get((host, paths.service(instance)))) else None,
                         "cache": self.carried.notes.get(host, []),
@@ -386,7 +389,7 @@ def plan_roll(plans: Mapping[str, HostPlan], warm: bool = False) -> Roll:
     roll = make(units)
     turns = {name: turn(plan, roll) for name, plan in sorted(plans.items()) if plan.ok}
     if not warm:
-        roll.spreads = spread.plan(plans, turns)
+        roll.spreads = spread.plan(plans, turns) if v.compile_cache_spread else ()
         roll.turns.update(turns)
         if canaried and len(roll.batches) > 1 and roll.batches[1]:
             roll.canary_host = roll.batches[1][0].hosts[0]  # the head of a cluster, where its instance answers

@@ -120,14 +120,18 @@ def plan(
 
 
 def warm_sources(plans: Mapping[str, HostPlan], turns: Mapping[str, Turn]) -> dict[str, frozenset[str]]:
-    """``instinct-fleet warm``: per host, the instance units it restarts so that every configuration is built once.
-    A group's source is a host already chosen for another group where one is a member (fewer hosts go down), else
-    its first member by name."""
+    """``instinct-fleet warm``: per host, the instance units it restarts so that every configuration is built once,
+    on as few hosts as it can (greedy set cover: the host that builds the most configurations not built yet, then
+    by name); a host restarts only the instances of the configurations it builds."""
+    members = groups(plans, turns)
+    hosts_of = {key: {h for _, h, _, _ in found} for key, found in members.items()}
+    left = set(members)
     chosen: dict[str, set[str]] = {}
-    for _key, members in sorted(groups(plans, turns).items()):
-        hosts = sorted({h for _, h, _, _ in members})
-        source = next((h for h in hosts if h in chosen), hosts[0])
-        chosen.setdefault(source, set()).update(u for _, h, u, _ in members if h == source)
+    while left:
+        best = min({h for key in left for h in hosts_of[key]}, key=lambda h: (-sum(h in hosts_of[key] for key in left), h))
+        built = {key for key in left if best in hosts_of[key]}
+        chosen[best] = {u for key in built for _, h, u, _ in members[key] if h == best}
+        left -= built
     return {host_name: frozenset(units) for host_name, units in chosen.items()}
 
 

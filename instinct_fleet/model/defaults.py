@@ -421,6 +421,10 @@ class FleetVars(_Strict):
         default=2,
         description="How many images' compile caches each host keeps: a unit's start removes the least recently used beyond this, never one a running container uses.",
     )
+    compile_cache_spread: StrictBool = Field(
+        default=True,
+        description="In a roll, the first host that restarts a compile configuration sends its compile cache (checked, through the control machine) to the hosts that restart the same configuration, on the same image and GPU architecture, in later batches, so they start warm. `False`: every host compiles its own. One value for the whole fleet.",
+    )
     health_timeout: Seconds = Field(
         default=1800,
         description="Seconds to wait for each instance's /health and /v1/models after a (re)start.",

@@ -502,9 +502,11 @@ def validate_clusters(specs: list[HostSpec]) -> list[Finding]:
     return found
 
 
-# The variables one roll reads for the whole fleet: its pace, and the canary's measurement and verdict.
+# The variables one roll reads for the whole fleet: its pace, the canary's measurement and verdict, and whether
+# compile caches travel between its hosts.
 ROLLING_FLEET_KEYS = (
     "rolling_batch",
+    "compile_cache_spread",
     "rolling_max_failures",
     "rolling_on_failure",
     "canary_profile",

@@ -147,23 +147,34 @@ def test_a_crash_looping_change_is_rolled_back_on_its_first_batch(on_local: Run,
     for (host, container), at in before.items():
         assert started_at(fleet, host, container) == at, f"{container} on {host} was restarted by a stopped roll"
         assert "STANDIN_CRASH" not in ssh(fleet, host, f"docker inspect --format '{{{{.Config.Env}}}}' {container}")
-    # Fixed and re-run: the roll completes, and the run after it changes nothing. sim-gpu-2's disk has no room for
-    # the cache sim-gpu-1 sends (a 4 KiB filesystem where copies land): the partial copy is removed, never used, and
-    # oss compiles there as it would have; the roll goes on.
+    # Fixed, warmed, then rolled. instinct-fleet warm builds each changed configuration once: sim-gpu-1 restarts main
+    # and batch, sim-gpu-2 only llama-a (nobody else serves it); sim-gpu-2's oss is main's configuration, so it stays
+    # as it is and receives sim-gpu-1's cache. Its disk has no room for it (a 4 KiB filesystem where copies land):
+    # the partial copy is removed, never used, and oss compiles at the next deploy as it would have.
     ssh(fleet, "sim-gpu-2", f"mkdir -p {SPOOL} && mount -t tmpfs -o size=4k tmpfs {SPOOL}")
     try:
-        fixed = deploy(inventory=good)
+        warmed = deploy(inventory=good, command="warm")
     finally:
         ssh(fleet, "sim-gpu-2", f"umount {SPOOL}")
-    assert fixed.results["failed_hosts"] == ["sim-nogpu"], fixed.stderr[-3000:]
-    for host in ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2"):
-        assert fixed.status(host) <= {"rolled", "started"}, fixed.roll
-    refused = [c for row in fixed.roll if row["host"] == "sim-gpu-2" for c in row["cache"]]
+    assert warmed.results["failed_hosts"] == ["sim-nogpu"], warmed.stderr[-3000:]
+    rows = {(r["host"], r["instance"]): r for r in warmed.roll}
+    assert [k for k, r in rows.items() if r["status"] == "rolled"] == [
+        ("sim-gpu-1", "vllm-main"),
+        ("sim-gpu-1", "vllm-batch"),
+        ("sim-gpu-2", "vllm-llama-a"),
+    ], warmed.roll
+    assert rows[("sim-gpu-2", "vllm-oss")]["status"] == rows[("sim-c1", "vllm-llama-405b")]["status"] == "not-rolled"
+    refused = rows[("sim-gpu-2", "vllm-oss")]["cache"]
     assert refused and all("not received" in c and "the partial copy was removed" in c for c in refused), refused
+    assert f"--{FLAG} 160" not in ssh(fleet, "sim-gpu-2", "cat /etc/systemd/system/vllm-oss.service")  # left as it was
+    # The deploy rolls the rest: the Ray cluster and oss, which compiles (nothing of the partial copy was used).
+    fixed = deploy(inventory=good)
+    assert fixed.results["failed_hosts"] == ["sim-nogpu"], fixed.stderr[-3000:]
+    assert fixed.status("sim-gpu-1") == {"unchanged"} and fixed.status("sim-c1") == {"rolled"}, fixed.roll
     oss = next(row["start"] for row in fixed.roll if (row["host"], row["instance"]) == ("sim-gpu-2", "vllm-oss"))
     assert oss["cache"] == "cold", oss
     quiet(deploy(inventory=good))
     FIGURES.append(
         f"crash-looping change rolled back on batch 1 (the Ray cluster) in {stopped.seconds:.0f} s, lowest capacity "
-        f"{probe.worst()}/{len(UNITS)} units; the fixed roll took {fixed.seconds:.0f} s"
+        f"{probe.worst()}/{len(UNITS)} units; fixed: warm {warmed.seconds:.0f} s, then the roll {fixed.seconds:.0f} s"
     )

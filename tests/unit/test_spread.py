@@ -13,7 +13,7 @@ import pytest
 from instinct_fleet.converge import preflight
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import spread
-from instinct_fleet.fleet.roll import format_summary, plan_roll
+from instinct_fleet.fleet.roll import WARM_LEFT, format_summary, plan_roll
 from instinct_fleet.fleet.run import plan_inventory
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.render import compile_config, render_args
@@ -23,16 +23,17 @@ from .test_preflight import mi300x_host
 from .test_roll import deployed
 
 MAIN = {"vllm_instances": [{"name": "main"}]}
-ENV = "/etc/instinct-fleet/vllm-main.env"
 
 
 def serving(hosts: dict[str, dict[str, Any]], arch: dict[str, str | None] | None = None) -> dict[str, HostPlan]:
-    """Hosts that serve ``vllm-main`` now, each with a changed env file: every one restarts in the roll."""
+    """Hosts that serve their instances now, each instance's env file changed: every one restarts in the roll."""
     data = [HostData(name, (), values) for name, values in hosts.items()]
     fresh = plan_inventory(data, set(hosts), lambda specs: dict.fromkeys(specs, preflight.parse_report(mi300x_host())))
     reports = {}
     for name in hosts:
-        text = mi300x_host(files=deployed(fresh[name], **{ENV: "OLD=1\n"}), active="vllm-main.service loaded active running x")
+        units = fresh[name].desired.serving
+        running = "\n".join(f"{unit}.service loaded active running x" for unit in units)
+        text = mi300x_host(files=deployed(fresh[name], **{f"/etc/instinct-fleet/{u}.env": "OLD=1\n" for u in units}), active=running)
         report = preflight.parse_report(text)
         if arch is not None and name in arch:
             report = dataclasses.replace(report, gpus=tuple(dataclasses.replace(g, arch=arch[name]) for g in report.gpus))
@@ -76,7 +77,25 @@ def test_warm_restarts_one_instance_per_configuration_and_fills_every_other_host
     for other in ("a2", "a3"):  # nothing of them restarts, no hook, no marker: their cache fills
         turn = roll.turns[other]
         assert turn.batch is None and turn.pending == () and not turn.rolling and not turn.busy
-    assert roll.outcome("a2", set()) == ("not-rolled", "left for the next deploy, which restarts it on the compile cache this run built")
+    assert roll.outcome("a2", set()) == ("not-rolled", WARM_LEFT)
+
+
+def test_warm_builds_every_configuration_on_as_few_hosts_as_it_can() -> None:
+    """a1 and a2 both serve main (one configuration); a1 also serves big, a2 also small. a1 builds main and big;
+    a2 builds small alone and leaves its main, which a1 built, for the next deploy."""
+
+    def host(other: str, seqs: int) -> dict[str, Any]:
+        return {"vllm_instances": [{"name": "main", "gpus": [0]}, {"name": other, "gpus": [1], "args": {"max-num-seqs": seqs}}]}
+
+    plans = serving({"a1": host("big", 64), "a2": host("small", 32), "a3": {"vllm_instances": [{"name": "main", "gpus": [0]}]}})
+    roll = plan_roll(plans, warm=True)
+    assert roll.turns["a1"].pending == ("vllm-main", "vllm-big") and roll.turns["a2"].pending == ("vllm-small",)
+    assert roll.turns["a3"].batch is None
+    assert [(s.source, s.receivers) for s in roll.spreads] == [("a1", ("a2", "a3"))]
+    for index in range(1, len(roll.batches)):
+        assert roll.proceeds(index, set())
+    rows = {r["instance"]: (r["status"], r["why"]) for r in roll.summary({"a2": ("vllm-main", "vllm-small")}, set())}
+    assert rows["vllm-main"] == ("not-rolled", WARM_LEFT) and rows["vllm-small"][0] == "rolled"
 
 
 def test_the_summary_says_what_each_cache_did() -> None:
