@@ -64,6 +64,12 @@ compile_cache_dir = "/var/cache/instinct-fleet/compile"
 # used beyond this, never one a running container uses.
 compile_cache_keep = 2
 
+# In a roll, the first host that restarts a compile configuration sends its compile cache
+# (checked, through the control machine) to the hosts that restart the same configuration, on
+# the same image and GPU architecture, in later batches, so they start warm. `False`: every host
+# compiles its own. One value for the whole fleet.
+compile_cache_spread = True
+
 # Seconds to wait for each instance's /health and /v1/models after a (re)start.
 health_timeout = 1800
 

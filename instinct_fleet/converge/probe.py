@@ -34,7 +34,9 @@ MARK = "@@instinct-fleet:"
 SCRIPT = "; ".join(
     f"printf '\\n%s\\n' '{MARK}{name}'; {probe}"
     for name, probe in (
-        ("amd-smi-static", "command -v amd-smi >/dev/null 2>&1 && amd-smi static --json 2>&1"),
+        # amd-smi's JSON on one line, its indentation off (a JSON string never spans lines, so no value changes):
+        # 3000 lines of 100 KB were most of what a no-op run read, line by line, from every host.
+        ("amd-smi-static", "command -v amd-smi >/dev/null 2>&1 && amd-smi static --json 2>&1 | sed 's/^[[:space:]]*//' | tr -d '\\n'"),
         ("amd-smi-version", "command -v amd-smi >/dev/null 2>&1 && amd-smi version --json 2>&1"),
         ("rocm-smi", "command -v amd-smi >/dev/null 2>&1 || { command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showproductname 2>&1; }"),
         ("kfd", f"test -c {paths.KFD} && echo present"),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -320,3 +322,17 @@ def test_the_fact_reads_v1_with_the_key_from_its_file_never_in_argv() -> None:
     text = probe.script("/etc/instinct-fleet/hf-token", reads)
     assert "cat /etc/instinct-fleet/api-key" in text and "-K -" in text and "Authorization: Bearer %s" in text
     assert "stat -c '%a|%U|%s' /etc/instinct-fleet/api-key" in text
+
+
+def test_the_hardware_probe_reads_amd_smi_on_one_line_and_the_parser_gets_every_gpu(tmp_path: Path) -> None:
+    """probe.SCRIPT as a shell runs it, with amd-smi a stand-in that prints the captured JSON: its 3000 lines come
+    back as one (what a no-op run reads from every host), and parse to the same GPUs."""
+    smi = tmp_path / "amd-smi"
+    smi.write_text(f'#!/bin/sh\ncase "$1" in static) cat {FIXTURES}/amd-smi-static-json_mi300x-x8_rocm7.2.1_amdsmi26.2.2.json ;; esac\n')
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    done = subprocess.run(["/bin/sh", "-c", probe.SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    static = preflight.sections(done.stdout)["amd-smi-static"]
+    assert len(static.splitlines()) == 1 and json.loads(static) == json.loads(STATIC)
+    report = preflight.parse_report(done.stdout)
+    assert [g.model for g in report.gpus] == ["MI300X"] * 8 and report.gpu_arch == "gfx942" and report.smi_error is None
