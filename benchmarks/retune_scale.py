@@ -88,7 +88,9 @@ def host_memory_mib(hosts: list[dict]) -> float:
     """
     values = []
     for h in hosts:
-        cid = subprocess.run([DOCKER, "inspect", "-f", "{{.Id}}", h["name"]], capture_output=True, text=True, check=True).stdout.strip()
+        cid = subprocess.run(
+            [DOCKER, "inspect", "-f", "{{.Id}}", h["container"]], capture_output=True, text=True, check=True
+        ).stdout.strip()
         for path, key in (
             (f"/sys/fs/cgroup/memory/docker/{cid}/memory.stat", "total_rss"),
             (f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.stat", "anon"),

@@ -292,8 +292,11 @@ def _deploy(opts: argparse.Namespace, project: Path, deploy_file: str) -> int:
 def cmd_warm(opts: argparse.Namespace) -> int:
     """A deploy that restarts one instance per compile configuration and spreads its cache (instinct_fleet/fleet/spread.py)."""
     where = _deploy_file(opts)
-    if refused((f for _, fs in _plan_limited(opts) for f in fs), "nothing was warmed and no host was contacted", warnings=True):
+    planned = _plan_limited(opts)
+    if refused((f for _, fs in planned for f in fs), "nothing was warmed and no host was contacted", warnings=True):
         return EXIT_INVALID
+    if not all(spec.vars.compile_cache_spread for spec, _ in planned):
+        raise UsageError("compile_cache_spread is False in the inventory, so warm would copy no cache: set it True, or deploy")
     os.environ[WARM_ENV] = "1"
     code = _deploy(opts, *where)
     print(

@@ -270,10 +270,10 @@ class Roll:
             return "failed", why or "see the operation that failed above"
         if unit is None or unit.kind == "unchanged":
             return "unchanged", ""
-        if not ran:
-            return ("would-start" if unit.kind == "start" else "would-roll"), f"in batch {batch}; a dry run changed nothing"
         if batch is None and self.warm:
             return "not-rolled", WARM_LEFT
+        if not ran:
+            return ("would-start" if unit.kind == "start" else "would-roll"), f"in batch {batch}; a dry run changed nothing"
         if batch is None or batch not in self.failed_at_start:
             stopped = self.failed_batches(failed, len(self.batches))
             where = ", ".join(map(str, stopped))

@@ -341,3 +341,16 @@ def test_plan_explain_lists_each_managed_thing_with_its_stage_and_what_a_change_
         "file /etc/instinct-fleet/README  644 root:root  stage services",
     ):
         assert f"  {line}\n" in host, line
+
+
+def test_warm_refuses_an_invalid_inventory_before_contacting_any_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """instinct-fleet warm is a deploy: the same validation first, and nothing runs on an error (no pyinfra, no SSH)."""
+    inventory = _inventory(tmp_path, "hosts = [('gpu-1', {'ssh_hostname': '192.0.2.1', 'compile_cache_keep': 0})]\n")
+    (tmp_path / "deploy.py").write_text("from instinct_fleet.deploys import fleet\nfleet()\n")
+    code, _, err = run(capsys, "warm", str(inventory), "--project-dir", str(tmp_path), "-y")
+    assert code == 1 and "compile_cache_keep" in err and "nothing was warmed and no host was contacted" in err
+    assert "Traceback" not in err
+    off = inventory.with_name("off.py")
+    off.write_text("hosts = [('gpu-1', {'ssh_hostname': '192.0.2.1', 'compile_cache_spread': False})]\n")
+    code, _, err = run(capsys, "warm", str(off), "--project-dir", str(tmp_path), "-y")
+    assert code == 2 and "compile_cache_spread is False" in err and "Traceback" not in err

@@ -77,7 +77,8 @@ def test_warm_restarts_one_instance_per_configuration_and_fills_every_other_host
     for other in ("a2", "a3"):  # nothing of them restarts, no hook, no marker: their cache fills
         turn = roll.turns[other]
         assert turn.batch is None and turn.pending == () and not turn.rolling and not turn.busy
-    assert roll.outcome("a2", set()) == ("not-rolled", WARM_LEFT)
+    assert roll.outcome("a2", set()) == roll.outcome("a2", set(), ran=False) == ("not-rolled", WARM_LEFT)
+    assert roll.outcome("a1", set(), ran=False) == ("would-roll", "in batch 1; a dry run changed nothing")
 
 
 def test_warm_builds_every_configuration_on_as_few_hosts_as_it_can() -> None:
