@@ -30,36 +30,36 @@ from instinct_fleet.model.paths import (
 MARK = "@@instinct-fleet:"
 
 # Each probe is one section; a probe that fails leaves its section empty.
-# printf starts each marker on a new line: amd-smi's JSON does not end with one.
-SCRIPT = "; ".join(
-    f"printf '\\n%s\\n' '{MARK}{name}'; {probe}"
-    for name, probe in (
-        # amd-smi's JSON on one line, its indentation off (a JSON string never spans lines, so no value changes):
-        # 3000 lines of 100 KB were most of what a no-op run read, line by line, from every host.
-        ("amd-smi-static", "command -v amd-smi >/dev/null 2>&1 && amd-smi static --json 2>&1 | sed 's/^[[:space:]]*//' | tr -d '\\n'"),
-        ("amd-smi-version", "command -v amd-smi >/dev/null 2>&1 && amd-smi version --json 2>&1"),
-        ("rocm-smi", "command -v amd-smi >/dev/null 2>&1 || { command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showproductname 2>&1; }"),
-        ("kfd", f"test -c {paths.KFD} && echo present"),
-        ("render-nodes", f"ls {paths.DRI} 2>/dev/null | grep '^renderD'"),
-        ("render-by-path", f"ls -l {paths.DRI}/by-path 2>/dev/null | grep -- '-render '"),
-        ("amdgpu-initstate", "cat /sys/module/amdgpu/initstate 2>/dev/null"),
-        ("amdgpu-version", "cat /sys/module/amdgpu/version 2>/dev/null"),
-        (
-            "partitions",
-            'for d in /sys/module/amdgpu/drivers/pci:amdgpu/*/; do test -r "$d/current_compute_partition" && '
-            'echo "$(cat "$d/current_compute_partition") $(cat "$d/current_memory_partition" 2>/dev/null)"; done 2>/dev/null',
-        ),
-        ("cmdline", "cat /proc/cmdline"),
-        ("docker", "command -v docker >/dev/null 2>&1 && docker version --format '{{.Server.Version}}' 2>/dev/null"),
-        ("os-release", "cat /etc/os-release 2>/dev/null"),
-        ("groups", "getent group render video"),
-        ("interfaces", "ip -o -4 addr show 2>/dev/null"),
-        ("commands", "for c in cpupower curl nft python3; do command -v $c >/dev/null 2>&1 && echo $c; done"),
-        ("infiniband", "ls /dev/infiniband 2>/dev/null"),
-        ("units", f"grep -l 'Managed by instinct-fleet' {' '.join(UNIT_GLOBS)} 2>/dev/null"),
-        # What decides a restart: the files a unit runs from, and whether it is running now (roll.py).
-    )
+HARDWARE: tuple[tuple[str, str], ...] = (
+    # amd-smi's JSON on one line, its indentation off (a JSON string never spans lines, so no value changes):
+    # 3000 lines of 100 KB were most of what a no-op run read, line by line, from every host.
+    ("amd-smi-static", "command -v amd-smi >/dev/null 2>&1 && amd-smi static --json 2>&1 | sed 's/^[[:space:]]*//' | tr -d '\\n'"),
+    ("amd-smi-version", "command -v amd-smi >/dev/null 2>&1 && amd-smi version --json 2>&1"),
+    ("rocm-smi", "command -v amd-smi >/dev/null 2>&1 || { command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showproductname 2>&1; }"),
+    ("kfd", f"test -c {paths.KFD} && echo present"),
+    ("render-nodes", f"ls {paths.DRI} 2>/dev/null | grep '^renderD'"),
+    ("render-by-path", f"ls -l {paths.DRI}/by-path 2>/dev/null | grep -- '-render '"),
+    ("amdgpu-initstate", "cat /sys/module/amdgpu/initstate 2>/dev/null"),
+    ("amdgpu-version", "cat /sys/module/amdgpu/version 2>/dev/null"),
+    (
+        "partitions",
+        # "COMPUTE MEMORY" per GPU device, read by one awk (a shell loop ran three processes per GPU).
+        'awk \'{ d = FILENAME; sub(/\\/[^\\/]*$/, "", d); if (FILENAME ~ /compute_partition$/) c[d] = $0; else m[d] = $0 } '
+        "END { for (d in c) print c[d], m[d] }' /sys/module/amdgpu/drivers/pci:amdgpu/*/current_compute_partition "
+        "/sys/module/amdgpu/drivers/pci:amdgpu/*/current_memory_partition 2>/dev/null",
+    ),
+    ("cmdline", "cat /proc/cmdline"),
+    ("docker", "command -v docker >/dev/null 2>&1 && docker version --format '{{.Server.Version}}' 2>/dev/null"),
+    ("os-release", "cat /etc/os-release 2>/dev/null"),
+    ("groups", "getent group render video"),
+    ("interfaces", "ip -o -4 addr show 2>/dev/null"),
+    ("commands", "for c in cpupower curl nft python3; do command -v $c >/dev/null 2>&1 && echo $c; done"),
+    ("infiniband", "ls /dev/infiniband 2>/dev/null"),
+    ("units", f"grep -l 'Managed by instinct-fleet' {' '.join(UNIT_GLOBS)} 2>/dev/null"),
+    # What decides a restart: the files a unit runs from, and whether it is running now (roll.py).
 )
+# printf starts each marker on a new line: amd-smi's JSON does not end with one.
+SCRIPT = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {probe}" for name, probe in HARDWARE)
 
 
 @dataclass(frozen=True)

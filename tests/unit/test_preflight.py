@@ -336,3 +336,20 @@ def test_the_hardware_probe_reads_amd_smi_on_one_line_and_the_parser_gets_every_
     assert len(static.splitlines()) == 1 and json.loads(static) == json.loads(STATIC)
     report = preflight.parse_report(done.stdout)
     assert [g.model for g in report.gpus] == ["MI300X"] * 8 and report.gpu_arch == "gfx942" and report.smi_error is None
+
+
+def test_the_partition_probe_pairs_each_device_s_compute_and_memory_mode(tmp_path: Path) -> None:
+    """The probe's awk, on a copy of the amdgpu driver's sysfs layout (one directory per PCI device): one
+    "COMPUTE MEMORY" line per device, read as preflight reads it; no device, no line (and no error)."""
+    sysfs = tmp_path / "sys/module/amdgpu/drivers/pci:amdgpu"
+    for bdf, compute, memory in (("0000:1b:00.0", "CPX", "NPS4"), ("0000:3d:00.0", "CPX", "NPS4"), ("0000:4e:00.0", "SPX", "NPS1")):
+        (sysfs / bdf).mkdir(parents=True)
+        (sysfs / bdf / "current_compute_partition").write_text(compute + "\n")
+        (sysfs / bdf / "current_memory_partition").write_text(memory + "\n")
+    command = dict(probe.HARDWARE)["partitions"].replace("/sys/module", str(tmp_path / "sys/module"))
+    done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=30)
+    assert sorted(done.stdout.splitlines()) == ["CPX NPS4", "CPX NPS4", "SPX NPS1"]
+    report = preflight.parse_report(mi300x_host(partitions=done.stdout))
+    assert (report.compute_partition, report.memory_partition) == ("CPX/SPX", "NPS1/NPS4")
+    empty = subprocess.run(["/bin/sh", "-c", command.replace(str(tmp_path), str(tmp_path / "none"))], capture_output=True, text=True)
+    assert empty.stdout == "" and empty.returncode != 0
