@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
 import os
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
@@ -146,3 +149,92 @@ def test_one_configuration_means_one_cache_key_to_the_stand_in(name: str, data: 
     assert (config == base_config) is same, name
     if same:
         assert key == base_key, name
+
+
+class FakeHost:
+    """What _pack and _receive use of a pyinfra host: shell commands (answered by ``answer``) and file transfers."""
+
+    def __init__(self, name: str, answer: Any, get: Any = None, put: Any = None) -> None:
+        self.name, self.answer, self.get, self.put = name, answer, get, put
+        self.ran: list[str] = []
+
+    def run_shell_command(self, command: Any, **_: Any) -> tuple[bool, Any]:
+        text = str(command.get_raw_value() if hasattr(command, "get_raw_value") else command)
+        self.ran.append(text)
+        ok, out, err = self.answer(text)
+        return ok, SimpleNamespace(stdout_lines=out, stderr_lines=err)
+
+    def get_file(self, remote: str, local: str, **_: Any) -> bool:
+        return bool(self.get(remote, local))
+
+    def put_file(self, local: str, remote: str, **_: Any) -> bool:
+        return bool(self.put(local, remote))
+
+
+SPREAD = spread.Spread("s1", "/var/cache/instinct-fleet/compile/img_0123", "reg/vllm:v1", 1, ("r1", "r2"))
+PAYLOAD = b"a packed cache"
+SUM = hashlib.sha256(PAYLOAD).hexdigest()
+
+
+def packer(ok: bool = True, said: tuple[str, ...] = ("id sha256:aaa", f"sha256 {SUM}", f"bytes {len(PAYLOAD)}")) -> Any:
+    return lambda text: (
+        (ok, list(said), [] if ok else ["not packed: the cache changed while it was read"]) if " pack " in text else (True, [], [])
+    )
+
+
+def test_a_source_keeps_only_a_copy_whose_sum_it_checked(tmp_path: Path) -> None:
+    def fetched(data: bytes) -> Any:
+        return lambda _remote, local: Path(local).write_bytes(data) or True
+
+    carried = spread.Carried(_spool=tmp_path)
+    host = FakeHost("s1", packer(), get=fetched(PAYLOAD))
+    assert spread._pack(None, host, SPREAD, carried, {})
+    assert carried.bundles[("s1", SPREAD.cache)].sha256 == SUM and carried.notes["s1"] == ["compile cache sent to 2 host(s) (0 KiB)"]
+    assert any(cmd.startswith("rm -f") for cmd in host.ran)  # the host's packed copy does not stay behind
+    assert carried.bundles[("s1", SPREAD.cache)].path.read_bytes() == PAYLOAD
+    (tmp_path / "other").mkdir()
+    damaged = spread.Carried(_spool=tmp_path / "other")
+    assert spread._pack(None, FakeHost("s1", packer(), get=fetched(b"a packed cach")), SPREAD, damaged, {})
+    assert not damaged.bundles and "does not match the source's sha256" in damaged.notes["s1"][0]
+    assert not list((tmp_path / "other").iterdir())  # a copy that does not match is not kept on the control machine
+
+
+def test_a_source_that_cannot_pack_or_send_only_says_why(tmp_path: Path) -> None:
+    carried = spread.Carried(_spool=tmp_path)
+    assert spread._pack(None, FakeHost("s1", packer(ok=False)), SPREAD, carried, {})
+    assert carried.notes["s1"] == ["compile cache not sent: not packed: the cache changed while it was read"]
+
+    def lost(_remote: str, _local: str) -> bool:
+        raise EOFError
+
+    host = FakeHost("s1", packer(), get=lost)
+    assert spread._pack(None, host, SPREAD, carried, {})
+    assert carried.notes["s1"][1] == "compile cache not sent: fetching it failed (EOFError)" and not carried.bundles
+    assert any(cmd.startswith("rm -f") for cmd in host.ran)
+
+
+def test_a_receiver_removes_a_copy_that_did_not_arrive_whole_and_reports_a_refusal(tmp_path: Path) -> None:
+    bundle = tmp_path / "copy.tar"
+    bundle.write_bytes(PAYLOAD)
+    carried = spread.Carried(bundles={("s1", SPREAD.cache): spread.Bundle(bundle, SUM, len(PAYLOAD), "sha256:aaa")})
+    assert spread._receive(None, FakeHost("r0", packer()), dataclasses.replace(SPREAD, source="s9"), 2, carried, {})
+    assert carried.notes["r0"] == ["no compile cache from s9: it sent none (its row says why)"]
+
+    def full(_local: str, _remote: str) -> bool:
+        raise OSError(28, "No space left on device")
+
+    host = FakeHost("r1", lambda text: (True, [], []), put=full)
+    assert spread._receive(None, host, SPREAD, 2, carried, {})
+    assert "not received: [Errno 28] No space left on device; the partial copy was removed" in carried.notes["r1"][0]
+    assert host.ran[-1].startswith("rm -f ") and host.ran[-1].endswith(".tar")
+
+    def refuses(text: str) -> tuple[bool, list[str], list[str]]:
+        if " receive " in text:
+            return False, [], ["refused: built with image sha256:aaa, and reg/vllm:v1 is sha256:bbb here"]
+        return True, [], []
+
+    assert spread._receive(None, FakeHost("r2", refuses, put=lambda *_: True), SPREAD, 2, carried, {})
+    assert carried.notes["r2"] == ["compile cache from s1 refused: built with image sha256:aaa, and reg/vllm:v1 is sha256:bbb here"]
+    merged = FakeHost("r3", lambda text: (True, ["moved 3"], []), put=lambda *_: True)
+    assert spread._receive(None, merged, SPREAD, 2, carried, {})
+    assert carried.notes["r3"] == ["compile cache from s1 received (0 KiB, 3 new entries)"]
