@@ -255,7 +255,7 @@ def parse_report(text: str) -> HostReport:
         compute_partition="/".join(compute) or None,
         memory_partition="/".join(memory) or None,
         cmdline=part.get("cmdline", ""),
-        docker_version=part.get("docker") or None,
+        docker_version=_docker_version(part.get("docker", "")),
         os_id=osr.get("ID", ""),
         os_like=tuple(osr.get("ID_LIKE", "").split()),
         group_ids=groups,
@@ -270,7 +270,7 @@ def parse_report(text: str) -> HostReport:
         stats=_stats(part.get("stat", "")),
         enabled_units=_unit_names(part.get("enabled", "")),
         user=_user(part.get("user", "")),
-        image_ids=_pairs(part.get("images", ""), lambda value: value.startswith("sha256:")),
+        image_ids={ref: found for ref, value in _pairs(part.get("images", ""), bool).items() if (found := _image_id(value))},
         healthy_ports=tuple(int(p) for p in part.get("healthy", "").split() if p.isdigit()),
         tables=tuple(line.strip() for line in part.get("tables", "").splitlines() if line.strip()),
         sysctls=_pairs(part.get("sysctls", ""), lambda value: value != ""),
@@ -278,6 +278,22 @@ def parse_report(text: str) -> HostReport:
         generations=generations.parse(part.get("generations", "")),
         router_drift=_router_drift(part.get("router-drift", "")),
     )
+
+
+def _docker_version(text: str) -> str | None:
+    """dockerd's version: its API's /version JSON (``Version``), or what ``docker version`` printed; None: no answer."""
+    if text.startswith("{"):
+        found = _json(text)
+        return str(found["Version"]) if isinstance(found, dict) and found.get("Version") else None
+    return text.strip() or None
+
+
+def _image_id(value: str) -> str | None:
+    """An image's id: its API's inspect JSON (``Id``), or what ``docker image inspect`` printed; None: docker lacks it."""
+    if value.startswith("{"):
+        found = _json(value)
+        value = str(found.get("Id", "")) if isinstance(found, dict) else ""
+    return value if value.startswith("sha256:") else None
 
 
 def _pairs(text: str, valid: Callable[[str], bool]) -> dict[str, str]:

@@ -353,3 +353,18 @@ def test_the_partition_probe_pairs_each_device_s_compute_and_memory_mode(tmp_pat
     assert (report.compute_partition, report.memory_partition) == ("CPX/SPX", "NPS1/NPS4")
     empty = subprocess.run(["/bin/sh", "-c", command.replace(str(tmp_path), str(tmp_path / "none"))], capture_output=True, text=True)
     assert empty.stdout == "" and empty.returncode != 0
+
+
+def test_docker_s_answers_read_the_same_from_its_api_and_from_its_cli() -> None:
+    """The probe asks dockerd's socket with curl and falls back to the docker CLI: both forms parse alike."""
+    image = "registry.example.com/vllm/vllm-openai-rocm:v0.22.0"
+    api = preflight.parse_report(
+        mi300x_host(
+            docker='{"Platform":{"Name":"Docker Engine"},"Components":[{"Name":"Engine","Version":"26.1.3"}],"Version":"26.1.3"}',
+            images=f'{image}|{{"Id":"sha256:{"a" * 64}","RepoTags":["{image}"],"Config":{{"Env":["A=b|c"]}}}}\nother:1|',
+        )
+    )
+    cli = preflight.parse_report(mi300x_host(docker="26.1.3", images=f"{image}|sha256:{'a' * 64}\nother:1|"))
+    assert api.docker_version == cli.docker_version == "26.1.3"
+    assert api.image_ids == cli.image_ids == {image: "sha256:" + "a" * 64}
+    assert preflight.parse_report(mi300x_host(docker="")).docker_version is None
