@@ -78,6 +78,9 @@ class Turn(Protocol):
     @property
     def pending(self) -> tuple[str, ...]: ...
 
+    @property
+    def defers_docker(self) -> bool: ...
+
 
 def groups(plans: Mapping[str, HostPlan], turns: Mapping[str, Turn]) -> dict[tuple[str, str, str], list[Member]]:
     """The instances that (re)start in this run, by what builds the same cache: (compile configuration, GPU
@@ -111,7 +114,10 @@ def plan(
         if warm is None or batch_of is None:
             batch, source, _unit, image = min(members)
         else:
-            _, source, _unit, image = next(m for m in sorted(members) if m[2] in warm.get(m[1], ()))
+            built = [m for m in sorted(members) if m[2] in warm.get(m[1], ())]
+            if not built:  # no member could build it without restarting dockerd: the next deploy does
+                continue
+            _, source, _unit, image = built[0]
             batch = batch_of(source) or 0
         later = {h for b, h, _, _ in members if h != source and (warm is not None or b > batch)}
         if later:
@@ -122,10 +128,11 @@ def plan(
 def warm_sources(plans: Mapping[str, HostPlan], turns: Mapping[str, Turn]) -> dict[str, frozenset[str]]:
     """``instinct-fleet warm``: per host, the instance units it restarts so that every configuration is built once,
     on as few hosts as it can (greedy set cover: the host that builds the most configurations not built yet, then
-    by name); a host restarts only the instances of the configurations it builds."""
+    by name); a host restarts only the instances of the configurations it builds. A host whose docker settings
+    change builds nothing: restarting dockerd would stop every container on it, the ones warm leaves too."""
     members = groups(plans, turns)
-    hosts_of = {key: {h for _, h, _, _ in found} for key, found in members.items()}
-    left = set(members)
+    hosts_of = {key: {h for _, h, _, _ in found if not turns[h].defers_docker} for key, found in members.items()}
+    left = {key for key, hosts in hosts_of.items() if hosts}
     chosen: dict[str, set[str]] = {}
     while left:
         best = min({h for key in left for h in hosts_of[key]}, key=lambda h: (-sum(h in hosts_of[key] for key in left), h))

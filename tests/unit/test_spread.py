@@ -102,6 +102,16 @@ def test_warm_builds_every_configuration_on_as_few_hosts_as_it_can() -> None:
     assert rows["vllm-main"] == ("not-rolled", WARM_LEFT) and rows["vllm-small"][0] == "rolled"
 
 
+def test_warm_never_builds_on_a_host_whose_docker_settings_change() -> None:
+    """Restarting dockerd stops every container of the host, the ones warm leaves too: such a host only receives,
+    and a configuration that only such hosts serve waits for the deploy."""
+    plans = serving({"a1": MAIN, "a2": MAIN, "b1": {**MAIN, "vllm_args": {"max-num-seqs": 64}}})
+    turns = {name: dataclasses.replace(turn, defers_docker=name in ("a1", "b1")) for name, turn in plan_roll(plans).turns.items()}
+    assert spread.warm_sources(plans, turns) == {"a2": frozenset({"vllm-main"})}
+    sources = spread.warm_sources(plans, turns)
+    assert [(s.source, s.receivers) for s in spread.plan(plans, turns, sources, lambda _h: 1)] == [("a2", ("a1",))]
+
+
 def test_the_summary_says_what_each_cache_did() -> None:
     plans = serving({"a1": MAIN, "a2": MAIN})
     roll = plan_roll(plans)
