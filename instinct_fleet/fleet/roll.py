@@ -377,7 +377,7 @@ def plan_roll(plans: Mapping[str, HostPlan], warm: bool = False) -> Roll:
     canaried = v.canary_profile is not None and not warm
 
     def make(rolled: list[ServingUnit]) -> Roll:
-        return Roll(
+        made = Roll(
             units,
             batches(rolled, batch_size(v.rolling_batch, len(rolled)), canary=canaried),
             v.rolling_max_failures,
@@ -385,14 +385,15 @@ def plan_roll(plans: Mapping[str, HostPlan], warm: bool = False) -> Roll:
             canary_rule=canary.Rule.of(v) if canaried else None,
             warm=warm,
         )
+        if canaried and len(made.batches) > 1 and made.batches[1]:
+            made.canary_host = made.batches[1][0].hosts[0]  # the head of a cluster, where its instance answers
+        return made
 
     roll = make(units)
     turns = {name: turn(plan, roll) for name, plan in sorted(plans.items()) if plan.ok}
     if not warm:
         roll.spreads = spread.plan(plans, turns) if v.compile_cache_spread else ()
         roll.turns.update(turns)
-        if canaried and len(roll.batches) > 1 and roll.batches[1]:
-            roll.canary_host = roll.batches[1][0].hosts[0]  # the head of a cluster, where its instance answers
         return roll
     sources = spread.warm_sources(plans, turns)
     roll = make([u for u in units if u.hosts[0] in sources])

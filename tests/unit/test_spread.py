@@ -248,3 +248,13 @@ def test_a_receiver_removes_a_copy_that_did_not_arrive_whole_and_reports_a_refus
     merged = FakeHost("r3", lambda text: (True, ["moved 3"], []), put=lambda *_: True)
     assert spread._receive(None, merged, SPREAD, 2, carried, {})
     assert carried.notes["r3"] == ["compile cache from s1 received (0 KiB, 3 new entries)"]
+
+
+def test_the_canary_host_is_measured_in_a_roll_and_warm_measures_nothing() -> None:
+    """The canary is decided before each host's turn: the turn of the first restart batch's host is measured."""
+    canaried = {"vllm_instances": [{"name": "main"}], "canary_profile": "seed-001-gpt-oss"}
+    plans = serving({"a1": canaried, "a2": canaried})
+    roll = plan_roll(plans)
+    assert roll.canary_host == "a1" and roll.turns["a1"].measured and not roll.turns["a2"].measured
+    warm = plan_roll(plans, warm=True)
+    assert warm.canary_host is None and not any(t.measured for t in warm.turns.values())
