@@ -29,8 +29,10 @@ from instinct_fleet.model.paths import (
 
 MARK = "@@instinct-fleet:"
 
-# GET a path of dockerd's API (one line of JSON), or fail: no curl, no socket, or a 404 (an image it lacks).
-DOCKER_API = 'dockerd_api() { command -v curl >/dev/null 2>&1 && curl -fsS -m 10 --unix-socket /var/run/docker.sock "http://docker$1" 2>/dev/null; }; dockerd_api'
+# A shell function the fact defines once: GET a path of dockerd's API (one line of JSON), or fail: no curl, no
+# socket, or a 404 (an image it lacks).
+DOCKER_API = "dockerd_api"
+DOCKER_API_FUNCTION = f'{DOCKER_API}() {{ command -v curl >/dev/null 2>&1 && curl -fsS -m 10 --unix-socket /var/run/docker.sock "http://docker$1" 2>/dev/null; }}'
 
 # Each probe is one section; a probe that fails leaves its section empty.
 HARDWARE: tuple[tuple[str, str], ...] = (
@@ -66,7 +68,7 @@ HARDWARE: tuple[tuple[str, str], ...] = (
     # What decides a restart: the files a unit runs from, and whether it is running now (roll.py).
 )
 # printf starts each marker on a new line: amd-smi's JSON does not end with one.
-SCRIPT = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {probe}" for name, probe in HARDWARE)
+SCRIPT = "; ".join([DOCKER_API_FUNCTION, *(f"printf '\\n%s\\n' '{MARK}{name}'; {probe}" for name, probe in HARDWARE)])
 
 
 @dataclass(frozen=True)

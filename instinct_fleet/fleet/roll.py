@@ -392,11 +392,12 @@ def plan_roll(plans: Mapping[str, HostPlan], warm: bool = False) -> Roll:
     roll = make(units)
     turns = {name: turn(plan, roll) for name, plan in sorted(plans.items()) if plan.ok}
     if not warm:
-        roll.spreads = spread.plan(plans, turns) if v.compile_cache_spread else ()
+        roll.spreads = spread.plan(spread.groups(plans, turns)) if v.compile_cache_spread else ()
         roll.turns.update(turns)
         return roll
-    sources = spread.warm_sources(plans, turns)
+    building = spread.groups(plans, turns)
+    sources = spread.warm_sources(building, turns)
     roll = make([u for u in units if u.hosts[0] in sources])
-    roll.spreads = spread.plan(plans, turns, sources, roll.batch_of)
+    roll.spreads = spread.plan(building, sources, roll.batch_of)
     roll.turns.update({name: turn(plan, roll, sources.get(name, frozenset())) for name, plan in sorted(plans.items()) if plan.ok})
     return roll

@@ -67,6 +67,7 @@ class Bundle:
 
 
 Member = tuple[int, str, str, str]  # (batch, host, instance unit, image)
+Groups = dict[tuple[str, str, str], list[Member]]  # (compile configuration, GPU architecture, cache) -> its members
 
 
 class Turn(Protocol):
@@ -82,11 +83,11 @@ class Turn(Protocol):
     def defers_docker(self) -> bool: ...
 
 
-def groups(plans: Mapping[str, HostPlan], turns: Mapping[str, Turn]) -> dict[tuple[str, str, str], list[Member]]:
+def groups(plans: Mapping[str, HostPlan], turns: Mapping[str, Turn]) -> Groups:
     """The instances that (re)start in this run, by what builds the same cache: (compile configuration, GPU
     architecture, cache directory). A host without one architecture (rocm-smi, mixed GPUs) and the members of a
     Ray cluster are in none."""
-    found: dict[tuple[str, str, str], list[Member]] = {}
+    found: Groups = {}
     for name, plan in sorted(plans.items()):
         turn = turns.get(name)
         arch = plan.report.gpu_arch
@@ -94,23 +95,24 @@ def groups(plans: Mapping[str, HostPlan], turns: Mapping[str, Turn]) -> dict[tup
             continue
         for svc in plan.spec.services:
             unit = paths.vllm_unit(svc.name)
+            if unit not in turn.pending:  # a no-op run restarts nothing: no configuration to digest
+                continue
             config = render.compile_config(svc, plan.spec.vars.vllm_api_key_path)
-            if unit in turn.pending and config is not None:
+            if config is not None:
                 found.setdefault((config, arch, plan.spec.compile_cache(svc)), []).append((turn.batch, name, unit, svc.image))
     return found
 
 
 def plan(
-    plans: Mapping[str, HostPlan],
-    turns: Mapping[str, Turn],
+    found: Groups,
     warm: Mapping[str, frozenset[str]] | None = None,
     batch_of: Callable[[str], int | None] | None = None,
 ) -> tuple[Spread, ...]:
-    """Who sends which cache to whom: per group, its first member by batch (then name) sends to the members of later
-    batches. ``warm`` (:func:`warm_sources`, with the warm run's ``batch_of``): the member it restarts sends to every
-    other member, which does not restart in the run."""
+    """Who sends which cache to whom, from :func:`groups`: per group, its first member by batch (then name) sends to
+    the members of later batches. ``warm`` (:func:`warm_sources`, with the warm run's ``batch_of``): the member it
+    restarts sends to every other member, which does not restart in the run."""
     sends: dict[tuple[str, str], tuple[int, str, set[str]]] = {}
-    for (_config, _arch, cache), members in sorted(groups(plans, turns).items()):
+    for (_config, _arch, cache), members in sorted(found.items()):
         if warm is None or batch_of is None:
             batch, source, _unit, image = min(members)
         else:
@@ -125,12 +127,11 @@ def plan(
     return tuple(Spread(source, cache, image, batch, tuple(sorted(to))) for (source, cache), (batch, image, to) in sorted(sends.items()))
 
 
-def warm_sources(plans: Mapping[str, HostPlan], turns: Mapping[str, Turn]) -> dict[str, frozenset[str]]:
+def warm_sources(members: Groups, turns: Mapping[str, Turn]) -> dict[str, frozenset[str]]:
     """``instinct-fleet warm``: per host, the instance units it restarts so that every configuration is built once,
     on as few hosts as it can (greedy set cover: the host that builds the most configurations not built yet, then
     by name); a host restarts only the instances of the configurations it builds. A host whose docker settings
     change builds nothing: restarting dockerd would stop every container on it, the ones warm leaves too."""
-    members = groups(plans, turns)
     hosts_of = {key: {h for _, h, _, _ in found if not turns[h].defers_docker} for key, found in members.items()}
     left = {key for key, hosts in hosts_of.items() if hosts}
     chosen: dict[str, set[str]] = {}

@@ -107,9 +107,10 @@ def test_warm_never_builds_on_a_host_whose_docker_settings_change() -> None:
     and a configuration that only such hosts serve waits for the deploy."""
     plans = serving({"a1": MAIN, "a2": MAIN, "b1": {**MAIN, "vllm_args": {"max-num-seqs": 64}}})
     turns = {name: dataclasses.replace(turn, defers_docker=name in ("a1", "b1")) for name, turn in plan_roll(plans).turns.items()}
-    assert spread.warm_sources(plans, turns) == {"a2": frozenset({"vllm-main"})}
-    sources = spread.warm_sources(plans, turns)
-    assert [(s.source, s.receivers) for s in spread.plan(plans, turns, sources, lambda _h: 1)] == [("a2", ("a1",))]
+    members = spread.groups(plans, turns)
+    sources = spread.warm_sources(members, turns)
+    assert sources == {"a2": frozenset({"vllm-main"})}
+    assert [(s.source, s.receivers) for s in spread.plan(members, sources, lambda _h: 1)] == [("a2", ("a1",))]
 
 
 def test_the_summary_says_what_each_cache_did() -> None:

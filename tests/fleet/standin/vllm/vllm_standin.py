@@ -802,7 +802,8 @@ def compile_key(model: str, args: dict[str, Any]) -> str:
     (TABLE["compile_env"]; VLLM_CACHE_ROOT and VLLM_HOST_IP are not among them)."""
     frontend = set(TABLE["frontend"])
     engine = {k: v for k, v in args.items() if k not in frontend}
-    env = {k: v for k, v in os.environ.items() if k in TABLE["compile_env"]}
+    hashed = set(TABLE["compile_env"])
+    env = {k: v for k, v in os.environ.items() if k in hashed}
     return hashlib.sha256(json.dumps([model, engine, env], sort_keys=True).encode()).hexdigest()[:16]
 
 
