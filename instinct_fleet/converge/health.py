@@ -46,15 +46,57 @@ def completion(served: str) -> str:
     return json.dumps({"model": served, "prompt": "Hello", "max_tokens": 1})
 
 
+# What serving's curl writes after each answer: its HTTP code, on a line of its own (a JSON body never holds a raw newline).
+ANSWERED = "@@answered:"
+# The key's place in serving's curl config, where printf puts the key it read from vllm_api_key_path.
+_KEY = "\x00key\x00"
+
+
+def _config_value(text: str) -> str:
+    """A value in curl's config syntax (``-K``): double-quoted, with backslash, quote and newline escaped."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
 def serving(port: int, served: str, key_path: str | None, timeout: int = 3, generates: bool = True) -> str:
-    """Shell: exits 0 when the instance on ``port`` is healthy, as every part of this tool means it."""
+    """Shell: exits 0 when the instance on ``port`` is healthy, as every part of this tool means it.
+
+    One curl makes the requests in order and stops at the first that fails (``--fail-early``); it reads them
+    from a config on stdin, so that the API key (``vllm_api_key_path``, read by the shell's own ``read``)
+    never shows in a process list. awk reads the answers. Three curls and two greps per instance were the
+    largest part of what the preflight fact cost a host on a no-op: starting curl, not the requests.
+    """
     url = f"http://127.0.0.1:{int(port)}"
-    models = v1_curl(f"{url}/v1/models", key_path, timeout)
-    check = f"curl -fsS -m {int(timeout)} {url}/health >/dev/null 2>&1 && {models} 2>/dev/null | grep -qF {shlex.quote(json.dumps(served))}"
-    if not generates:
-        return check
-    generate = v1_curl(f"{url}/v1/completions", key_path, max(timeout, 10), completion(served))
-    return f"{check} && {generate} 2>/dev/null | grep -qF '\"choices\"'"
+    requests: list[tuple[str, str, int, str | None]] = [
+        ("health", f"{url}/health", timeout, None),
+        ("models", f"{url}/v1/models", timeout, None),
+    ]
+    if generates:
+        requests.append(("choices", f"{url}/v1/completions", max(timeout, 10), completion(served)))
+    lines: list[str] = []
+    for name, target, seconds, body in requests:
+        lines += ["next"] if lines else []
+        lines += [f"url = {_config_value(target)}", f"max-time = {int(seconds)}", "fail", "silent"]
+        lines.append("write-out = " + _config_value("\n" + ANSWERED + name + " %{http_code}\n"))
+        if name == "health":  # no key: vLLM guards /v1 only
+            lines.append('output = "/dev/null"')
+        elif key_path is not None:
+            lines.append("header = " + _config_value("Authorization: Bearer " + _KEY))
+        if body is not None:
+            lines += ['header = "Content-Type: application/json"', f"data-binary = {_config_value(body)}"]
+    config = "\n".join(lines) + "\n"
+    # printf's format, on one line: its own escapes doubled, newlines as \n, and one %s where each copy of the key goes.
+    fmt = config.replace("\\", "\\\\").replace("%", "%%").replace("\n", "\\n").replace(_KEY, "%s")
+    keys = fmt.count("%s")
+    feed = f"printf {shlex.quote(fmt)}"
+    if key_path is not None:
+        feed = f"{{ read -r key 2>/dev/null <{shlex.quote(key_path)}; {feed}" + ' "$key"' * keys + "; }"
+    check = (
+        f'index($0, "{ANSWERED}") == 1 {{ split(substr($0, {len(ANSWERED) + 1}), a, " "); '
+        'if (a[2] == 200 && (a[1] == "health" || (a[1] == "models" && index(body, ENVIRON["served"])) '
+        '|| (a[1] == "choices" && index(body, "\\"choices\\"")))) ok++; body = ""; next } '
+        f'{{ body = body $0 "\\n" }} END {{ exit (ok != {len(requests)}) }}'
+    )
+    return f"{feed} | curl --fail-early -K - 2>/dev/null | served={shlex.quote(json.dumps(served))} awk {shlex.quote(check)}"
 
 
 @dataclass(frozen=True)

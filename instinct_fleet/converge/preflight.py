@@ -14,7 +14,7 @@ from typing import Any
 
 from instinct_fleet.converge import generations
 from instinct_fleet.converge.generations import Generations
-from instinct_fleet.converge.probe import MARK
+from instinct_fleet.converge.probe import IMAGE_MARK, MARK
 from instinct_fleet.model import paths
 from instinct_fleet.model.defaults import GPU_MODELS
 from instinct_fleet.model.paths import KERNEL_ARGS, NUMA_BALANCING
@@ -235,6 +235,7 @@ def parse_report(text: str) -> HostReport:
     compute = sorted({p[0] for p in partitions if p})
     memory = sorted({p[1] for p in partitions if len(p) > 1})
     osr = _os_release(part.get("os-release", ""))
+    docker = _docker(part.get("docker", ""))
     groups = {}
     for line in part.get("groups", "").splitlines():
         bits = line.split(":")
@@ -255,7 +256,7 @@ def parse_report(text: str) -> HostReport:
         compute_partition="/".join(compute) or None,
         memory_partition="/".join(memory) or None,
         cmdline=part.get("cmdline", ""),
-        docker_version=_docker_version(part.get("docker", "")),
+        docker_version=docker[0],
         os_id=osr.get("ID", ""),
         os_like=tuple(osr.get("ID_LIKE", "").split()),
         group_ids=groups,
@@ -270,7 +271,7 @@ def parse_report(text: str) -> HostReport:
         stats=_stats(part.get("stat", "")),
         enabled_units=_unit_names(part.get("enabled", "")),
         user=_user(part.get("user", "")),
-        image_ids={ref: found for ref, value in _pairs(part.get("images", ""), bool).items() if (found := _image_id(value))},
+        image_ids=docker[1],
         healthy_ports=tuple(int(p) for p in part.get("healthy", "").split() if p.isdigit()),
         tables=tuple(line.strip() for line in part.get("tables", "").splitlines() if line.strip()),
         sysctls=_pairs(part.get("sysctls", ""), lambda value: value != ""),
@@ -280,12 +281,26 @@ def parse_report(text: str) -> HostReport:
     )
 
 
-def _docker_version(text: str) -> str | None:
-    """dockerd's version: its API's /version JSON (``Version``), or what ``docker version`` printed; None: no answer."""
-    if text.startswith("{"):
-        found = _json(text)
-        return str(found["Version"]) if isinstance(found, dict) and found.get("Version") else None
-    return text.strip() or None
+SERVER_HEADER = re.compile(r"^server:\s*docker/(\S+)", re.I)
+
+
+def _docker(text: str) -> tuple[str | None, dict[str, str]]:
+    """The docker section (:func:`instinct_fleet.converge.probe.docker_probe`): dockerd's version from its
+    ``Server: Docker/<version>`` line, and the id of each image it has, from the answer (inspect JSON from
+    the API, an id from the CLI) before each ``@@image:`` line. None and no ids: no docker answered."""
+    version = None
+    ids: dict[str, str] = {}
+    answer = ""
+    for line in text.splitlines():
+        if found := SERVER_HEADER.match(line):
+            version = found.group(1)
+        elif line.startswith(IMAGE_MARK):
+            if image_id := _image_id(answer):
+                ids[line[len(IMAGE_MARK) :]] = image_id
+            answer = ""
+        elif line.strip():
+            answer = line.strip()
+    return version, ids
 
 
 def _image_id(value: str) -> str | None:
@@ -297,8 +312,8 @@ def _image_id(value: str) -> str | None:
 
 
 def _pairs(text: str, valid: Callable[[str], bool]) -> dict[str, str]:
-    """``name|value`` lines, as the probe prints them for images and kernel settings; a value that is not ``valid``
-    (an image docker does not have, a setting the kernel lacks) leaves its name out."""
+    """``name|value`` lines, as the probe prints them for kernel settings; a value that is not ``valid``
+    (a setting the kernel lacks) leaves its name out."""
     found = {}
     for line in text.splitlines():
         name, _, value = line.partition("|")

@@ -13,6 +13,7 @@ DOCKER_DROP_IN = f"{SYSTEMD_DIR}/docker.service.d/90-instinct-fleet.conf"
 
 # What the deploy writes on a host and the names it gives: every module reads them from here.
 DOCKER = "/usr/bin/docker"
+DOCKER_SOCKET = "/var/run/docker.sock"  # dockerd's API: the preflight fact asks it with curl
 SYSCTL_FILE = "/etc/sysctl.d/90-instinct-fleet.conf"
 GRUB_DROP_IN = "/etc/default/grub.d/90-instinct-fleet.cfg"
 # What tune_kernel_cmdline adds to the kernel command line (README, Host tuning).

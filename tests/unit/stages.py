@@ -37,7 +37,7 @@ from instinct_fleet.converge.state import Endpoint
 from instinct_fleet.fleet.run import FleetPlan, plan_inventory
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData
-from tests.unit.test_preflight import mi300x_host
+from tests.unit.test_preflight import docker_section, mi300x_host
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_ID = "sha256:" + "a" * 64
@@ -108,7 +108,7 @@ class SimHost:
             "active": "\n".join(f"{paths.service(u)} loaded active running" for u in sorted(self.active) if named(u)),
             "enabled": "\n".join(f"{paths.service(u)} enabled enabled" for u in sorted(self.enabled) if named(u)),
             "user": user,
-            "images": "\n".join(f"{ref}|{IMAGE_ID if ref in self.images else ''}" for ref in probe.images),
+            "docker": docker_section({ref: IMAGE_ID if ref in self.images else "" for ref in probe.images}),
             "healthy": " ".join(str(port) for port, _, _ in probe.endpoints if port in self.healthy),
             "tables": "\n".join(t for t in probe.tables if t in self.tables),
             "sysctls": "\n".join(f"{key}|{self.numa_balancing}" for key in probe.sysctls if key == paths.NUMA_BALANCING),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +31,23 @@ def test_the_fact_reads_the_numbers_the_healthy_one_and_its_files() -> None:
     assert generations.parse("numbers:\nhealthy:\n") == Generations()
     # A healthy mark naming a generation that is gone (pruned by hand) marks nothing.
     assert generations.parse("numbers: 3\nhealthy: 2\n").healthy is None
+
+
+def test_the_fact_s_shell_reads_a_real_generations_directory(tmp_path: Path) -> None:
+    """probe_command run by sh on a copy of the layout: numbers sorted as numbers (10 after 2), a name that is
+    not a number left out, the healthy one's files hashed; no directory at all reads as no generations."""
+    root = tmp_path / "generations"
+    for number in ("1", "2", "10", "10.tmp", "notes"):
+        (root / number).mkdir(parents=True)
+    unit = root / "10" / "files" / UNIT.lstrip("/")
+    unit.parent.mkdir(parents=True)
+    unit.write_text("unit v2")
+    (root / "healthy").write_text("10")  # no newline at its end: read still takes it
+    command = generations.probe_command().replace(paths.GENERATIONS_DIR, str(root))
+    done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=30, check=True)
+    assert generations.parse(done.stdout) == Generations(numbers=(1, 2, 10), healthy=10, files={UNIT: sha("unit v2")})
+    empty = subprocess.run(["/bin/sh", "-c", command.replace(str(root), str(tmp_path / "none"))], capture_output=True, text=True, timeout=30)
+    assert generations.parse(empty.stdout) == Generations() and empty.stderr == ""
 
 
 def test_only_serving_files_count() -> None:

@@ -57,11 +57,16 @@ def test_wait_script_checks_health_models_and_the_unit() -> None:
     assert "no answer within 60s (health_timeout)" in script
 
 
-def _server(models: list[str], health_code: int, completion_code: int = 200) -> ThreadingHTTPServer:
-    """A loopback HTTP server answering /health, /v1/models and /v1/completions as vLLM's API server does."""
+def _server(models: list[str], health_code: int, completion_code: int = 200, key: str | None = None) -> ThreadingHTTPServer:
+    """A loopback HTTP server answering /health, /v1/models and /v1/completions as vLLM's API server does:
+    with ``key`` (``--api-key``), /v1 answers 401 without its bearer header. It records the paths it was asked."""
+    asked: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
         def answer(self, code: int, body: bytes) -> None:
+            if key is not None and self.path.startswith("/v1/") and self.headers.get("Authorization") != f"Bearer {key}":
+                code, body = 401, b'{"error": "Unauthorized"}'
+            asked.append(self.path)
             self.send_response(code)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -88,6 +93,7 @@ def _server(models: list[str], health_code: int, completion_code: int = 200) -> 
             return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.asked = asked  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -108,6 +114,36 @@ def test_serving_is_health_200_the_model_listed_and_one_token(models: list[str],
     try:
         result = subprocess.run(["bash", "-c", health.serving(server.server_port, "org/model", None)], check=False)
         assert (result.returncode == 0) == healthy
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_serving_sends_the_api_key_from_its_file_and_never_in_argv(tmp_path: Path, shell: str) -> None:
+    """With vllm_api_key_path, /v1 answers only with the key; it goes to curl on stdin (a process list never
+    shows it). A missing or wrong key file is not healthy; /health never needed it."""
+    server = _server(["org/model"], 200, key="s3cret")
+    key_file = tmp_path / "api-key"
+    try:
+        key_file.write_text("s3cret\n")
+        command = health.serving(server.server_port, "org/model", str(key_file))
+        assert "s3cret" not in command
+        assert subprocess.run([shell, "-c", command], check=False).returncode == 0
+        assert server.asked == ["/health", "/v1/models", "/v1/completions"]  # type: ignore[attr-defined]
+        key_file.write_text("wrong")  # no newline at its end: read still takes it, and it is refused
+        assert subprocess.run([shell, "-c", command], check=False).returncode != 0
+        key_file.unlink()
+        assert subprocess.run([shell, "-c", command], check=False).returncode != 0
+    finally:
+        server.shutdown()
+
+
+def test_serving_stops_at_the_first_failed_answer() -> None:
+    """One curl, --fail-early: a failed /health asks nothing more (a completion costs a real instance a forward pass)."""
+    server = _server(["org/model"], 503)
+    try:
+        assert subprocess.run(["sh", "-c", health.serving(server.server_port, "org/model", None)], check=False).returncode != 0
+        assert server.asked == ["/health"]  # type: ignore[attr-defined]
     finally:
         server.shutdown()
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import socketserver
 import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet.converge import content, hostchecks, managed, preflight, probe, state
+from instinct_fleet.converge import content, health, hostchecks, managed, preflight, probe, state
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import roll
 from instinct_fleet.fleet.run import plan_inventory
@@ -36,6 +39,12 @@ def output(**sections: str) -> str:
     return "".join(f"\n{probe.MARK}{name.replace('_', '-')}\n{text}" for name, text in sections.items())
 
 
+def docker_section(ids: dict[str, str], version: str = "26.1.3") -> str:
+    """The docker section as the CLI fallback prints it (probe.docker_probe): the version, then each image's id
+    (empty: docker lacks it) and its ``@@image:`` line."""
+    return "\n".join([f"Server: Docker/{version}", *(f"{found}\n{probe.IMAGE_MARK}{ref}" for ref, found in ids.items())])
+
+
 def mi300x_host(**changes: str) -> str:
     sections = {
         "amd_smi_static": STATIC,
@@ -49,7 +58,7 @@ def mi300x_host(**changes: str) -> str:
         "partitions": "\n".join(["SPX NPS1"] * 8),
         "cmdline": "BOOT_IMAGE=/vmlinuz-6.8.0-107-generic root=/dev/sda1 ro quiet iommu=pt",
         "sysctls": "kernel.numa_balancing|1",
-        "docker": "26.1.3",
+        "docker": docker_section({}),
         "os_release": 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"',
         "groups": "render:x:993:\nvideo:x:44:",
         "commands": "curl",
@@ -220,7 +229,7 @@ def test_script_probes_the_configured_token_path_and_what_the_deploy_manages() -
     text = probe.script("/secrets/hf token", managed.probe(host))
     assert "test -r '/secrets/hf token'" in text
     assert "stat -c '%a|%U|%G|%F|%n'" in text and "'/data/hf cache'" in text and "/etc/systemd/system/vllm-main.service" in text
-    assert "http://127.0.0.1:8080/health" in text and "grep -qF '\"openai/gpt-oss-120b\"'" in text
+    assert health.serving(8080, "openai/gpt-oss-120b", None) in text
 
 
 def as_found(plan_: HostPlan) -> str:
@@ -239,7 +248,7 @@ def as_found(plan_: HostPlan) -> str:
         active="\n".join(f"{paths.service(u)} loaded active running" for u in running),
         enabled="\n".join(f"{paths.service(u.name)} enabled enabled" for u in want.units if u.enabled),
         user=f"{user.name}:x:999:999::{user.home}:{user.shell}\n{user.name} {' '.join(user.groups)}",
-        images="\n".join(f"{i.ref}|sha256:" + "a" * 64 for i in want.images),
+        docker=docker_section({i.ref: "sha256:" + "a" * 64 for i in want.images}),
         healthy=" ".join(str(e.port) for e in want.endpoints),
         tables="\n".join(t.name for t in want.tables),
         sysctls="\n".join(f"{s.key}|{s.value}" for s in want.sysctls),
@@ -320,7 +329,7 @@ def test_the_api_key_file_must_be_roots_alone(api_key: str | None, says: str) ->
 def test_the_fact_reads_v1_with_the_key_from_its_file_never_in_argv() -> None:
     reads = managed.probe(spec(vllm_api_key_path="/etc/instinct-fleet/api-key"))  # type: ignore[arg-type]
     text = probe.script("/etc/instinct-fleet/hf-token", reads)
-    assert "cat /etc/instinct-fleet/api-key" in text and "-K -" in text and "Authorization: Bearer %s" in text
+    assert "read -r key 2>/dev/null </etc/instinct-fleet/api-key" in text and "-K -" in text and "Authorization: Bearer %s" in text
     assert "stat -c '%a|%U|%s' /etc/instinct-fleet/api-key" in text
 
 
@@ -355,16 +364,68 @@ def test_the_partition_probe_pairs_each_device_s_compute_and_memory_mode(tmp_pat
     assert empty.stdout == "" and empty.returncode != 0
 
 
-def test_docker_s_answers_read_the_same_from_its_api_and_from_its_cli() -> None:
-    """The probe asks dockerd's socket with curl and falls back to the docker CLI: both forms parse alike."""
-    image = "registry.example.com/vllm/vllm-openai-rocm:v0.22.0"
-    api = preflight.parse_report(
-        mi300x_host(
-            docker='{"Platform":{"Name":"Docker Engine"},"Components":[{"Name":"Engine","Version":"26.1.3"}],"Version":"26.1.3"}',
-            images=f'{image}|{{"Id":"sha256:{"a" * 64}","RepoTags":["{image}"],"Config":{{"Env":["A=b|c"]}}}}\nother:1|',
-        )
+def _dockerd(socket_path: Path, images: dict[str, str]) -> socketserver.UnixStreamServer:
+    """dockerd's API on a unix socket, as far as the probe asks it: ``HEAD /_ping`` (its Server header) and
+    ``GET /images/<reference>/json`` (inspect JSON, or 404 and a message for an image it lacks)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def address_string(self) -> str:
+            return "dockerd"
+
+        def answer(self, code: int, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Server", "Docker/26.1.3 (linux)")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def do_HEAD(self) -> None:
+            self.answer(200 if self.path == "/_ping" else 404, b"")
+
+        def do_GET(self) -> None:
+            reference = self.path.removeprefix("/images/").removesuffix("/json")
+            if reference in images:
+                self.answer(
+                    200, json.dumps({"Id": images[reference], "RepoTags": [reference], "Config": {"Env": ["A=b|c"]}}).encode() + b"\n"
+                )
+            else:
+                self.answer(404, json.dumps({"message": f"No such image: {reference}"}).encode() + b"\n")
+
+        def log_message(self, *_args: object) -> None:
+            return
+
+    class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+        daemon_threads = True
+
+    server = Server(str(socket_path), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_docker_s_answers_read_the_same_from_its_api_and_from_its_cli(tmp_path: Path) -> None:
+    """The probe asks dockerd's socket with one curl and falls back to the docker CLI (no curl, no socket):
+    run by sh against a stand-in dockerd and a stand-in CLI, both give the same version and ids."""
+    image, other = "registry.example.com/vllm/vllm-openai-rocm:v0.22.0", "registry.example.com/other:1"
+    digest = "sha256:" + "a" * 64
+    sock = tmp_path / "docker.sock"
+    server = _dockerd(sock, {image: digest})
+    command = probe.docker_probe((image, other)).replace(paths.DOCKER_SOCKET, str(sock))
+    try:
+        api = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=30, check=True).stdout
+    finally:
+        server.shutdown()
+        server.server_close()
+    cli_bin = tmp_path / "bin"
+    cli_bin.mkdir()
+    (cli_bin / "docker").write_text(
+        f'#!/bin/sh\ncase "$1" in version) echo 26.1.3 ;; image) [ "$5" = {image} ] && echo {digest} || exit 1 ;; esac\n'
     )
-    cli = preflight.parse_report(mi300x_host(docker="26.1.3", images=f"{image}|sha256:{'a' * 64}\nother:1|"))
-    assert api.docker_version == cli.docker_version == "26.1.3"
-    assert api.image_ids == cli.image_ids == {image: "sha256:" + "a" * 64}
-    assert preflight.parse_report(mi300x_host(docker="")).docker_version is None
+    (cli_bin / "docker").chmod(0o755)
+    cli = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=30, env={"PATH": str(cli_bin)}).stdout
+    for answer in (api, cli):
+        report = preflight.parse_report(mi300x_host(docker=answer))
+        assert (report.docker_version, report.image_ids) == ("26.1.3", {image: digest})
+    nothing = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=30, env={"PATH": str(tmp_path / "none")})
+    report = preflight.parse_report(mi300x_host(docker=nothing.stdout))
+    assert (report.docker_version, report.image_ids) == (None, {})

@@ -19,7 +19,7 @@ from instinct_fleet.fleet.run import image_seeds, interrupt_handler, plan_invent
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from tests.unit.files import docker_files, unit_files
 
-from .test_preflight import mi300x_host
+from .test_preflight import docker_section, mi300x_host
 
 DATA = {"vllm_instances": [{"name": "main"}]}
 
@@ -223,7 +223,7 @@ def test_one_host_per_missing_image_pulls_first() -> None:
     """The seed fills a pull-through cache; hosts that have the image, or failed preflight, are never seeds."""
     report = preflight.parse_report(mi300x_host())
     (spec, _), *_ = plan_hosts([HostData("gpu-1", (), DATA)])
-    have = preflight.parse_report(mi300x_host(images=f"{spec.services[0].image}|sha256:" + "b" * 64))
+    have = preflight.parse_report(mi300x_host(docker=docker_section({spec.services[0].image: "sha256:" + "b" * 64})))
     hosts = [HostData(n, (), DATA) for n in ("gpu-3", "gpu-1", "gpu-2")]
     hosts.append(HostData("other", (), {**DATA, "vllm_image": "vllm/vllm-openai-rocm:v0.22.0-rc2"}))
     reports = {"gpu-1": have, "gpu-2": report, "gpu-3": report, "other": report}
