@@ -211,6 +211,10 @@ def serving() -> None:
     apply.converge(plan, "services")  # the config directory and the Hugging Face cache
 
     mine = fleet.roll.turns[host.name].batch  # an unchanged host checks its units in batch 0
+    if fleet.roll.idle:  # a no-op run: batch 0 alone, with nothing to order across hosts and nothing to interrupt
+        if mine == 0:
+            converge_batch(plan, fleet, 0, host.state)
+        return
     for batch in host.loop(range(len(fleet.roll.batches))):  # type: ignore[no-untyped-call]
         operations.barrier(name=f"Roll: batch {batch}", note=f"roll batch {batch}")
         if batch == mine:

@@ -159,6 +159,12 @@ class Roll:
     carried: Carried = field(default_factory=Carried)  # what each copy did
     warm: bool = False  # instinct-fleet warm: only the batches' instances restart; the others wait, their caches filled
 
+    @property
+    def idle(self) -> bool:
+        """Every serving unit of the fleet is unchanged and no cache travels: one batch (0), whose operations order
+        nothing across hosts and which no interrupt can keep from a host (:meth:`skipped` needs a changed unit)."""
+        return len(self.batches) <= 1 and not self.spreads and all(u.kind == "unchanged" for u in self.units)
+
     def batch_of(self, host: str) -> int | None:
         for index, batch in enumerate(self.batches):
             if any(host in unit.hosts for unit in batch):

@@ -347,6 +347,32 @@ def test_the_hardware_probe_reads_amd_smi_on_one_line_and_the_parser_gets_every_
     assert [g.model for g in report.gpus] == ["MI300X"] * 8 and report.gpu_arch == "gfx942" and report.smi_error is None
 
 
+def test_the_shell_s_own_globs_and_reads_give_what_ls_grep_and_cat_gave(tmp_path: Path) -> None:
+    """The render nodes (a glob), their by-path links (ls -l, the parser keeps the -render ones) and one-line
+    files (read: a sysfs file without its final newline too), on a copy of the layout: the same report as the
+    captured host's. A host without /dev/dri or amdgpu prints nothing for them, and no error."""
+    dri = tmp_path / "dev/dri"
+    (dri / "by-path").mkdir(parents=True)
+    for i, bdf in enumerate(BDFS):
+        (dri / f"renderD{128 + i}").touch()
+        (dri / f"card{i}").touch()
+        (dri / "by-path" / f"pci-{bdf}-render").symlink_to(f"../renderD{128 + i}")
+        (dri / "by-path" / f"pci-{bdf}-card").symlink_to(f"../card{i}")
+    (tmp_path / "initstate").write_text("live")
+    commands = dict(probe.HARDWARE)
+
+    def run(name: str, root: Path) -> str:
+        command = commands[name].replace(paths.DRI, str(root / "dev/dri")).replace("/sys/module/amdgpu/initstate", str(root / "initstate"))
+        done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=30)
+        assert done.stderr == ""
+        return done.stdout
+
+    names = ("render-nodes", "render-by-path", "amdgpu-initstate")
+    found = preflight.parse_report(mi300x_host(**{n.replace("-", "_"): run(n, tmp_path) for n in names}))
+    assert found.gpus == preflight.parse_report(mi300x_host()).gpus and found.amdgpu_loaded
+    assert [run(n, tmp_path / "none") for n in names] == ["", "", ""]
+
+
 def test_the_partition_probe_pairs_each_device_s_compute_and_memory_mode(tmp_path: Path) -> None:
     """The probe's awk, on a copy of the amdgpu driver's sysfs layout (one directory per PCI device): one
     "COMPUTE MEMORY" line per device, read as preflight reads it; no device, no line (and no error)."""

@@ -119,16 +119,16 @@ def test_a_fresh_host_gets_the_whole_stage(monkeypatch: pytest.MonkeyPatch, stag
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_converged_host_gets_nothing(monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
-    """Read back through the probe: a managed path the probe missed would show here as drift."""
+    """Read back through the probe: a managed path the probe missed would show here as drift. Not even the roll's
+    barrier: nothing in the fleet rolls, so there is no batch to walk (a no-op run is one fact per host)."""
     again = plan(DATA, converged(monkeypatch, DATA))
-    assert emitted(monkeypatch, stage, again) == (["Roll: batch 0"] if stage == "services" else [])
+    assert emitted(monkeypatch, stage, again) == []
 
 
 def only(monkeypatch: pytest.MonkeyPatch, data: dict[str, Any], sim: SimHost, **sections: str) -> dict[str, list[str]]:
-    """What each stage emits for this host, leaving out the stages that emit what they emit when nothing drifted."""
+    """What each stage emits for this host, leaving out the stages that emit nothing."""
     host_plan = plan(data, sim, **sections)
-    quiet = {"services": ["Roll: batch 0"]}
-    return {s: ops for s in STAGES if (ops := emitted(monkeypatch, s, host_plan)) != quiet.get(s, [])}
+    return {s: ops for s in STAGES if (ops := emitted(monkeypatch, s, host_plan))}
 
 
 def test_tuning_repairs_the_sysctl_file_and_the_live_value(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -245,7 +245,7 @@ def test_services_rolls_an_edited_unit_and_removes_a_stale_one(monkeypatch: pyte
 def test_a_marker_left_by_a_failed_roll_goes_once_the_host_is_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     sim = converged(monkeypatch, DATA)
     sim.files[paths.ROLL_MARKER] = (b"roll batch 1 started\n", "644", "root", "root")
-    assert only(monkeypatch, DATA, sim) == {"services": ["Roll: batch 0", "Roll: done on this host"]}
+    assert only(monkeypatch, DATA, sim) == {"services": ["Roll: done on this host"]}
 
 
 def test_weights_copies_a_model_lost_from_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -295,8 +295,7 @@ def test_every_accepted_spec_converges_to_a_no_op(monkeypatch: pytest.MonkeyPatc
     deploy(monkeypatch, fresh, sim)
     again = plan(data, sim, peers, api_key="600|root|33")
     assert drifted(again) == []
-    quiet = {"services": ["Roll: batch 0"]}
-    assert {s: ops for s in STAGES if (ops := emitted(monkeypatch, s, again)) != quiet.get(s, [])} == {}
+    assert {s: ops for s in STAGES if (ops := emitted(monkeypatch, s, again))} == {}
 
 
 def test_an_interrupt_before_the_host_s_batch_rolls_nothing_and_fails_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -371,7 +370,7 @@ def test_a_rollback_puts_the_previous_generation_back_through_the_roll(monkeypat
     deploy(monkeypatch, back, sim)
     assert {p: c for p, (c, *_r) in sim.files.items()} == {p: c for p, (c, *_r) in before.items()}
     assert {
-        s: ops for s in STAGES if (ops := emitted(monkeypatch, s, plan(DATA, sim))) != ([] if s != "services" else ["Roll: batch 0"])
+        s: ops for s in STAGES if (ops := emitted(monkeypatch, s, plan(DATA, sim)))
     } == {}
 
 
@@ -382,7 +381,7 @@ def test_a_rollback_to_a_generation_the_host_lacks_fails_that_host_before_anythi
     # Without an older generation that passed the gate (a host the change did not touch), "previous"
     # leaves the host as it is: no error, nothing to do.
     stays = plan(DATA, sim, restore="previous")
-    assert stays.ok and emitted(monkeypatch, "services", stays) == ["Roll: batch 0"]
+    assert stays.ok and emitted(monkeypatch, "services", stays) == []
     more = {**DATA, "vllm_instances": [{"name": "main"}, {"name": "other", "port": 8001, "gpus": [1]}]}
     (problem,) = plan(more, sim, restore="1").errors
     assert "generation 1 holds vllm-main.env, vllm-main.service, the inventory's serving units need" in problem.message
