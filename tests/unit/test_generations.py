@@ -46,7 +46,9 @@ def test_the_fact_s_shell_reads_a_real_generations_directory(tmp_path: Path) -> 
     command = generations.probe_command().replace(paths.GENERATIONS_DIR, str(root))
     done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=30, check=True)
     assert generations.parse(done.stdout) == Generations(numbers=(1, 2, 10), healthy=10, files={UNIT: sha("unit v2")})
-    empty = subprocess.run(["/bin/sh", "-c", command.replace(str(root), str(tmp_path / "none"))], capture_output=True, text=True, timeout=30)
+    empty = subprocess.run(
+        ["/bin/sh", "-c", command.replace(str(root), str(tmp_path / "none"))], capture_output=True, text=True, timeout=30
+    )
     assert generations.parse(empty.stdout) == Generations() and empty.stderr == ""
 
 

@@ -369,9 +369,7 @@ def test_a_rollback_puts_the_previous_generation_back_through_the_roll(monkeypat
     assert emitted(monkeypatch, "services", back) == [*ROLLED, *restart(3)]
     deploy(monkeypatch, back, sim)
     assert {p: c for p, (c, *_r) in sim.files.items()} == {p: c for p, (c, *_r) in before.items()}
-    assert {
-        s: ops for s in STAGES if (ops := emitted(monkeypatch, s, plan(DATA, sim)))
-    } == {}
+    assert {s: ops for s in STAGES if (ops := emitted(monkeypatch, s, plan(DATA, sim)))} == {}
 
 
 def test_a_rollback_to_a_generation_the_host_lacks_fails_that_host_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
