@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """A roll whose restarts compile: with the compile cache carried from the first batch to the later ones, and without.
 
-On a light fleet of N single-node hosts (``tests/fleet/fleet.py up --hosts N``, the
-default recipe on each; every host one compile configuration, ports aside) whose
-stand-in compiles for ``STANDIN_COMPILE_S`` seconds on a cache miss, it rolls one flag
-change through every host, ``rolling_batch`` hosts at a time, three ways:
+On a light fleet of N hosts (``tests/fleet/fleet.py up --hosts N --clusters K``: K
+two-node Ray clusters serving llama-3.1-405b-pp2, the default recipe on every other host;
+one compile configuration each, ports aside) whose stand-in compiles for
+``STANDIN_COMPILE_S`` seconds on a cache miss (on a cluster, each node its own ranks), it
+rolls one flag change through every serving unit, ``rolling_batch`` at a time, three ways:
 
 * ``compile_cache_spread = False``: every host compiles its own (the roll before issue 34);
 * ``compile_cache_spread = True``: the first batch compiles, the later ones receive its cache;
@@ -15,7 +16,7 @@ reports the wall time of each run and every unit's start (seconds to healthy, co
 warm) from the roll summary, against the goal "one cold start plus (batches - 1) warm
 starts, plus the gates", and writes its section of ``benchmarks/RESULTS.md``. Needs root
 (dockerd); not part of ``make test``.
-Usage: ``sudo .venv/bin/python benchmarks/warm_roll.py [HOSTS] [BATCH] [COMPILE_S]`` (default 8 2 20).
+Usage: ``sudo .venv/bin/python benchmarks/warm_roll.py [HOSTS] [BATCH] [COMPILE_S] [CLUSTERS]`` (default 8 2 20 0).
 """
 
 from __future__ import annotations
@@ -34,8 +35,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 FLEET = [sys.executable, str(ROOT / "tests" / "fleet" / "fleet.py")]
 CLI = str(Path(sys.executable).parent / "instinct-fleet")
-BEGIN = "<!-- benchmarks/warm_roll.py writes from here to the end marker -->"
-END = "<!-- end of benchmarks/warm_roll.py -->"
+
+
+def markers(clusters: int) -> tuple[str, str]:
+    """Where its section of RESULTS.md starts and ends: one section without clusters, one with them."""
+    kind = " (with clusters)" if clusters else ""
+    return f"<!-- benchmarks/warm_roll.py{kind} writes from here to the end marker -->", f"<!-- end of benchmarks/warm_roll.py{kind} -->"
 
 
 def inventory(directory: Path, name: str, extra: dict[str, Any]) -> str:
@@ -73,11 +78,9 @@ def describe(found: list[tuple[str, int | None, float, str]]) -> str:
 
 
 def main() -> None:
-    hosts, batch, compile_s = (int(a) for a in (sys.argv[1:] + ["8", "2", "20"][len(sys.argv) - 1 :])[:3])
-    if hosts >= 16:
-        sys.exit("warm_roll: up to 15 hosts (a light fleet of 16 or more has a Ray cluster, which neither sends nor receives)")
+    hosts, batch, compile_s, clusters = (int(a) for a in (sys.argv[1:] + ["8", "2", "20", "0"][len(sys.argv) - 1 :])[:4])
     subprocess.run([*FLEET, "down"], check=True)
-    subprocess.run([*FLEET, "up", "--hosts", str(hosts)], check=True)
+    subprocess.run([*FLEET, "up", "--hosts", str(hosts), "--clusters", str(clusters)], check=True)
     common = {"rolling_batch": batch, "rolling_drain_timeout": 5, "vllm_env": {"STANDIN_COMPILE_S": str(compile_s)}}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,20 +98,22 @@ def main() -> None:
             rows.append({"run": label, "seconds": seconds, "starts": found})
             print(json.dumps(rows[-1]), flush=True)
     subprocess.run([*FLEET, "down"], check=True)
-    write(rows, hosts, batch, compile_s)
+    write(rows, hosts, batch, compile_s, clusters)
 
 
-def write(rows: list[dict[str, Any]], hosts: int, batch: int, compile_s: int) -> None:
+def write(rows: list[dict[str, Any]], hosts: int, batch: int, compile_s: int, clusters: int) -> None:
     cold = [s[2] for r in rows for s in r["starts"] if s[3] == "cold"]
     warm = [s[2] for r in rows for s in r["starts"] if s[3] == "warm"]
-    batches = -(-hosts // batch)
+    batches = -(-(hosts - clusters) // batch)  # serving units: a cluster's two hosts are one
     table = ["| run | wall s | unit starts (seconds to healthy, cold or warm) |", "| --- | --- | --- |"]
     table += [f"| {r['run']} | {r['seconds']:.0f} | {describe(r['starts'])} |" for r in rows]
     machine = f"{os.cpu_count()} CPUs, Linux {platform.release()}, Python {platform.python_version()}"
     lines = [
-        f"Measured by `benchmarks/warm_roll.py` on {time.strftime('%Y-%m-%d')}: {machine}; {hosts} single-node simulated hosts "
-        f"(one compile configuration, ports aside), `rolling_batch = {batch}` ({batches} batches), the stand-in compiling "
-        f"{compile_s} s on a cache miss (its speed model, not an MI300X).",
+        f"Measured by `benchmarks/warm_roll.py` on {time.strftime('%Y-%m-%d')}: {machine}; {hosts} simulated hosts, "
+        + (f"{clusters} two-node Ray clusters (llama-3.1-405b-pp2) and {hosts - 2 * clusters} single-node hosts " if clusters else "all single-node ")
+        + f"(one compile configuration each kind, ports aside), `rolling_batch = {batch}` ({batches} batches), the stand-in "
+        f"compiling {compile_s} s on a cache miss, on a cluster each node its own ranks (its speed model, not an MI300X). "
+        "A cluster's start is its head's row.",
         "",
         *table,
         "",
@@ -125,14 +130,17 @@ def write(rows: list[dict[str, Any]], hosts: int, batch: int, compile_s: int) ->
         )
     results = ROOT / "benchmarks" / "RESULTS.md"
     text = results.read_text()
-    section = BEGIN + "\n" + "\n".join(lines) + "\n" + END
-    if BEGIN in text:
-        before, rest = text.split(BEGIN, 1)
-        text = before + section + rest.split(END, 1)[1]
+    begin, end = markers(clusters)
+    section = begin + "\n" + "\n".join(lines) + "\n" + end
+    if begin in text:
+        before, rest = text.split(begin, 1)
+        text = before + section + rest.split(end, 1)[1]
+    elif clusters and markers(0)[1] in text:  # after the section without clusters
+        before, rest = text.split(markers(0)[1], 1)
+        text = before + markers(0)[1] + "\n\n" + section + rest
     else:
         text = text.rstrip("\n") + "\n\n## Warm restarts: compile caches carried through a roll\n\n" + section + "\n"
     results.write_text(text)
-
 
 if __name__ == "__main__":
     main()

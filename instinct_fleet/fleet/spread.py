@@ -13,8 +13,13 @@ host compiles, as it would have: the roll goes on.
 
 What "the same configuration" is comes from the pinned vLLM's own key
 (:func:`instinct_fleet.model.render.compile_config`); the control machine relays the
-copies, so no host needs SSH access to another. Ray clusters are left out: each node
-compiles for its own ranks.
+copies, so no host needs SSH access to another. In a Ray cluster each node builds the
+kernels of its own ranks (its Ray container mounts the same cache directory): the head
+of the first cluster to roll sends to the heads of later clusters of the same
+configuration, its worker to their workers. vLLM gives the driver's node the first
+ranks and orders the other nodes by address, so with two nodes each copy holds the
+receiver's own ranks; with more, a worker may receive another worker's ranks, which
+vLLM's key leaves unused (that node compiles them), never misused.
 """
 
 from __future__ import annotations
@@ -66,8 +71,9 @@ class Bundle:
     image_id: str
 
 
-Member = tuple[int, str, str, str]  # (batch, host, instance unit, image)
-Groups = dict[tuple[str, str, str], list[Member]]  # (compile configuration, GPU architecture, cache) -> its members
+Member = tuple[int, str, str, str]  # (batch, host, the unit whose start builds it, image)
+# (compile configuration, GPU architecture, cache, node role: "" single-node, else "head" or "worker") -> its members
+Groups = dict[tuple[str, str, str, str], list[Member]]
 
 
 class Turn(Protocol):
@@ -85,21 +91,22 @@ class Turn(Protocol):
 
 def groups(plans: Mapping[str, HostPlan], turns: Mapping[str, Turn]) -> Groups:
     """The instances that (re)start in this run, by what builds the same cache: (compile configuration, GPU
-    architecture, cache directory). A host without one architecture (rocm-smi, mixed GPUs) and the members of a
-    Ray cluster are in none."""
+    architecture, cache directory, node role). A host without one architecture (rocm-smi, mixed GPUs) is in none.
+    A cluster node's member is the unit whose start builds its ranks: the instance on the head, Ray on a worker."""
     found: Groups = {}
     for name, plan in sorted(plans.items()):
         turn = turns.get(name)
         arch = plan.report.gpu_arch
-        if turn is None or turn.batch is None or arch is None or plan.spec.cluster is not None:
+        if turn is None or turn.batch is None or arch is None:
             continue
+        role = plan.spec.cluster.role if plan.spec.cluster is not None else ""
         for svc in plan.spec.services:
-            unit = paths.vllm_unit(svc.name)
+            unit = paths.ray_unit(role) if role == "worker" else paths.vllm_unit(svc.name)
             if unit not in turn.pending:  # a no-op run restarts nothing: no configuration to digest
                 continue
             config = render.compile_config(svc, plan.spec.vars.vllm_api_key_path)
             if config is not None:
-                found.setdefault((config, arch, plan.spec.compile_cache(svc)), []).append((turn.batch, name, unit, svc.image))
+                found.setdefault((config, arch, plan.spec.compile_cache(svc), role), []).append((turn.batch, name, unit, svc.image))
     return found
 
 
@@ -112,12 +119,12 @@ def plan(
     the members of later batches. ``warm`` (:func:`warm_sources`, with the warm run's ``batch_of``): the member it
     restarts sends to every other member, which does not restart in the run."""
     sends: dict[tuple[str, str], tuple[int, str, set[str]]] = {}
-    for (_config, _arch, cache), members in sorted(found.items()):
+    for (_config, _arch, cache, _role), members in sorted(found.items()):
         if warm is None or batch_of is None:
             batch, source, _unit, image = min(members)
         else:
             built = [m for m in sorted(members) if m[2] in warm.get(m[1], ())]
-            if not built:  # no member could build it without restarting dockerd: the next deploy does
+            if not built:  # no member builds it in a warm run (its dockerd restarts, or a cluster's): the next deploy does
                 continue
             _, source, _unit, image = built[0]
             batch = batch_of(source) or 0
@@ -132,7 +139,8 @@ def warm_sources(members: Groups, turns: Mapping[str, Turn]) -> dict[str, frozen
     on as few hosts as it can (greedy set cover: the host that builds the most configurations not built yet, then
     by name); a host restarts only the instances of the configurations it builds. A host whose docker settings
     change builds nothing: restarting dockerd would stop every container on it, the ones warm leaves too."""
-    hosts_of = {key: {h for _, h, _, _ in found if not turns[h].defers_docker} for key, found in members.items()}
+    # A cluster builds only by rolling as a whole, every member at once: warm leaves clusters to the deploy.
+    hosts_of = {key: {h for _, h, _, _ in found if not turns[h].defers_docker} for key, found in members.items() if not key[3]}
     left = {key for key, hosts in hosts_of.items() if hosts}
     chosen: dict[str, set[str]] = {}
     while left:

@@ -151,10 +151,13 @@ HOSTS = (
 CLUSTER_EVERY = 16  # a light fleet has one two-node Ray cluster per 16 hosts
 
 
-def light_hosts(count: int) -> tuple[SimHost, ...]:
-    """``count`` simulated GPU hosts for scale runs: single-node hosts, and a two-node cluster per 16 hosts."""
+def light_hosts(count: int, clusters: int | None = None) -> tuple[SimHost, ...]:
+    """``count`` simulated GPU hosts for scale runs: single-node hosts, and ``clusters`` two-node clusters among them
+    (by default one per 16 hosts)."""
     hosts = []
-    clusters = count // CLUSTER_EVERY
+    clusters = count // CLUSTER_EVERY if clusters is None else clusters
+    if not 0 <= 2 * clusters <= count:
+        sys.exit(f"fleet: {clusters} two-node clusters do not fit in {count} hosts")
     for i in range(count):
         name = f"sim-s{i + 1:02d}"
         cluster = role = None
@@ -595,8 +598,9 @@ def ssh_options(key: Path, port: int) -> list[str]:
     ]
 
 
-def up(count: int | None = None) -> dict[str, object]:
-    """The demo fleet, or with ``count`` a light fleet of that many GPU hosts behind a pull-through cache."""
+def up(count: int | None = None, clusters: int | None = None) -> dict[str, object]:
+    """The demo fleet, or with ``count`` a light fleet of that many GPU hosts behind a pull-through cache (``clusters``
+    two-node Ray clusters among them; by default one per 16)."""
     STATE.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     built = images(light=count is not None)
@@ -610,7 +614,7 @@ def up(count: int | None = None) -> dict[str, object]:
     if built.slim is not None:
         publish(built.slim, slim_ref(registry))
     if count is not None:
-        check_disk(light_hosts(count), registry)
+        check_disk(light_hosts(count, clusters), registry)
     key = ssh_key()
     sysfs = standin_sysfs()
     log(f"images in {registry}; starting hosts")
@@ -618,11 +622,11 @@ def up(count: int | None = None) -> dict[str, object]:
     # Debian); past about 18 hosts the next one's systemd exits at once without it.
     inotify = Path("/proc/sys/fs/inotify/max_user_instances")
     others = out(DOCKER, "ps", "-q", "--filter", f"label={LABEL_KEY}").split()  # another slot's hosts
-    wanted = 64 * (len(others) + len(HOSTS if count is None else light_hosts(count)))
+    wanted = 64 * (len(others) + len(HOSTS if count is None else light_hosts(count, clusters)))
     if int(inotify.read_text()) < wanted:
         inotify.write_text(str(wanted))
     hosts = []
-    for host in HOSTS if count is None else light_hosts(count):
+    for host in HOSTS if count is None else light_hosts(count, clusters):
         start_host(host, key, sysfs)
         address = out(DOCKER, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", host.container)
         hosts.append(dataclasses.replace(host, address=address))
@@ -777,13 +781,14 @@ def main() -> None:
     parser.add_argument("command", choices=["images", "up", "down", "sample", "revive", "registry", "tag"])
     parser.add_argument("argument", nargs="?", help="revive: host name; registry: stop or start; tag: the new tag")
     parser.add_argument("--hosts", type=int, help="up: a light fleet of this many GPU hosts (one two-node cluster per 16)")
+    parser.add_argument("--clusters", type=int, help="up --hosts N: this many two-node Ray clusters among the N hosts")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("fleet: run as root (dockerd, debootstrap)")
     if args.command == "images":
         images()
     elif args.command == "up":
-        up(args.hosts)
+        up(args.hosts, args.clusters)
     elif args.command == "sample":
         sample()
     elif args.command == "revive":

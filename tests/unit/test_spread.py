@@ -18,6 +18,7 @@ from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import spread
 from instinct_fleet.fleet.roll import WARM_LEFT, format_summary, plan_roll
 from instinct_fleet.fleet.run import plan_inventory
+from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.render import compile_config, render_args
 
@@ -28,15 +29,21 @@ from .test_roll import deployed
 MAIN = {"vllm_instances": [{"name": "main"}]}
 
 
+ETH0 = "1: lo    inet 127.0.0.1/8 scope host lo\n2: eth0    inet {}/16 brd 10.0.255.255 scope global eth0"
+
+
 def serving(hosts: dict[str, dict[str, Any]], arch: dict[str, str | None] | None = None) -> dict[str, HostPlan]:
-    """Hosts that serve their instances now, each instance's env file changed: every one restarts in the roll."""
+    """Hosts that serve their instances now, each serving unit's env file changed: every one restarts in the roll.
+    Each host has its own address on eth0 (a cluster's nodes reach each other there)."""
     data = [HostData(name, (), values) for name, values in hosts.items()]
-    fresh = plan_inventory(data, set(hosts), lambda specs: dict.fromkeys(specs, preflight.parse_report(mi300x_host())))
+    address = {name: ETH0.format(f"10.0.0.{i + 1}") for i, name in enumerate(hosts)}
+    fresh = plan_inventory(data, set(hosts), lambda specs: {n: preflight.parse_report(mi300x_host(interfaces=address[n])) for n in specs})
     reports = {}
     for name in hosts:
         units = fresh[name].desired.serving
         running = "\n".join(f"{unit}.service loaded active running x" for unit in units)
-        text = mi300x_host(files=deployed(fresh[name], **{f"/etc/instinct-fleet/{u}.env": "OLD=1\n" for u in units}), active=running)
+        changed = {paths.unit_env_path(u): "OLD=1\n" for u in units}
+        text = mi300x_host(files=deployed(fresh[name], **changed), active=running, interfaces=address[name])
         report = preflight.parse_report(text)
         if arch is not None and name in arch:
             report = dataclasses.replace(report, gpus=tuple(dataclasses.replace(g, arch=arch[name]) for g in report.gpus))
@@ -62,13 +69,39 @@ def test_the_first_host_to_restart_sends_its_cache_to_the_later_ones_that_build_
     assert roll.spreads == (spread.Spread("a1", cache, plans["a1"].spec.services[0].image, 1, ("a2", "a3")),)
 
 
-def test_a_ray_cluster_neither_sends_nor_receives() -> None:
-    cluster = {"ray_cluster": "c", "cluster_nic": "eth0", "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2, "nccl_ib_hca": "mlx5_0"}
-    hosts = [HostData("head", (), {**cluster, "ray_role": "head"}), HostData("w1", (), {**cluster, "ray_role": "worker"})]
-    eth = "1: lo    inet 127.0.0.1/8 scope host lo\n2: eth0    inet {}/16 brd 172.17.255.255 scope global eth0"
-    reports = {n: preflight.parse_report(mi300x_host(interfaces=eth.format(ip))) for n, ip in (("head", "10.0.0.1"), ("w1", "10.0.0.2"))}
-    plans = plan_inventory(hosts, {"head", "w1"}, lambda specs: {n: reports[n] for n in specs})
-    assert spread.groups(plans, plan_roll(plans).turns) == {}
+CLUSTER = {"cluster_nic": "eth0", "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2, "nccl_ib_hca": "mlx5_0"}
+
+
+def clusters(*names: str, **extra: Any) -> dict[str, dict[str, Any]]:
+    """Two-node Ray clusters: ``<name>-head`` and ``<name>-worker`` for each name."""
+    return {
+        f"{name}-{role}": {**CLUSTER, **extra, "ray_cluster": name, "ray_role": role} for name in names for role in ("head", "worker")
+    }
+
+
+def test_each_node_of_a_cluster_sends_to_the_same_node_of_the_later_clusters() -> None:
+    """A node builds its own ranks' kernels: the first cluster's head sends to the later heads, its worker to the later
+    workers (the head restarts through its instance, a worker through Ray). Another configuration is its own group."""
+    plans = serving({**clusters("c1", "c2", "c3"), **clusters("d1", vllm_args={"max-num-seqs": 64})})
+    roll = plan_roll(plans)
+    assert [sorted(u.name for u in b) for b in roll.batches][1:] == [["cluster c1"], ["cluster c2"], ["cluster c3"], ["cluster d1"]]
+    svc = plans["c1-head"].spec.services[0]
+    cache = plans["c1-head"].spec.compile_cache(svc)
+    assert roll.spreads == (
+        spread.Spread("c1-head", cache, svc.image, 1, ("c2-head", "c3-head")),
+        spread.Spread("c1-worker", cache, svc.image, 1, ("c2-worker", "c3-worker")),
+    )
+    members = spread.groups(plans, roll.turns)
+    assert sorted(unit for found in members.values() for _, host, unit, _ in found if host.startswith("c1")) == ["ray-worker", "vllm-main"]
+
+
+def test_warm_leaves_clusters_to_the_deploy() -> None:
+    """A cluster builds only by rolling as a whole: warm restarts no cluster and carries nothing between them."""
+    plans = serving({**clusters("c1", "c2"), "a1": MAIN, "a2": MAIN})
+    roll = plan_roll(plans, warm=True)
+    assert sorted(h for b in roll.batches for u in b for h in u.hosts) == ["a1"]
+    assert [(s.source, s.receivers) for s in roll.spreads] == [("a1", ("a2",))]
+    assert {roll.outcome(h, set())[0] for h in ("c1-head", "c1-worker", "c2-head", "c2-worker")} == {"not-rolled"}
 
 
 def test_warm_restarts_one_instance_per_configuration_and_fills_every_other_host() -> None:

@@ -152,3 +152,25 @@ def test_the_stand_in_compiles_once_per_configuration_and_waits_on_a_build_lock(
         module.compile_or_reuse("m", {"--max-num-seqs": "8"})
         assert time.monotonic() - started >= 0.9 and "waiting for baton release" in capsys.readouterr().out
         removed.join()
+
+
+def test_a_ray_node_builds_its_own_ranks_and_hits_a_copy_of_the_same_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a cluster each node's Ray worker builds its ranks' entry in its own cache: a worker's entry (rank_8_0) is
+    no use to a head (rank_0_0); a copy of another cluster's worker cache hits on this cluster's worker."""
+    module = consumers.standin()
+    args = {"--pipeline-parallel-size": "2", "--distributed-executor-backend": "ray"}
+    worker, other = tmp_path / "worker", tmp_path / "other-worker"
+    with mock.patch.dict(os.environ, {"VLLM_CACHE_ROOT": str(worker), "STANDIN_COMPILE_S": "0.2"}):
+        assert module.build("m", args, "rank_8_0")[0] is False
+        assert module.build("m", args, "rank_8_0")[0] is True
+        assert module.build("m", args, "rank_0_0")[0] is False  # the head's ranks: not in a worker's cache
+    other.mkdir()
+    (worker / "torch_compile_cache").rename(other / "torch_compile_cache")  # what cache-spread.sh carries
+    with mock.patch.dict(os.environ, {"VLLM_CACHE_ROOT": str(other), "STANDIN_COMPILE_S": "0.2"}):
+        assert module.build("m", args, "rank_8_0")[0] is True
+    with mock.patch.dict(os.environ, {"VLLM_CACHE_ROOT": str(other), "STANDIN_COMPILE_S": "0"}):
+        assert module.build("m", args, "rank_8_0") is None  # no compile step: nothing to log
+    capsys.readouterr()
+    formats = knowledge.load(consumers.STANDIN_VERSION).startup_log
+    module.log_build((False, 0.3))  # the driver's line for a start where one node compiled
+    assert health.startup(("elapsed 1.0", *capsys.readouterr().out.splitlines()), formats).cache == "cold"

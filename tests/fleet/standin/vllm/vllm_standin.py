@@ -757,13 +757,15 @@ def check_offline_cache(model: str) -> None:
     print(f"INFO stand-in: HF_HUB_OFFLINE=1, {model} found in the Hugging Face cache", flush=True)
 
 
-def join_ray(tp: int, pp: int) -> None:
+def join_ray(tp: int, pp: int, model: str, args: dict[str, Any]) -> None:
     """Do what vLLM's Ray executor does: join the cluster, reserve the GPUs, start workers on them.
 
     One actor per pipeline stage holds that stage's TP GPUs (vLLM has one per GPU;
-    one per stage keeps the stand-in light). Healthy only once every actor runs;
-    exit 1 when one dies, as vLLM does when a Ray worker is lost, so that systemd
-    restarts the instance and its unit waits for the cluster again.
+    one per stage keeps the stand-in light). Each builds its ranks' compile step on its
+    own node, in the cache its Ray container mounts (:func:`build`); the driver logs one
+    compile step for the start (cold when any node compiled). Healthy only once every
+    actor runs; exit 1 when one dies, as vLLM does when a Ray worker is lost, so that
+    systemd restarts the instance and its unit waits for the cluster again.
     """
     import ray
     from ray.util.placement_group import placement_group
@@ -774,6 +776,9 @@ def join_ray(tp: int, pp: int) -> None:
         def ping(self) -> str:
             return str(ray.get_runtime_context().get_node_id())
 
+        def build(self, ranks: str) -> tuple[bool, float] | None:
+            return build(model, args, ranks)
+
     ray.init(address="auto", logging_level="ERROR")
     nodes = [n for n in ray.nodes() if n["Alive"]]
     print(f"INFO stand-in joined Ray: {len(nodes)} nodes, {ray.cluster_resources().get('GPU', 0):g} GPUs; needs {tp * pp}", flush=True)
@@ -783,8 +788,14 @@ def join_ray(tp: int, pp: int) -> None:
         Stage.options(num_gpus=tp, scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)).remote()
         for i in range(pp)
     ]
-    hosts = set(ray.get([s.ping.remote() for s in stages]))
-    print(f"INFO stand-in placement group of {tp * pp} GPUs ready on {len(hosts)} nodes", flush=True)
+    placed = ray.get([s.ping.remote() for s in stages])
+    print(f"INFO stand-in placement group of {tp * pp} GPUs ready on {len(set(placed))} nodes", flush=True)
+    # vLLM's ranks: the driver's node first, then the others by address (sort_by_driver_then_worker_ip).
+    here, address = ray.get_runtime_context().get_node_id(), {n["NodeID"]: n["NodeManagerAddress"] for n in nodes}
+    order = sorted(range(pp), key=lambda i: (placed[i] != here, address.get(placed[i], ""), i))
+    first = {stage: position * tp for position, stage in enumerate(order)}
+    built = [b for b in ray.get([s.build.remote(f"rank_{first[i]}_0") for i, s in enumerate(stages)]) if b is not None]
+    log_build((all(hit for hit, _ in built), max(seconds for _, seconds in built)) if built else None)
     State.ready = True
     while True:
         time.sleep(2)
@@ -824,34 +835,45 @@ def log_phase(phase: str, *values: object) -> None:
     print("INFO " + re.sub(r"%(?:\.\d+)?[sdf]", fill, fmt), flush=True)
 
 
-def compile_or_reuse(model: str, args: dict[str, Any]) -> None:
+def build(model: str, args: dict[str, Any], ranks: str = "") -> tuple[bool, float] | None:
     """STANDIN_COMPILE_S: the compile step of a cold start (torch.compile, Triton, AITER's JIT modules), skipped when
-    VLLM_CACHE_ROOT holds an entry for this configuration's key, and written after it. Before it, an AITER build lock
-    under AITER_JIT_DIR blocks the start while it exists, as AITER's FileBaton waits on a lock whose holder it cannot
-    see (an old-format lock from another PID namespace: aiter#5266)."""
+    VLLM_CACHE_ROOT holds an entry for this configuration's key (and ``ranks``: a Ray node builds its own ranks'
+    entries, under ``rank_<first>_0`` as vLLM keeps them), and written after it. Before it, an AITER build lock
+    under AITER_JIT_DIR blocks the start while it exists, as AITER's FileBaton waits on a lock whose holder it
+    cannot see (an old-format lock from another PID namespace: aiter#5266). (hit, seconds); None: no compile step."""
     seconds = float(os.environ.get("STANDIN_COMPILE_S", "0"))
     root, jit = os.environ.get("VLLM_CACHE_ROOT"), os.environ.get("AITER_JIT_DIR")
     if seconds <= 0 or not root:
-        return
+        return None
     started = time.monotonic()
     for lock in sorted(glob(os.path.join(jit, "**", "lock"), recursive=True)) if jit else []:
         print(f"INFO stand-in waiting for baton release at {lock}", flush=True)
         while os.path.exists(lock):
             time.sleep(0.5)
-    entry = os.path.join(root, "torch_compile_cache", compile_key(model, args), "done")
+    entry = os.path.join(root, "torch_compile_cache", compile_key(model, args), ranks, "done")
     if os.path.exists(entry):
         print(f"INFO stand-in compile cache hit: {os.path.dirname(entry)} (warm start)", flush=True)
-        log_phase("cache-hit", "(1, 8192)", time.monotonic() - started)
-        log_phase("compile", time.monotonic() - started)
-        return
+        return True, time.monotonic() - started
     print(f"INFO stand-in compile cache miss: compiling for {seconds:g}s (cold start)", flush=True)
     time.sleep(seconds)
-    log_phase("cache-miss", "(1, 8192)", time.monotonic() - started)
-    log_phase("compile", time.monotonic() - started)
     os.makedirs(os.path.dirname(entry), exist_ok=True)
     with open(entry + ".tmp", "w") as handle:
         handle.write(f"compiled in {time.monotonic() - started:.1f}s\n")
     os.replace(entry + ".tmp", entry)
+    return False, time.monotonic() - started
+
+
+def log_build(result: tuple[bool, float] | None) -> None:
+    """The start-up lines vLLM logs for its compile step: a cache hit or a miss, and how long it took."""
+    if result is not None:
+        hit, seconds = result
+        log_phase("cache-hit" if hit else "cache-miss", "(1, 8192)", seconds)
+        log_phase("compile", seconds)
+
+
+def compile_or_reuse(model: str, args: dict[str, Any]) -> None:
+    """A single-node start's compile step, in this process (a Ray cluster's nodes build theirs: join_ray)."""
+    log_build(build(model, args))
 
 
 def drain(timeout: float) -> None:
@@ -889,12 +911,13 @@ def main() -> None:
     if args.get("--distributed-executor-backend") == "ray":
         tp, pp = int(args.get("--tensor-parallel-size", 1)), int(args.get("--pipeline-parallel-size", 1))
         State.ready = False
-        threading.Thread(target=join_ray, args=(tp, pp), daemon=True).start()
+        threading.Thread(target=join_ray, args=(tp, pp, model, args), daemon=True).start()
     # A real server loads weights before it listens; keep a short, visible delay.
     loading = float(os.environ.get("STANDIN_STARTUP_SECONDS", "2"))
     time.sleep(loading)
     log_phase("weights", 0.52, loading)
-    compile_or_reuse(model, args)
+    if args.get("--distributed-executor-backend") != "ray":
+        compile_or_reuse(model, args)
     log_phase("graph-capture", 0, 0.1)
     if os.environ.get("STANDIN_CRASH_AT_START") == "1":
         print("ERROR stand-in: STANDIN_CRASH_AT_START=1, exiting as a broken configuration would", flush=True)
