@@ -157,7 +157,7 @@ def measure(count: int) -> dict[str, float | int | str]:
         "upstream_mib": round((bytes_after - bytes_before) / 2**20),
         "noop_median_s": round(statistics.median(noops), 2),
         "ssh_floor_s": round(statistics.median(floors), 2),
-        "noop_over_floor": round(statistics.median(noops) / statistics.median(floors), 1),
+        "noop_over_floor": round(statistics.median(noops) / statistics.median(floors), 2),
         "noop_peak_rss_mib": max(rss),
         "commands_per_host_max": max(commands.values()) if commands else 0,
         "changed_ops_on_noop": results.get("totals", {}).get("success", "?"),

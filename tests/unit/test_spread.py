@@ -74,9 +74,7 @@ CLUSTER = {"cluster_nic": "eth0", "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nod
 
 def clusters(*names: str, **extra: Any) -> dict[str, dict[str, Any]]:
     """Two-node Ray clusters: ``<name>-head`` and ``<name>-worker`` for each name."""
-    return {
-        f"{name}-{role}": {**CLUSTER, **extra, "ray_cluster": name, "ray_role": role} for name in names for role in ("head", "worker")
-    }
+    return {f"{name}-{role}": {**CLUSTER, **extra, "ray_cluster": name, "ray_role": role} for name in names for role in ("head", "worker")}
 
 
 def test_each_node_of_a_cluster_sends_to_the_same_node_of_the_later_clusters() -> None:
