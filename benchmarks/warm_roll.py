@@ -13,8 +13,9 @@ rolls one flag change through every serving unit, ``rolling_batch`` at a time, t
 
 Each is a new value of ``--max-num-seqs``, so each starts from a cache that misses. It
 reports the wall time of each run and every unit's start (seconds to healthy, cold or
-warm) from the roll summary, against the goal "one cold start plus (batches - 1) warm
-starts, plus the gates", and writes its section of ``benchmarks/RESULTS.md``. Needs root
+warm) from the roll summary, against the goal "one cold start per compile configuration,
+warm starts for the other batches, plus the gates", and writes its section of
+``benchmarks/RESULTS.md`` (one without clusters, one with). Needs root
 (dockerd); not part of ``make test``.
 Usage: ``sudo .venv/bin/python benchmarks/warm_roll.py [HOSTS] [BATCH] [COMPILE_S] [CLUSTERS]`` (default 8 2 20 0).
 """
