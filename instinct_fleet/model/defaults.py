@@ -423,7 +423,7 @@ class FleetVars(_Strict):
     )
     compile_cache_spread: StrictBool = Field(
         default=True,
-        description="In a roll, the first host that restarts a compile configuration sends its compile cache (checked, through the control machine) to the hosts that restart the same configuration, on the same image and GPU architecture, in later batches, so they start warm. `False`: every host compiles its own. One value for the whole fleet.",
+        description="In a roll, the first host that restarts a compile configuration sends its compile cache (checked, through the control machine) to the hosts that restart the same configuration, on the same image and GPU architecture, in later batches, so they start warm; the first Ray cluster's head sends to the later heads, its worker to their workers. `False`: every host compiles its own. One value for the whole fleet.",
     )
     health_timeout: Seconds = Field(
         default=1800,
