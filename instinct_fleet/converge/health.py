@@ -25,31 +25,23 @@ MARK = "@@health:"
 POLL_SECONDS = 2
 
 
-def v1_curl(url: str, key_path: str | None, timeout: int, body: str | None = None) -> str:
-    """``curl`` of a /v1 route on the host: with ``vllm_api_key_path``, the bearer header goes to curl on stdin.
-
-    vLLM guards /v1 with the API key (not /health or /metrics). The key is read from
-    its file by the shell and piped as curl config (``-K -``), so it never shows in a
-    process list; the preflight fact, the health gate and the verify module share this.
-    """
-    command = f"curl -fsS -m {int(timeout)} {shlex.quote(url)}"
-    if body is not None:  # a POST of JSON
-        command += f" -H 'Content-Type: application/json' --data-binary {shlex.quote(body)}"
-    if key_path is None:
-        return command
-    header = 'printf \'header = "Authorization: Bearer %s"\\n\' "$(cat ' + shlex.quote(key_path) + ')"'
-    return f"{header} | {command} -K -"
-
-
-def completion(served: str) -> str:
-    """The gate's request: one token, so that it costs a real instance next to nothing."""
-    return json.dumps({"model": served, "prompt": "Hello", "max_tokens": 1})
-
-
+# The key's place in a curl config, where printf puts the key the shell read from vllm_api_key_path.
+_KEY = "\x00key\x00"
 # What serving's curl writes after each answer: its HTTP code, on a line of its own (a JSON body never holds a raw newline).
 ANSWERED = "@@answered:"
-# The key's place in serving's curl config, where printf puts the key it read from vllm_api_key_path.
-_KEY = "\x00key\x00"
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of :func:`curl_on_stdin`: ``body``, a POST of JSON; ``keyed``, a /v1 route (vLLM guards /v1 with
+    the API key, not /health or /metrics); ``write_out``, what curl writes after the answer; ``discard``, no body."""
+
+    url: str
+    seconds: int
+    body: str | None = None
+    keyed: bool = True
+    write_out: str | None = None
+    discard: bool = False
 
 
 def _config_value(text: str) -> str:
@@ -57,46 +49,70 @@ def _config_value(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def serving(port: int, served: str, key_path: str | None, timeout: int = 3, generates: bool = True) -> str:
-    """Shell: exits 0 when the instance on ``port`` is healthy, as every part of this tool means it.
-
-    One curl makes the requests in order and stops at the first that fails (``--fail-early``); it reads them
-    from a config on stdin, so that the API key (``vllm_api_key_path``, read by the shell's own ``read``)
-    never shows in a process list. awk reads the answers. Three curls and two greps per instance were the
-    largest part of what the preflight fact cost a host on a no-op: starting curl, not the requests.
-    """
-    url = f"http://127.0.0.1:{int(port)}"
-    requests: list[tuple[str, str, int, str | None]] = [
-        ("health", f"{url}/health", timeout, None),
-        ("models", f"{url}/v1/models", timeout, None),
-    ]
-    if generates:
-        requests.append(("choices", f"{url}/v1/completions", max(timeout, 10), completion(served)))
+def curl_on_stdin(requests: list[Request], key_path: str | None, fail: bool = True) -> str:
+    """One curl that makes ``requests`` in order, read as its config from stdin (``-K -``), stopping at the first
+    that fails (``fail``: an HTTP error is a failure). With ``vllm_api_key_path``, the shell reads the key (its own
+    ``read``, no process) and printf puts it in the config, so it never shows in a process list. The preflight
+    fact, the health gate, ``status`` and the verify module share this."""
     lines: list[str] = []
-    for name, target, seconds, body in requests:
+    for request in requests:
         lines += ["next"] if lines else []
-        lines += [f"url = {_config_value(target)}", f"max-time = {int(seconds)}", "fail", "silent"]
-        lines.append("write-out = " + _config_value("\n" + ANSWERED + name + " %{http_code}\n"))
-        if name == "health":  # no key: vLLM guards /v1 only
+        lines += [f"url = {_config_value(request.url)}", f"max-time = {int(request.seconds)}", "silent", "show-error"]
+        lines += ["fail"] if fail else []
+        if request.write_out is not None:
+            lines.append(f"write-out = {_config_value(request.write_out)}")
+        if request.discard:
             lines.append('output = "/dev/null"')
-        elif key_path is not None:
+        if request.keyed and key_path is not None:
             lines.append("header = " + _config_value("Authorization: Bearer " + _KEY))
-        if body is not None:
-            lines += ['header = "Content-Type: application/json"', f"data-binary = {_config_value(body)}"]
+        if request.body is not None:
+            lines += ['header = "Content-Type: application/json"', f"data-binary = {_config_value(request.body)}"]
     config = "\n".join(lines) + "\n"
     # printf's format, on one line: its own escapes doubled, newlines as \n, and one %s where each copy of the key goes.
     fmt = config.replace("\\", "\\\\").replace("%", "%%").replace("\n", "\\n").replace(_KEY, "%s")
-    keys = fmt.count("%s")
     feed = f"printf {shlex.quote(fmt)}"
     if key_path is not None:
-        feed = f"{{ read -r key 2>/dev/null <{shlex.quote(key_path)}; {feed}" + ' "$key"' * keys + "; }"
+        feed = f"{{ key=; read -r key 2>/dev/null <{shlex.quote(key_path)}; {feed}" + ' "$key"' * fmt.count("%s") + "; }"
+    return f"{feed} | curl --fail-early -K -"
+
+
+def v1_curl(url: str, key_path: str | None, timeout: int, body: str | None = None, show_code: bool = False) -> str:
+    """``curl`` of one /v1 route on the host, the key sent as :func:`curl_on_stdin` sends it; ``show_code``: the
+    answer whatever its HTTP code, followed by `` (HTTP <code>)``."""
+    request = Request(url, timeout, body, write_out=" (HTTP %{http_code})" if show_code else None)
+    return curl_on_stdin([request], key_path, fail=not show_code)
+
+
+def completion(served: str) -> str:
+    """The gate's request: one token, so that it costs a real instance next to nothing."""
+    return json.dumps({"model": served, "prompt": "Hello", "max_tokens": 1})
+
+
+def serving(port: int, served: str, key_path: str | None, timeout: int = 3, generates: bool = True) -> str:
+    """Shell: exits 0 when the instance on ``port`` is healthy, as every part of this tool means it.
+
+    One curl (:func:`curl_on_stdin`) asks /health, /v1/models and, for a model that generates, a one-token
+    completion, stopping at the first that fails; awk reads the answers. Three curls and two greps per instance
+    were the largest part of what the preflight fact cost a host on a no-op: starting curl, not the requests.
+    """
+    url = f"http://127.0.0.1:{int(port)}"
+
+    def answered(name: str) -> str:
+        return f"\n{ANSWERED}{name} %{{http_code}}\n"
+
+    requests = [
+        Request(f"{url}/health", timeout, keyed=False, write_out=answered("health"), discard=True),
+        Request(f"{url}/v1/models", timeout, write_out=answered("models")),
+    ]
+    if generates:
+        requests.append(Request(f"{url}/v1/completions", max(timeout, 10), completion(served), write_out=answered("choices")))
     check = (
         f'index($0, "{ANSWERED}") == 1 {{ split(substr($0, {len(ANSWERED) + 1}), a, " "); '
         'if (a[2] == 200 && (a[1] == "health" || (a[1] == "models" && index(body, ENVIRON["served"])) '
         '|| (a[1] == "choices" && index(body, "\\"choices\\"")))) ok++; body = ""; next } '
         f'{{ body = body $0 "\\n" }} END {{ exit (ok != {len(requests)}) }}'
     )
-    return f"{feed} | curl --fail-early -K - 2>/dev/null | served={shlex.quote(json.dumps(served))} awk {shlex.quote(check)}"
+    return f"{curl_on_stdin(requests, key_path)} 2>/dev/null | served={shlex.quote(json.dumps(served))} awk {shlex.quote(check)}"
 
 
 @dataclass(frozen=True)
@@ -198,7 +214,7 @@ def wait_script(
     )
     url = f"http://127.0.0.1:{int(port)}"
     # The same request as serving's, with the answer kept (and its HTTP code) for the verdict.
-    sent = v1_curl(f"{url}/v1/completions", key_path, 10, completion(served)).replace("curl -fsS", "curl -sS -w ' (HTTP %{http_code})'")
+    sent = v1_curl(f"{url}/v1/completions", key_path, 10, completion(served), show_code=True)
     report = f"echo '{MARK}code'; echo \"$code\"; echo '{MARK}state'; echo \"$why\"; echo '{MARK}journal'; journalctl -u {u} -n 25 --no-pager -o cat 2>/dev/null; exit 0"
     answer = "${answer:+; its first completion failed: $answer}"
     return (

@@ -130,6 +130,11 @@ def test_serving_sends_the_api_key_from_its_file_and_never_in_argv(tmp_path: Pat
         assert "s3cret" not in command
         assert subprocess.run([shell, "-c", command], check=False).returncode == 0
         assert server.asked == ["/health", "/v1/models", "/v1/completions"]  # type: ignore[attr-defined]
+        models = f"http://127.0.0.1:{server.server_port}/v1/models"  # the gate's and verify's listing: the same key
+        listed = subprocess.run([shell, "-c", health.v1_curl(models, str(key_file), 5)], capture_output=True, text=True, check=False)
+        assert listed.returncode == 0 and '"org/model"' in listed.stdout
+        refused = health.v1_curl(models, None, 5, show_code=True)  # the answer whatever its code, as the gate keeps it
+        assert subprocess.run([shell, "-c", refused], capture_output=True, text=True, check=False).stdout.endswith("(HTTP 401)")
         key_file.write_text("wrong")  # no newline at its end: read still takes it, and it is refused
         assert subprocess.run([shell, "-c", command], check=False).returncode != 0
         key_file.unlink()
