@@ -32,6 +32,7 @@ from instinct_fleet.model.spec import HostSpec
 from instinct_fleet.model.workload import METRIC_PERCENTILES, PERCENTILE_METRICS, Job
 
 RESULT_MARK = "@@instinct-fleet-bench-result"
+LABEL = "instinct-fleet.bench"  # on each benchmark container, its run's stamp: tune removes an interrupted sweep's
 
 
 def vllm_bench_args(job: Job, base_url: str, warmup: int | None = None) -> list[str]:
@@ -73,7 +74,7 @@ def command(job: Job, stamp: str, client: HostSpec | None, warmup: int = 0) -> s
     address = "127.0.0.1" if local else job.spec.reach
     base_url = f"http://{paths.host_port(address, job.svc.port)}"
     out = remote_dir(stamp, job)
-    argv = [paths.DOCKER, "run", "--rm", "--network", "host", "--ipc", "host"]
+    argv = [paths.DOCKER, "run", "--rm", "--label", f"{LABEL}={stamp}", "--network", "host", "--ipc", "host"]
     argv += ["-v", f"{on.vars.hf_cache_dir}:{paths.HF_CACHE_IN_CONTAINER}", "-v", f"{out}:{paths.RESULTS_IN_CONTAINER}"]
     if local:  # the instance's env (HF_HUB_OFFLINE, HF_TOKEN_PATH and all) for loading its tokenizer
         argv += ["--env-file", paths.unit_env_path(paths.vllm_unit(job.svc.name))]

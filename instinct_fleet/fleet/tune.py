@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from instinct_fleet.converge import apply, health, managed, operations, preflight, probe
 from instinct_fleet.converge.hostplan import HostPlan
@@ -76,6 +75,11 @@ class HostTuner:
     def unit(self) -> str:
         return paths.vllm_unit(self.sweep.instance)
 
+    @property
+    def stamp(self) -> str:
+        """The sweep's name on its benchmark runs: their results directory and their containers' label."""
+        return f"tune-{self.results.dir.name}"
+
     def plan(self, point: Point) -> HostPlan:
         """The host's plan with the point applied: the deploy's render, from the facts read at :meth:`prepare`."""
         from instinct_fleet.fleet.run import plan_inventory
@@ -106,22 +110,25 @@ class HostTuner:
         self.deployed = plan
         return None
 
-    def install(self, plan: HostPlan, why: str) -> tuple[str | None, list[str]]:
-        """Write the instance's unit and env file, restart it, and wait behind the health gate: (problem, journal)."""
+    def install(self, plan: HostPlan, why: str, first: str = "") -> tuple[str | None, list[str]]:
+        """Write the instance's unit and env file, restart it, and wait behind the health gate: (problem, journal).
+
+        ``first``: a command run before the files are written, under the same lock (the restore's).
+        """
         q = shlex.quote
         files = [plan.desired.file(path) for path in plan.desired.unit_files(self.unit)]
-        marker = f"mkdir -p {q(str(Path(paths.ROLL_MARKER).parent))} && printf '%s\\n' {q(why)} > {paths.ROLL_MARKER}"
+        marker = f"printf '%s\\n' {q(why)} > {paths.ROLL_MARKER}"
         svc = self.service(plan)
         v = plan.spec.vars
-        restart = f"{marker} && {apply.script(files)}"
+        stop = render.stop_seconds(svc, v.rolling_drain_timeout)
+        restart = locked(" && ".join(s for s in (first, marker, apply.script(files)) if s), v.command_timeout + stop)
         if self.members and not self.away:  # out of every router pool before its first restart, back after the restore
             left = self.runner.run(self.name, operations.worker_calls("remove", self.members), v.command_timeout)
             if left.error is not None or not left.ok:
                 return f"not restarted: {left.error or (left.stderr or left.stdout).strip()[-500:]}", []
         self.away = True
-        done = self.runner.run(
-            self.name, restart, v.command_timeout + render.start_seconds(None, False) + render.stop_seconds(svc, v.rolling_drain_timeout)
-        )
+        # Twice the stop: a restore may first wait on the lock for a trial's restart that an interrupt left running.
+        done = self.runner.run(self.name, restart, 2 * (v.command_timeout + stop) + render.start_seconds(None, False))
         if done.error is not None or not done.ok:
             return f"restart failed: {done.error or (done.stderr or done.stdout).strip()[-500:]}", []
         waited = self.runner.run(
@@ -163,9 +170,10 @@ class HostTuner:
         v = plan.spec.vars
         repeats = self.sweep.repeats or v.canary_runs
         warmup = v.canary_warmup if self.sweep.warmup is None else self.sweep.warmup
-        stamp = f"tune-{self.results.dir.name}"
         for repeat in range(repeats):
-            done = self.runner.run(self.name, bench.command(job, stamp, None, warmup if repeat == 0 else 0), workload.time_limit([job]))
+            done = self.runner.run(
+                self.name, bench.command(job, self.stamp, None, warmup if repeat == 0 else 0), workload.time_limit([job])
+            )
             data = bench.result_of(done.stdout) if done.ok else None
             if data is None:
                 trial.why = (
@@ -186,7 +194,9 @@ class HostTuner:
         """The files the deploy wrote, back behind the gate, and the marker gone; None when the host serves as deployed."""
         if not self.away or self.deployed is None:
             return None
-        problem, _ = self.install(self.deployed, f"tune sweep {self.results.dir.name}: restoring the deployed configuration")
+        problem, _ = self.install(
+            self.deployed, f"tune sweep {self.results.dir.name}: restoring the deployed configuration", stop_benchmarks(self.stamp)
+        )
         if problem is None and self.members:  # healthy on its deployed files: back into its pools
             joined = self.runner.run(self.name, operations.worker_calls("add", self.members), self.deployed.spec.vars.command_timeout)
             problem = None if joined.ok and joined.error is None else (joined.error or (joined.stderr or joined.stdout).strip()[-500:])
@@ -198,12 +208,36 @@ class HostTuner:
         return problem
 
 
-@contextmanager
-def signals_raise() -> Iterator[None]:
-    """SIGTERM (a CI runner cancelling the job) stops the sweep as Ctrl-C does."""
+def locked(script: str, wait: int) -> str:
+    """``script`` under the host's tune lock, waiting at most ``wait`` seconds for it.
 
-    def stop(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
+    An interrupt stops the controller's greenlet, not the command it was running: a trial's restart goes
+    on on the host. The restore takes the same lock, so it writes the deployed files after that restart
+    ends, never between its writes, and its own restart is the last.
+    """
+    q = shlex.quote
+    busy = f"instinct-fleet: another trial step held {paths.TUNE_LOCK} for {wait}s; deploy the inventory once it ends"
+    return (
+        f"mkdir -p {paths.TUNE_LOCK} && flock -w {wait} -E 75 {paths.TUNE_LOCK} sh -c {q(script)}"
+        f" || {{ rc=$?; [ $rc -ne 75 ] || printf '%s\\n' {q(busy)} >&2; exit $rc; }}"
+    )
+
+
+def stop_benchmarks(stamp: str) -> str:
+    """Remove the benchmark containers ``stamp`` started: an interrupted trial's would go on loading the instance."""
+    return f"{paths.DOCKER} ps -q --filter label={shlex.quote(bench.LABEL + '=' + stamp)} | xargs -r {paths.DOCKER} rm -f >/dev/null"
+
+
+@contextmanager
+def signals_noted(stopped: list[str]) -> Iterator[None]:
+    """SIGINT, and SIGTERM (a CI runner cancelling the job), append their name to ``stopped``, and raise nothing.
+
+    A raised KeyboardInterrupt lands wherever the signal finds the interpreter: mostly in gevent's hub,
+    which prints it with a traceback before passing it on. The sweep's loop reads ``stopped`` instead.
+    """
+
+    def stop(signum: int, _frame: object) -> None:
+        stopped.append(signal.Signals(signum).name)
 
     previous = {number: signal.signal(number, stop) for number in SIGNALS}
     try:
@@ -292,17 +326,20 @@ def run(
             not_restored.pop(host, None)
             say(f"{host}: restored, healthy")
 
-    interrupted = False
+    stopped: list[str] = []
     workers = [gevent.spawn(work, host, queue) for host, queue in queues.items()]
     try:
-        with signals_raise():
-            gevent.joinall(workers, raise_error=True)
-    except KeyboardInterrupt:
-        interrupted = True
-        say("interrupted: restoring every host that left its deployed configuration (further Ctrl-C is ignored until done)")
+        with signals_noted(stopped):
+            while not stopped and not all(w.ready() for w in workers):
+                gevent.wait([w for w in workers if not w.ready()], timeout=0.2, count=1)
+                for worker in workers:
+                    if worker.ready():
+                        worker.get()  # a bug in a host's work is raised here, every host restored below
+        if stopped:
+            say(f"{stopped[0]}: restoring every host that left its deployed configuration (further signals are ignored until done)")
     finally:
         with signals_ignored():
             gevent.killall(workers)
             away = [host for host, tuner in tuners.items() if tuner.away]
             gevent.joinall([gevent.spawn(restore, host) for host in away])
-    return Outcome(ran, interrupted, unprepared, not_restored)
+    return Outcome(ran, bool(stopped), unprepared, not_restored)

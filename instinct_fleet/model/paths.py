@@ -19,7 +19,8 @@ GRUB_DROP_IN = "/etc/default/grub.d/90-instinct-fleet.cfg"
 # What tune_kernel_cmdline adds to the kernel command line (README, Host tuning).
 KERNEL_ARGS = ("iommu=pt", "pci=realloc=off")
 CPU_IDLE_UNIT = "instinct-fleet-cpu-idle"
-REBOOT_MARKER = "/run/instinct-fleet/reboot-required"
+RUN_DIR = "/run/instinct-fleet"
+REBOOT_MARKER = f"{RUN_DIR}/reboot-required"
 RAY_ENV = f"{CONFIG_DIR}/ray.env"
 RAY_READY_SCRIPT = f"{CONFIG_DIR}/ray-ready.py"
 CACHE_PREPARE = f"{CONFIG_DIR}/cache-prepare.sh"  # a serving unit's ExecStartPre for its image's compile cache
@@ -31,7 +32,10 @@ FIREWALL_TABLE = "inet instinct_fleet"  # the nftables table the firewall owns, 
 NFT = "/usr/sbin/nft"
 NUMA_BALANCING = "kernel.numa_balancing"
 # Present while a host's roll batch runs (or after it failed): `instinct-fleet bench` refuses such a host.
-ROLL_MARKER = "/run/instinct-fleet/roll-in-progress"
+ROLL_MARKER = f"{RUN_DIR}/roll-in-progress"
+# A tune trial, and the restore after it, flock RUN_DIR itself while they write the instance's files and restart it
+# (a lock file would be left behind).
+TUNE_LOCK = RUN_DIR
 EXPORTER_UNIT = "amd-metrics-exporter"
 EXPORTER_DIR = f"{CONFIG_DIR}/metrics-exporter"
 EXPORTER_CONFIG = f"{EXPORTER_DIR}/config.json"

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import runpy
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import gevent
+import gevent.event
 import pytest
 
-from instinct_fleet.converge import preflight
+from instinct_fleet.converge import health, preflight
 from instinct_fleet.fleet import bench, sweeps, trials, tune, tunereport
 from instinct_fleet.fleet.remote import Result
 from instinct_fleet.fleet.sweeps import BASELINE, Slo, Sweep, TuneError
@@ -405,3 +410,87 @@ def test_a_tuned_instance_leaves_its_router_pools_before_its_first_restart_or_is
     tuner.install(tuner.plan(BASELINE), "tune sweep: another point")
     removes = [i for i, c in enumerate(answering.commands) if "remove_worker" in c]
     assert removes == [0] and paths.ROLL_MARKER in answering.commands[1] and tuner.away  # once, before the first restart
+
+
+def test_the_tune_lock_orders_a_restore_after_a_restart_the_controller_no_longer_follows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real flock and sh: the restore's writes wait for the trial's script that an interrupt left running;
+    a lock held too long fails the restore with what to do."""
+    monkeypatch.setattr(paths, "TUNE_LOCK", str(tmp_path / "run"))
+    log = tmp_path / "log"
+    trial = subprocess.Popen(["sh", "-c", tune.locked(f"echo trial writes >> {log}; sleep 1; echo trial restarts >> {log}", 5)])
+    time.sleep(0.3)
+    restore = subprocess.run(["sh", "-c", tune.locked(f"echo restore writes >> {log}", 5)], capture_output=True, text=True)
+    assert trial.wait() == 0 and restore.returncode == 0
+    assert log.read_text().splitlines() == ["trial writes", "trial restarts", "restore writes"]
+    held = subprocess.Popen(["sh", "-c", tune.locked("sleep 3", 5)])
+    time.sleep(0.3)
+    late = subprocess.run(["sh", "-c", tune.locked("echo never", 1)], capture_output=True, text=True)
+    held.wait()
+    assert late.returncode == 75 and "never" not in late.stdout
+    assert f"another trial step held {tmp_path / 'run'} for 1s; deploy the inventory once it ends" in late.stderr
+    failing = subprocess.run(["sh", "-c", tune.locked("exit 3", 5)], capture_output=True, text=True)
+    assert failing.returncode == 3 and failing.stderr == ""
+
+
+class Interrupted(Answers):
+    """One host: its baseline benchmarks, its first trial's restart hangs until the sweep is interrupted,
+    and every health gate answers healthy."""
+
+    def __init__(self, bench_result: str) -> None:
+        super().__init__("")
+        self.bench_result = bench_result
+        self.restarting = gevent.event.Event()
+
+    def run(self, name: str, command: str, timeout: int) -> Result:
+        self.commands.append(command)
+        if "flock" in command and "restoring the deployed configuration" not in command:
+            self.restarting.set()
+            gevent.sleep(60)  # the trial's restart: the interrupt kills the greenlet that waits for it
+        if "vllm bench" in command or "bench serve" in command:
+            return Result(name, True, self.bench_result, "")
+        if health.MARK in command:
+            models = json.dumps({"data": [{"id": "openai/gpt-oss-120b"}]})
+            return Result(name, True, f"{health.MARK}state\nhealthy\n{health.MARK}models\n{models}", "")
+        return Result(name, True, "", "")
+
+
+def test_an_interrupt_mid_restart_restores_the_host_behind_the_lock_and_prints_no_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A real SIGINT to this process while a trial's restart runs: the sweep stops, the restore takes the tune
+    lock after it and removes the sweep's benchmark containers, and Ctrl-C's handler is put back."""
+    seed = (ROOT / "tests" / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json").read_text()
+    runner = Interrupted(f"{bench.RESULT_MARK}\n{seed}")
+
+    def prepare(self: tune.HostTuner) -> None:  # the probe and its parse have tests of their own
+        self.report = preflight.parse_report(mi300x_host())
+        self.deployed = self.plan(BASELINE)
+
+    monkeypatch.setattr(tune.HostTuner, "prepare", prepare)
+    definition = sweep(profile="seed-001-gpt-oss", vary={"max-num-seqs": [4, 8]}, max_out=1, repeats=1, warmup=0)
+    results = trials.Results(tmp_path / "sweep")
+    results.start(definition)
+    checked = sweeps.check(HOSTS, {"s1"}, definition)
+    before = signal.getsignal(signal.SIGINT)
+    interrupter = gevent.spawn(lambda: (runner.restarting.wait(), os.kill(os.getpid(), signal.SIGINT)))
+    said: list[str] = []
+    outcome = tune.run(runner, HOSTS, checked, definition, results, said.append)  # type: ignore[arg-type]
+    interrupter.join()
+    assert outcome.interrupted and outcome.not_restored == {} and outcome.unprepared == {}
+    assert [t.baseline for t in outcome.ran] == [True]  # the baseline ran; the interrupted trial is not recorded
+    assert said[-3:] == [
+        "SIGINT: restoring every host that left its deployed configuration (further signals are ignored until done)",
+        "s1: restoring the deployed vllm-main",
+        "s1: restored, healthy",
+    ]
+    trial_restart = next(i for i, c in enumerate(runner.commands) if "flock" in c)
+    restore = runner.commands[trial_restart + 1]
+    assert restore.startswith(f"mkdir -p {paths.TUNE_LOCK} && flock -w ")
+    assert f"docker ps -q --filter label={bench.LABEL}=tune-sweep | xargs -r /usr/bin/docker rm -f" in restore
+    assert "restoring the deployed configuration" in restore
+    assert runner.commands[-1] == f"rm -f {paths.ROLL_MARKER}"
+    assert f"--label {bench.LABEL}=tune-sweep" in next(c for c in runner.commands if "bench serve" in c)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert "Traceback" not in capfd.readouterr().err
