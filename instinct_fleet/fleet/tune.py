@@ -23,7 +23,9 @@ The sweep itself, its grid and its validation before any host are
 - **Restore is guaranteed**: a host gets back the files its deploy wrote (the
   same render with the inventory's own settings), behind the same gate, when its
   points are done, on a failure, and on SIGINT or SIGTERM (ignored while the
-  restore runs). A deploy of the same inventory then changes nothing.
+  restore runs). The restore takes the host's tune lock (:func:`locked`), so a
+  trial's restart that the interrupt cut off on the controller ends on the host
+  first. A deploy of the same inventory then changes nothing.
 """
 
 from __future__ import annotations
