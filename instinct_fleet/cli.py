@@ -27,7 +27,7 @@ from typing import Any
 
 from instinct_fleet import scaffold
 from instinct_fleet.converge import managed
-from instinct_fleet.fleet import bench, monitoring, remote, status, sweeps, trials, tunereport
+from instinct_fleet.fleet import bench, interrupts, monitoring, remote, status, sweeps, trials, tunereport
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
 from instinct_fleet.fleet.spread import WARM_ENV
 from instinct_fleet.model import knowledge, paths, workload
@@ -274,12 +274,12 @@ def _deploy(opts: argparse.Namespace, project: Path, deploy_file: str) -> int:
         argv += ["--limit", pattern]
     sys.stdout.flush()
     if not opts.json:
-        code, _ = _pyinfra([*argv, *opts.passthrough], project, dict(os.environ), capture=False)
+        code, _ = _child([*argv, *opts.passthrough], project, dict(os.environ), capture=False)
         return code
     # --json: pyinfra's results, plus the roll summary the deploy writes at its end.
     with tempfile.TemporaryDirectory() as tmp:
         summary = Path(tmp) / "roll.json"
-        code, stdout = _pyinfra([*argv, "--json", *opts.passthrough], project, {**os.environ, SUMMARY_ENV: str(summary)}, capture=True)
+        code, stdout = _child([*argv, "--json", *opts.passthrough], project, {**os.environ, SUMMARY_ENV: str(summary)}, capture=True)
         try:
             payload = json.loads(stdout)
         except json.JSONDecodeError:  # pyinfra stopped before its results (no host left, interrupted); its error is on stderr
@@ -328,9 +328,10 @@ def cmd_rollback(opts: argparse.Namespace) -> int:
     return code
 
 
-def _pyinfra(argv: list[str], cwd: Path, env: dict[str, str], capture: bool) -> tuple[int, str]:
-    """Run pyinfra in its own session and hand it each SIGINT and SIGTERM this command gets, once: the deploy
-    decides what an interrupt means (instinct_fleet/fleet/run.py: finish the open roll batch, then stop non-zero)."""
+def _child(argv: list[str], cwd: Path, env: dict[str, str], capture: bool) -> tuple[int, str]:
+    """Run pyinfra (or verify's pytest) in its own session and hand it each SIGINT and SIGTERM this command gets,
+    once: the child decides what an interrupt means (instinct_fleet/fleet/run.py: finish the open roll batch, then
+    stop non-zero), and is never left running when this command ends."""
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE if capture else None, text=True, start_new_session=True)
 
     def forward(signum: int, _frame: object) -> None:
@@ -372,7 +373,7 @@ def cmd_verify(opts: argparse.Namespace) -> int:
     for name in sorted(reached):
         if name not in unreachable:
             argv += ["--limit", name]
-    code = subprocess.call([*argv, *opts.passthrough], cwd=project)
+    code, _ = _child([*argv, *opts.passthrough], project, dict(os.environ), capture=False)
     return code or (EXIT_INVALID if unreachable else EXIT_OK)
 
 
@@ -749,9 +750,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if passthrough and opts.command not in ("deploy", "verify", "rollback", "warm"):
         parser.error(f"{opts.command} takes no arguments after --")
     try:
-        code = int(opts.func(opts))
+        with interrupts.raised_in_main():
+            code = int(opts.func(opts))
         sys.stdout.flush()  # here, not at exit: a reader that went away is then a BrokenPipeError below
         return code
+    except interrupts.Interrupted as exc:
+        print(f"instinct-fleet: {exc.name}: stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except UsageError as exc:
         print(f"instinct-fleet: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -26,13 +26,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from instinct_fleet.fleet import report
+from instinct_fleet.fleet import interrupts, report
 from instinct_fleet.model import paths, render
 from instinct_fleet.model.spec import HostSpec
 from instinct_fleet.model.workload import METRIC_PERCENTILES, PERCENTILE_METRICS, Job
 
 RESULT_MARK = "@@instinct-fleet-bench-result"
-LABEL = "instinct-fleet.bench"  # on each benchmark container, its run's stamp: tune removes an interrupted sweep's
+LABEL = "instinct-fleet.bench"  # on each benchmark container, its run's stamp: an interrupted run's are removed by it
 
 
 def vllm_bench_args(job: Job, base_url: str, warmup: int | None = None) -> list[str]:
@@ -108,6 +108,11 @@ def command(job: Job, stamp: str, client: HostSpec | None, warmup: int = 0) -> s
     measured = container(vllm_bench_args(job, base_url))
     steps.append(f"{measured} && printf '\\n%s\\n' {RESULT_MARK} && cat {q(out + '/' + job.filename)}")
     return "; ".join(steps)
+
+
+def stop_command(stamp: str) -> str:
+    """Remove the benchmark containers of the run ``stamp``: on the host they outlive an interrupted command."""
+    return f"{paths.DOCKER} ps -q --filter label={shlex.quote(LABEL + '=' + stamp)} | xargs -r {paths.DOCKER} rm -f >/dev/null"
 
 
 def result_of(stdout: str) -> dict[str, Any] | None:
@@ -249,7 +254,13 @@ def run(
 
     beat = gevent.spawn(heartbeat)
     try:
-        done = hosts.each(queues, queue)
+        with interrupts.raised_in_main():
+            done = hosts.each(queues, queue)
+    except interrupts.Interrupted as exc:
+        with interrupts.ignored():
+            say(f"{exc.name}: stopping the benchmark containers on {', '.join(queues)}")
+            hosts.each(queues, lambda where, _jobs: hosts.run(where, stop_command(stamp), 60))
+        raise
     finally:
         beat.kill()
     return [o for outcomes in done.values() for o in outcomes]

@@ -85,5 +85,9 @@ class Hosts:
         import gevent
 
         jobs = {name: gevent.spawn(work, name, item) for name, item in items.items()}
-        gevent.joinall(list(jobs.values()), raise_error=True)
+        try:
+            gevent.joinall(list(jobs.values()), raise_error=True)
+        except BaseException:  # an interrupt, or a bug in one host's work: no host goes on to its next command
+            gevent.killall(list(jobs.values()))
+            raise
         return {name: job.value for name, job in jobs.items()}

@@ -32,25 +32,20 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-import signal
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from instinct_fleet.converge import apply, health, managed, operations, preflight, probe
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet import bench, canary, remote, report
+from instinct_fleet.fleet import bench, canary, interrupts, remote, report
 from instinct_fleet.fleet.sweeps import BASELINE, RESULT_FIELDS, Checked, Point, Sweep, assign, with_point
 from instinct_fleet.fleet.trials import SHOWN, Results, Trial, judge, medians
 from instinct_fleet.model import paths, render, workload
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.pools import Membership
 from instinct_fleet.model.spec import ServiceSpec
-
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
 
 # The work on a host.
 
@@ -197,7 +192,7 @@ class HostTuner:
         if not self.away or self.deployed is None:
             return None
         problem, _ = self.install(
-            self.deployed, f"tune sweep {self.results.dir.name}: restoring the deployed configuration", stop_benchmarks(self.stamp)
+            self.deployed, f"tune sweep {self.results.dir.name}: restoring the deployed configuration", bench.stop_command(self.stamp)
         )
         if problem is None and self.members:  # healthy on its deployed files: back into its pools
             joined = self.runner.run(self.name, operations.worker_calls("add", self.members), self.deployed.spec.vars.command_timeout)
@@ -223,41 +218,6 @@ def locked(script: str, wait: int) -> str:
         f"mkdir -p {paths.TUNE_LOCK} && flock -w {wait} -E 75 {paths.TUNE_LOCK} sh -c {q(script)}"
         f" || {{ rc=$?; [ $rc -ne 75 ] || printf '%s\\n' {q(busy)} >&2; exit $rc; }}"
     )
-
-
-def stop_benchmarks(stamp: str) -> str:
-    """Remove the benchmark containers ``stamp`` started: an interrupted trial's would go on loading the instance."""
-    return f"{paths.DOCKER} ps -q --filter label={shlex.quote(bench.LABEL + '=' + stamp)} | xargs -r {paths.DOCKER} rm -f >/dev/null"
-
-
-@contextmanager
-def signals_noted(stopped: list[str]) -> Iterator[None]:
-    """SIGINT, and SIGTERM (a CI runner cancelling the job), append their name to ``stopped``, and raise nothing.
-
-    A raised KeyboardInterrupt lands wherever the signal finds the interpreter: mostly in gevent's hub,
-    which prints it with a traceback before passing it on. The sweep's loop reads ``stopped`` instead.
-    """
-
-    def stop(signum: int, _frame: object) -> None:
-        stopped.append(signal.Signals(signum).name)
-
-    previous = {number: signal.signal(number, stop) for number in SIGNALS}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
-@contextmanager
-def signals_ignored() -> Iterator[None]:
-    """While hosts are restored: a second Ctrl-C must not leave one half-way."""
-    previous = {number: signal.signal(number, signal.SIG_IGN) for number in SIGNALS}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 @dataclass(frozen=True)
@@ -328,20 +288,17 @@ def run(
             not_restored.pop(host, None)
             say(f"{host}: restored, healthy")
 
-    stopped: list[str] = []
+    stopped: str | None = None
     workers = [gevent.spawn(work, host, queue) for host, queue in queues.items()]
     try:
-        with signals_noted(stopped):
-            while not stopped and not all(w.ready() for w in workers):
-                gevent.wait([w for w in workers if not w.ready()], timeout=0.2, count=1)
-                for worker in workers:
-                    if worker.ready():
-                        worker.get()  # a bug in a host's work is raised here, every host restored below
-        if stopped:
-            say(f"{stopped[0]}: restoring every host that left its deployed configuration (further signals are ignored until done)")
+        with interrupts.raised_in_main():
+            gevent.joinall(workers, raise_error=True)  # a bug in a host's work is raised here, every host restored below
+    except interrupts.Interrupted as exc:
+        stopped = exc.name
+        say(f"{stopped}: restoring every host that left its deployed configuration (further signals are ignored until done)")
     finally:
-        with signals_ignored():
+        with interrupts.ignored():
             gevent.killall(workers)
             away = [host for host, tuner in tuners.items() if tuner.away]
             gevent.joinall([gevent.spawn(restore, host) for host in away])
-    return Outcome(ran, bool(stopped), unprepared, not_restored)
+    return Outcome(ran, stopped is not None, unprepared, not_restored)

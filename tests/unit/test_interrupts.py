@@ -1,0 +1,156 @@
+"""Ctrl-C and SIGTERM in the commands whose hosts run in greenlets: raised in the main greenlet only.
+
+Real signals to real processes: this one (gevent's greenlets as the commands run them), and
+``instinct-fleet status`` and ``bench`` against a host that accepts SSH connections and never answers,
+where a KeyboardInterrupt raised in paramiko's transport greenlet used to read as an unreachable host.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import gevent
+import gevent.event
+import pytest
+
+from instinct_fleet.fleet import bench, remote
+from instinct_fleet.fleet.interrupts import Interrupted, ignored, raised_in_main
+from instinct_fleet.model import workload
+
+from .conftest import check
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_signal_reaches_the_main_greenlet_where_it_waits_and_no_other(capfd: pytest.CaptureFixture[str]) -> None:
+    counts = [0, 0, 0]
+
+    def step(i: int) -> None:
+        for _ in range(30):
+            gevent.sleep(0.01)
+            counts[i] += 1
+
+    def kill() -> None:
+        gevent.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs in this greenlet, or in the hub
+
+    workers = [gevent.spawn(step, i) for i in range(3)]
+    with pytest.raises(Interrupted) as raised, raised_in_main():
+        gevent.joinall([*workers, gevent.spawn(kill)])
+    assert raised.value.name == "SIGINT"
+    assert not any(w.dead for w in workers)  # none of them got the exception
+    gevent.joinall(workers, raise_error=True)
+    assert counts == [30, 30, 30]
+    assert "Traceback" not in capfd.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_signal_while_the_main_greenlet_runs_is_raised_at_once() -> None:
+    began = time.monotonic()
+    with pytest.raises(Interrupted) as raised, raised_in_main():
+        os.kill(os.getpid(), signal.SIGTERM)
+        while time.monotonic() - began < 5:  # busy, never waits: nothing else would run
+            pass
+    assert raised.value.name == "SIGTERM" and time.monotonic() - began < 1
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_ignored_keeps_a_signal_from_cutting_a_restore_short() -> None:
+    with raised_in_main():
+        with ignored():
+            gevent.spawn(os.kill, os.getpid(), signal.SIGINT).join()
+            gevent.sleep(0.1)
+        with pytest.raises(Interrupted):  # and the handler is back after it
+            gevent.spawn(os.kill, os.getpid(), signal.SIGINT).join()
+            gevent.sleep(1)
+
+
+@pytest.fixture
+def silent_ssh(tmp_path: Path) -> Iterator[Path]:
+    """An inventory whose one host accepts TCP connections and never sends an SSH banner."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    path = tmp_path / "inventories" / "silent.py"
+    path.parent.mkdir()
+    path.write_text(f"silent = [('s1', {{'ssh_hostname': '127.0.0.1', 'ssh_port': {listener.getsockname()[1]}}})]\n")
+    yield path
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+@pytest.mark.parametrize(("command", "number"), [("status", signal.SIGINT), ("bench", signal.SIGTERM)])
+def test_a_command_waiting_on_its_hosts_stops_at_once_with_one_line(silent_ssh: Path, command: str, number: signal.Signals) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "instinct_fleet", command, str(silent_ssh)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)  # the connection is open; paramiko waits for the banner (15 s)
+    assert proc.poll() is None
+    sent = time.monotonic()
+    proc.send_signal(number)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and time.monotonic() - sent < 2, stdout + stderr
+    assert stderr == f"instinct-fleet: {number.name}: stopped\n" and "unreachable" not in stdout
+
+
+class Benching(remote.Hosts):
+    """remote.Hosts' own ``each`` (a greenlet per host), with a host whose benchmark runs until its container is
+    removed, as ``docker rm -f`` ends ``docker run``."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+        self.benchmarking = gevent.event.Event()
+        self.removed = gevent.event.Event()
+
+    def run(self, name: str, command: str, timeout: int) -> remote.Result:
+        self.commands.append(command)
+        if "bench serve" in command:
+            self.benchmarking.set()
+            self.removed.wait(60)
+            return remote.Result(name, False, "", "the container was removed")
+        self.removed.set()
+        return remote.Result(name, True, "", "")
+
+
+def test_an_interrupted_bench_removes_its_containers_and_starts_no_other_run(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    spec, _ = check({})
+    jobs = workload.jobs(spec, spec.services[0], "seed-001-gpt-oss", None, [1, 2])
+    runner = Benching()
+    said: list[str] = []
+    gevent.spawn(lambda: (runner.benchmarking.wait(), os.kill(os.getpid(), signal.SIGINT)))
+    with pytest.raises(Interrupted):
+        bench.run(runner, jobs, None, tmp_path / "T", 60, said.append, {})
+    first, stop = runner.commands
+    assert first == bench.command(jobs[0], "T", None) and f"--label {bench.LABEL}=T " in first
+    assert (
+        stop
+        == bench.stop_command("T")
+        == f"/usr/bin/docker ps -q --filter label={bench.LABEL}=T | xargs -r /usr/bin/docker rm -f >/dev/null"
+    )
+    assert said[-1] == f"SIGINT: stopping the benchmark containers on {spec.host}"
+    gevent.sleep(0.1)
+    assert len(runner.commands) == 2  # the first run's greenlet was killed: the host's second run never started
+    assert "Traceback" not in capfd.readouterr().err
