@@ -239,7 +239,7 @@ def test_deploy_hands_pyinfra_its_own_flags_and_runs_where_the_deploy_file_is(
     scaffold.init(project)
     (project / "hosts.py").write_text('gpu = ["gpu-1", "gpu-2"]\nother = ["cpu-1"]\n')
     calls: list[tuple[list[str], Path]] = []
-    monkeypatch.setattr(cli, "_pyinfra", lambda argv, cwd, env, capture: (calls.append((argv, cwd)), (0, ""))[1])
+    monkeypatch.setattr(cli, "_child", lambda argv, cwd, env, capture: (calls.append((argv, cwd)), (0, ""))[1])
     monkeypatch.chdir(tmp_path)
     inventory = str(project / "hosts.py")
     assert cli.main(["deploy", inventory, str(project / "deploy.py"), "--limit", "gpu", "--limit", "cpu-*", "--dry"]) == 0
