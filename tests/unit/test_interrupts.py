@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import gevent
@@ -73,13 +74,21 @@ def test_ignored_keeps_a_signal_from_cutting_a_restore_short() -> None:
             gevent.sleep(1)
 
 
-@pytest.fixture
-def silent_ssh(tmp_path: Path) -> Iterator[Path]:
+@dataclass
+class Silent:
     """An inventory whose one host accepts TCP connections and never sends an SSH banner."""
+
+    inventory: Path
+    connected: threading.Event
+
+
+@pytest.fixture
+def silent_ssh(tmp_path: Path) -> Iterator[Silent]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     held: list[socket.socket] = []
+    connected = threading.Event()
 
     def accept() -> None:
         while True:
@@ -87,27 +96,24 @@ def silent_ssh(tmp_path: Path) -> Iterator[Path]:
                 held.append(listener.accept()[0])
             except OSError:
                 return
+            connected.set()
 
     threading.Thread(target=accept, daemon=True).start()
     path = tmp_path / "inventories" / "silent.py"
     path.parent.mkdir()
     path.write_text(f"silent = [('s1', {{'ssh_hostname': '127.0.0.1', 'ssh_port': {listener.getsockname()[1]}}})]\n")
-    yield path
+    yield Silent(path, connected)
     listener.close()
     for conn in held:
         conn.close()
 
 
 @pytest.mark.parametrize(("command", "number"), [("status", signal.SIGINT), ("bench", signal.SIGTERM)])
-def test_a_command_waiting_on_its_hosts_stops_at_once_with_one_line(silent_ssh: Path, command: str, number: signal.Signals) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "instinct_fleet", command, str(silent_ssh)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(3)  # the connection is open; paramiko waits for the banner (15 s)
+def test_a_command_waiting_on_its_hosts_stops_at_once_with_one_line(silent_ssh: Silent, command: str, number: signal.Signals) -> None:
+    argv = [sys.executable, "-m", "instinct_fleet", command, str(silent_ssh.inventory)]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert silent_ssh.connected.wait(60)  # the connection is open; paramiko waits for the banner
+    time.sleep(0.2)
     assert proc.poll() is None
     sent = time.monotonic()
     proc.send_signal(number)

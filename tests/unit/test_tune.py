@@ -424,7 +424,7 @@ def test_the_tune_lock_orders_a_restore_after_a_restart_the_controller_no_longer
     restore = subprocess.run(["sh", "-c", tune.locked(f"echo restore writes >> {log}", 5)], capture_output=True, text=True)
     assert trial.wait() == 0 and restore.returncode == 0
     assert log.read_text().splitlines() == ["trial writes", "trial restarts", "restore writes"]
-    held = subprocess.Popen(["sh", "-c", tune.locked("sleep 3", 5)])
+    held = subprocess.Popen(["sh", "-c", tune.locked("sleep 2", 5)])
     time.sleep(0.3)
     late = subprocess.run(["sh", "-c", tune.locked("echo never", 1)], capture_output=True, text=True)
     held.wait()
