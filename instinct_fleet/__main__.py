@@ -3,13 +3,26 @@
 gevent's monkey patch comes first, before anything imports sockets or threads, as
 pyinfra's own command line does: status, bench and tune then talk to every host
 at once (pyinfra's connectors run in greenlets), instead of one after another.
+Before even that, Ctrl-C and SIGTERM stop the command with one line: loading its
+modules takes a second or two, and Python's own handler would show a traceback.
+The command installs its own handlers once it runs (cli.main).
 """
 
-from gevent import monkey
+import signal
+import sys
+
+
+def _stopped_while_loading(signum: int, _frame: object) -> None:
+    print(f"instinct-fleet: {signal.Signals(signum).name}: stopped", file=sys.stderr)
+    raise SystemExit(130)  # cli.EXIT_INTERRUPTED (cli is not loaded yet): nothing ran
+
+
+for _number in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_number, _stopped_while_loading)
+
+from gevent import monkey  # noqa: E402
 
 monkey.patch_all()
-
-import sys  # noqa: E402
 
 from instinct_fleet.cli import main  # noqa: E402
 

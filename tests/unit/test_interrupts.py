@@ -160,3 +160,15 @@ def test_an_interrupted_bench_removes_its_containers_and_starts_no_other_run(tmp
     gevent.sleep(0.1)
     assert len(runner.commands) == 2  # the first run's greenlet was killed: the host's second run never started
     assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_command_loads_stops_it_with_one_line(silent_ssh: Silent, number: signal.Signals) -> None:
+    """Loading pyinfra and the package takes a second or more: the signal lands there (or, on a fast machine,
+    where status waits for its host: the same line and exit either way)."""
+    argv = [sys.executable, "-m", "instinct_fleet", "status", str(silent_ssh.inventory)]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    proc.send_signal(number)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and stderr == f"instinct-fleet: {number.name}: stopped\n", stderr
