@@ -11,13 +11,15 @@ The command installs its own handlers once it runs (cli.main).
 import signal
 import sys
 
+from instinct_fleet.fleet import interrupts  # the signal module only: nothing that opens sockets or threads
+
 
 def _stopped_while_loading(signum: int, _frame: object) -> None:
-    print(f"instinct-fleet: {signal.Signals(signum).name}: stopped", file=sys.stderr)
-    raise SystemExit(130)  # cli.EXIT_INTERRUPTED (cli is not loaded yet): nothing ran
+    print(interrupts.stopped(signal.Signals(signum).name), file=sys.stderr)
+    raise SystemExit(interrupts.EXIT)  # nothing ran
 
 
-for _number in (signal.SIGINT, signal.SIGTERM):
+for _number in interrupts.SIGNALS:
     signal.signal(_number, _stopped_while_loading)
 
 from gevent import monkey  # noqa: E402

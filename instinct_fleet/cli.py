@@ -14,7 +14,6 @@ import importlib.util
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from instinct_fleet.model.spec import HostSpec, ServiceSpec, resolve_host, unkno
 from instinct_fleet.model.validate import validate_host
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
-EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
+EXIT_INTERRUPTED = interrupts.EXIT
 EXIT_PIPE = 141  # as a shell reports a command ended by SIGPIPE
 
 
@@ -337,12 +336,8 @@ def _child(argv: list[str], cwd: Path, env: dict[str, str], capture: bool) -> tu
     def forward(signum: int, _frame: object) -> None:
         proc.send_signal(signum)
 
-    previous = {number: signal.signal(number, forward) for number in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with interrupts.handled(forward):
         stdout, _ = proc.communicate()
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
     return proc.returncode, stdout or ""
 
 
@@ -755,7 +750,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit: a reader that went away is then a BrokenPipeError below
         return code
     except interrupts.Interrupted as exc:
-        print(f"instinct-fleet: {exc.name}: stopped", file=sys.stderr)
+        print(interrupts.stopped(exc.name), file=sys.stderr)
         return EXIT_INTERRUPTED
     except UsageError as exc:
         print(f"instinct-fleet: {exc}", file=sys.stderr)

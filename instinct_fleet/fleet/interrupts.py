@@ -17,10 +17,16 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)  # SIGTERM: a CI runner cancelling the job
+EXIT = 130  # what a command stopped by a signal exits with, as a shell reports one ended by SIGINT
+
+
+def stopped(name: str) -> str:
+    """The one line a command stopped by signal ``name`` prints."""
+    return f"instinct-fleet: {name}: stopped"
 
 
 class Interrupted(BaseException):
@@ -29,6 +35,17 @@ class Interrupted(BaseException):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name  # SIGINT or SIGTERM
+
+
+@contextmanager
+def handled(handler: Any) -> Iterator[None]:
+    """While inside: ``handler`` (a function, or ``signal.SIG_IGN``) for SIGINT and SIGTERM; the previous ones after."""
+    previous = {number: signal.signal(number, handler) for number in SIGNALS}
+    try:
+        yield
+    finally:
+        for number, before in previous.items():
+            signal.signal(number, before)
 
 
 @contextmanager
@@ -49,20 +66,10 @@ def raised_in_main() -> Iterator[None]:
         if signal.getsignal(signum) is handle and not main.dead:
             main.throw(Interrupted(name))
 
-    previous = {number: signal.signal(number, handle) for number in SIGNALS}
-    try:
+    with handled(handle):
         yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
-@contextmanager
-def ignored() -> Iterator[None]:
+def ignored() -> AbstractContextManager[None]:
     """While inside: SIGINT and SIGTERM are ignored, so that a second Ctrl-C cannot cut short the putting back of a host."""
-    previous = {number: signal.signal(number, signal.SIG_IGN) for number in SIGNALS}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    return handled(signal.SIG_IGN)
