@@ -10,6 +10,7 @@ each default; the README's Variables table lists the same variables.
 vllm_recipe = "gpt-oss-120b"
 
 # vLLM ROCm container image, pinned by tag or digest; `latest` and untagged names are refused.
+# Unset, it follows `vllm_version` (`vllm/vllm-openai-rocm:v<vllm_version>`).
 vllm_image = "vllm/vllm-openai-rocm:v0.22.0"
 
 # vLLM version inside `vllm_image`; selects the table of env vars and flags that validation
@@ -66,7 +67,8 @@ compile_cache_keep = 2
 
 # In a roll, the first host that restarts a compile configuration sends its compile cache
 # (checked, through the control machine) to the hosts that restart the same configuration, on
-# the same image and GPU architecture, in later batches, so they start warm. `False`: every host
+# the same image and GPU architecture, in later batches, so they start warm; the first Ray
+# cluster's head sends to the later heads, its worker to their workers. `False`: every host
 # compiles its own. One value for the whole fleet.
 compile_cache_spread = True
 

@@ -31,10 +31,19 @@ from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
 from instinct_fleet.fleet.spread import WARM_ENV
 from instinct_fleet.model import knowledge, paths, workload
 from instinct_fleet.model.defaults import DEFAULTS, default_image
-from instinct_fleet.model.inventory import InventoryError, load_inventory, plan_hosts, project_of, select, with_cluster_peers
+from instinct_fleet.model.inventory import (
+    InventoryError,
+    find_project,
+    load_inventory,
+    plan_hosts,
+    project_of,
+    read_inventory,
+    select,
+    with_cluster_peers,
+)
 from instinct_fleet.model.recipes import all_recipes
 from instinct_fleet.model.render import render_args, service_json
-from instinct_fleet.model.rules import Finding, refused
+from instinct_fleet.model.rules import Finding, distinct, grouped, refused, tally
 from instinct_fleet.model.spec import HostSpec, ServiceSpec, resolve_host, unknown_recipe_message
 from instinct_fleet.model.validate import validate_host
 
@@ -106,8 +115,8 @@ def _explain_managed(spec: HostSpec) -> None:
         print(f"  {line}")
 
 
-def _report(planned: list[tuple[HostSpec, list[Finding]]], as_json: bool, explain: bool) -> int:
-    findings = [f for _, fs in planned for f in fs]
+def _report(planned: list[tuple[HostSpec, list[Finding]]], as_json: bool, explain: bool, unread: Sequence[Finding] = ()) -> int:
+    findings = distinct([*unread, *(f for _, fs in planned for f in fs)])
     errors = [f for f in findings if f.severity == "error"]
     warnings = [f for f in findings if f.severity == "warning"]
     served = _served(planned)
@@ -115,8 +124,8 @@ def _report(planned: list[tuple[HostSpec, list[Finding]]], as_json: bool, explai
         out = {
             "services": [{**service_json(svc), "env": env} for _, svc, env in served],
             "clusters": _clusters(planned),
-            "warnings": [{"rule": f.rule, "host": f.host, "key": f.key, "message": str(f)} for f in warnings],
-            "errors": [{"rule": f.rule, "host": f.host, "key": f.key, "message": str(f)} for f in errors],
+            "warnings": [_finding_json(f) for f in warnings],
+            "errors": [_finding_json(f) for f in errors],
         }
         print(json.dumps(out, indent=2))
     else:
@@ -138,10 +147,15 @@ def _report(planned: list[tuple[HostSpec, list[Finding]]], as_json: bool, explai
         if explain:
             for spec, _ in planned:
                 _explain_managed(spec)
-        for f in [*warnings, *errors]:
-            print(str(f), file=sys.stderr)
-        print(f"{len(errors)} error(s), {len(warnings)} warning(s)", file=sys.stderr)
+        for line in grouped(findings):
+            print(line, file=sys.stderr)
+        print(f"{tally(findings, 'error')}, {tally(findings, 'warning')}", file=sys.stderr)
     return EXIT_INVALID if errors else EXIT_OK
+
+
+def _finding_json(f: Finding) -> dict[str, str | None]:
+    """One finding for a machine: a line per host, with where the value was set."""
+    return {"rule": f.rule, "host": f.host, "key": f.key, "origin": f.origin, "message": str(f)}
 
 
 def cmd_recipes(opts: argparse.Namespace) -> int:
@@ -202,8 +216,14 @@ def _plan_limited(opts: argparse.Namespace) -> list[tuple[HostSpec, list[Finding
 
 def _plan_scope(opts: argparse.Namespace) -> tuple[list[tuple[HostSpec, list[Finding]]], set[str]]:
     """:func:`_plan_limited`, and the names of the hosts ``--limit`` chose themselves."""
+    planned, chosen, _ = _plan_project(opts)
+    return planned, chosen
+
+
+def _plan_project(opts: argparse.Namespace) -> tuple[list[tuple[HostSpec, list[Finding]]], set[str], list[Finding]]:
+    """:func:`_plan_scope`, and the findings about the project's files rather than a host (``plan`` prints them)."""
     try:
-        hosts = load_inventory(opts.inventory, str(_project_dir(opts)))
+        hosts, unread = read_inventory(opts.inventory, str(_project_dir(opts)))
     except InventoryError as exc:
         raise UsageError(str(exc)) from exc
     if not hosts:
@@ -217,23 +237,30 @@ def _plan_scope(opts: argparse.Namespace) -> tuple[list[tuple[HostSpec, list[Fin
             )
     planned = plan_hosts(hosts)
     scope = with_cluster_peers(planned, chosen)
-    return [p for p in planned if p[0].host in scope], chosen
+    return [p for p in planned if p[0].host in scope], chosen, unread
 
 
 def cmd_plan(opts: argparse.Namespace) -> int:
-    return _report(_plan_limited(opts), opts.json, opts.explain)
+    planned, _, unread = _plan_project(opts)
+    return _report(planned, opts.json, opts.explain, unread)
 
 
 def _project_dir(opts: argparse.Namespace) -> Path:
-    """The directory pyinfra runs in, as pyinfra finds it: it reads config.py and group_data/ there.
+    """The directory pyinfra runs in: it reads config.py and group_data/ there. Every command finds the same one.
 
-    ``--project-dir`` when given; else, for deploy and rollback, the deploy file's directory; else the
-    current directory. The inventory may sit anywhere.
+    ``--project-dir`` when given; else the deploy file's directory when one is named (deploy, rollback,
+    warm); else the project the inventory sits in, or the current directory when that is a project
+    (:func:`instinct_fleet.model.inventory.find_project`); else a usage error.
     """
     if opts.project_dir:
         return Path(opts.project_dir)
     deploy_file = getattr(opts, "deploy_file", None)
-    return project_of(deploy_file) if deploy_file else Path.cwd()
+    if deploy_file:
+        return project_of(deploy_file)
+    try:
+        return find_project(opts.inventory, Path.cwd())
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _deploy_file(opts: argparse.Namespace) -> tuple[Path, str]:
@@ -250,7 +277,7 @@ def _deploy_file(opts: argparse.Namespace) -> tuple[Path, str]:
         return project_of(opts.deploy_file), given.name
     if not (project / "deploy.py").is_file():
         raise UsageError(
-            f"no deploy.py in {project}: run this from your project's directory, name the deploy file "
+            f"no deploy.py in {project} (the project of {opts.inventory}): run this from your project's directory, name the deploy file "
             f"(instinct-fleet deploy INVENTORY path/to/deploy.py), or write a project with `instinct-fleet init DIR`"
         )
     return project, "deploy.py"
@@ -527,6 +554,9 @@ def cmd_tune(opts: argparse.Namespace) -> int:
     except sweeps.TuneError as exc:
         raise UsageError(f"{exc}; no host was contacted") from exc
     specs = {str(spec.host): spec for spec, _ in planned if str(spec.host) in checked.hosts}
+    queues = sweeps.assign(list(checked.points), checked.hosts)
+    if all(p.done_key(host) in results.done() for host, queue in queues.items() for p in queue):
+        raise UsageError(f"{directory} measured every point of its sweep already: nothing to do; its report is {directory / 'tune.md'}")
     print(sweeps.plan_text(checked, definition, specs, results.done()), flush=True)
     if opts.dry:
         return EXIT_OK
@@ -652,7 +682,7 @@ def build_parser() -> argparse.ArgumentParser:
             "deploy_file",
             nargs="?",
             metavar="DEPLOY",
-            help="the deploy file (default: deploy.py in --project-dir or the current directory)",
+            help="the deploy file (default: deploy.py in --project-dir or in the inventory's project)",
         )
         p.add_argument("-y", "--yes", action="store_true", help="do not ask: change the hosts without showing the changes first")
         p.add_argument("--dry", action="store_true", help="show what would change on each host, change nothing")
@@ -666,7 +696,8 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (plan, deploy, verify, rollback, warm, status_p, bench_p, targets):
         p.add_argument(
             "--project-dir",
-            help="the directory pyinfra runs in: config.py and group_data/ (default: the deploy file's directory, else the current one)",
+            help="the directory pyinfra runs in: config.py and group_data/ (default: the deploy file's directory, else the nearest "
+            "directory at or above the inventory's that holds deploy.py or group_data/, else the current one if it holds either)",
         )
     rollback.add_argument(
         "--to", type=_generation, help="generation number (default: the newest one older than the healthy one that passed the gate)"
@@ -695,7 +726,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="sweep one instance's flags and env over some hosts at once, behind the health gate; restore them; report the Pareto front",
     )
     tune_p.add_argument("inventory")
-    tune_p.add_argument("--project-dir", help="the directory holding group_data/ (default: the current one)")
+    tune_p.add_argument("--project-dir", help="the directory holding group_data/ (default: the inventory's project, as for plan)")
     tune_p.add_argument("--config", help="a TOML file with the sweep's settings (the options below override it)")
     tune_p.add_argument("--instance", help="the instance whose configuration varies")
     tune_p.add_argument("--vary", action="append", default=[], metavar="FLAG=V1,V2", help="values of one vllm serve flag (repeatable)")

@@ -31,6 +31,7 @@ from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV, Roll, dump_summ
 from instinct_fleet.fleet.spread import WARM_ENV
 from instinct_fleet.model import gate
 from instinct_fleet.model.inventory import HostData, hosts_of, plan_hosts, project_of
+from instinct_fleet.model.origins import Sources
 from instinct_fleet.model.rules import Finding, finding
 from instinct_fleet.model.spec import HostSpec
 
@@ -277,7 +278,7 @@ def _plan_run(state: Any) -> FleetPlan:
     from pyinfra.context import ctx_host
 
     everyone = {h.name: h for h in state.inventory}
-    data = hosts_of(state.inventory)
+    data = hosts_of(state.inventory, Sources.of_run(state))
     restore = os.environ.get(ROLLBACK_ENV) or None  # instinct-fleet rollback: the serving files come from a generation
     active = {h.name for h in state.inventory.iter_activated_hosts()}
 

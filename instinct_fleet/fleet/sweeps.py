@@ -300,6 +300,9 @@ def check(hosts: list[HostData], chosen: set[str], sweep: Sweep) -> Checked:
             skipped.append((point, errors[0]))
         else:
             points.append(point)
+    if not points:  # a sweep of baselines alone measures nothing that tune could choose between
+        why = "; ".join(f"{point.label()}: [{found.rule}] {found.key}: {found.message}" for point, found in skipped)
+        raise TuneError(f"every point of the sweep is invalid, so there is nothing to measure ({len(skipped)} skipped: {why})")
     floor = planned[used[0]].vars.canary_floors.output_throughput  # validation keeps it one value for the fleet
     return Checked(tuple(used), tuple(idle), tuple(points), tuple(skipped), floor)
 

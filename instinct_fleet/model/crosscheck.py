@@ -21,8 +21,6 @@ from instinct_fleet.model.render import STOP_MARGIN_SECONDS
 from instinct_fleet.model.rules import Finding, finding
 from instinct_fleet.model.spec import HostSpec, canonical_arg
 
-SSH_PORT = 22  # pyinfra's default when the host data sets no ssh_port
-
 
 @dataclass(frozen=True)
 class Listener:
@@ -58,9 +56,7 @@ def listeners(spec: HostSpec) -> list[Listener]:
     for pool in spec.pools:
         found.append(Listener("router", f"the router of {pool.model}", "router_port", pool.port, pool.port))
         found.append(Listener("router", f"the router metrics of {pool.model}", "router_metrics_port", pool.metrics_port, pool.metrics_port))
-    ssh = spec.data.get("ssh_port", SSH_PORT)
-    if isinstance(ssh, int) and not isinstance(ssh, bool):
-        found.append(Listener("ssh", "SSH", "ssh_port", ssh, ssh))
+    found.append(Listener("ssh", "SSH", "ssh_port", spec.ssh_port, spec.ssh_port))
     return found
 
 

@@ -56,6 +56,30 @@ def image_tag(image: str) -> str | None:
     return last.split(":", 1)[1] if ":" in last else None
 
 
+# The vLLM version in an image tag, by the schemes of the images a fleet runs (first match wins):
+# AMD's rocm/vllm and rocm/vllm-dev name ROCm first and vLLM after a `vllm` marker
+# (rocm7.0.0_vllm_0.11.1_20251103, rocm6.3.1_instinct_vllm0.8.3_20250415, rocm6.4.1_vllm_0.9.0.1_20250605);
+# vLLM's own images and AMD's dev builds start with it (v0.22.0, v0.14.0_amd_dev, v0.6.3.post1-717a5f8).
+# A tag with neither (instinct_main, nightly, a commit) names no version.
+_VLLM_VERSION = r"(\d+\.\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)"
+TAG_SCHEMES = (
+    re.compile(rf"(?:^|[_.-])vllm[_-]?v?{_VLLM_VERSION}(?=$|[_+-])"),
+    re.compile(rf"^v?{_VLLM_VERSION}(?=$|[_+-])"),
+)
+
+
+def tag_version(image: str) -> str | None:
+    """The vLLM version an image's tag names, or None when it names none (a digest, a nightly, a commit)."""
+    tag = image_tag(image)
+    if tag is None or tag == "@digest":
+        return None
+    for scheme in TAG_SCHEMES:
+        match = scheme.search(tag)
+        if match:
+            return match.group(1)
+    return None
+
+
 def default_image(version: str) -> str:
     """The upstream vLLM ROCm image for ``version``: the default, and the example in messages."""
     return f"vllm/vllm-openai-rocm:v{version}"
@@ -367,7 +391,7 @@ class FleetVars(_Strict):
     )
     vllm_image: Image = Field(
         default=IMAGE_DEFAULT,
-        description="vLLM ROCm container image, pinned by tag or digest; `latest` and untagged names are refused.",
+        description="vLLM ROCm container image, pinned by tag or digest; `latest` and untagged names are refused. Unset, it follows `vllm_version` (`vllm/vllm-openai-rocm:v<vllm_version>`).",
     )
     vllm_version: StrictStr = Field(
         default=DEFAULT_VLLM_VERSION,

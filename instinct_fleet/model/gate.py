@@ -21,6 +21,7 @@ from typing import Any
 from pyinfra.api.state import BaseStateCallback
 
 from instinct_fleet.model.inventory import hosts_of, plan_hosts, record_groups, with_cluster_peers
+from instinct_fleet.model.origins import Sources
 from instinct_fleet.model.rules import refused
 
 _CHECKED = "instinct_fleet_gate_passed"  # on the run's State: None (not checked yet), True or False
@@ -32,7 +33,7 @@ def check(state: Any, consequence: str) -> bool:
     passed = getattr(state, _CHECKED, None)
     if passed is not None:
         return bool(passed)
-    planned = plan_hosts(hosts_of(state.inventory))
+    planned = plan_hosts(hosts_of(state.inventory, Sources.of_run(state)))
     chosen = with_cluster_peers(planned, {h.name for h in state.inventory if state.is_host_in_limit(h)})
     ok = not refused((f for spec, findings in planned if spec.host in chosen for f in findings), consequence)
     setattr(state, _CHECKED, ok)

@@ -6,12 +6,15 @@ sees exactly the data ``pyinfra INVENTORY deploy.py`` will see.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import fnmatch
 import io
 import os
+import re
 import traceback
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +23,8 @@ from typing import Any
 from instinct_fleet.model import router
 from instinct_fleet.model.crosscheck import port_map
 from instinct_fleet.model.defaults import DEFAULTS
-from instinct_fleet.model.rules import Finding, finding
+from instinct_fleet.model.origins import Sources, origins, sibling_groups
+from instinct_fleet.model.rules import Finding, distinct, finding
 from instinct_fleet.model.spec import HostSpec, resolve_host
 from instinct_fleet.model.validate import validate_clusters, validate_host, validate_rolling
 
@@ -42,6 +46,7 @@ class HostData:
     groups: tuple[str, ...]
     data: dict[str, Any]
     conflicts: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)  # variable -> where the inventory set it (model/origins.py)
 
 
 def record_groups() -> None:
@@ -84,9 +89,39 @@ def _conflicts(inventory: Any, name: str, groups: tuple[str, ...]) -> dict[str, 
     return found
 
 
-def hosts_of(inventory: Any) -> list[HostData]:
-    """Every host of a pyinfra Inventory, with its merged data and any conflicts behind it."""
-    return [HostData(h.name, tuple(h.groups), dict(h.data.dict()), _conflicts(inventory, h.name, tuple(h.groups))) for h in inventory]
+def hosts_of(inventory: Any, sources: Sources) -> list[HostData]:
+    """Every host of a pyinfra Inventory, with its merged data, any conflicts behind it and where each value was set."""
+    hosts = []
+    for h in inventory:
+        groups, data = tuple(h.groups), dict(h.data.dict())
+        hosts.append(
+            HostData(h.name, groups, data, _conflicts(inventory, h.name, groups), origins(inventory, h.name, groups, data, sources))
+        )
+    return hosts
+
+
+def unread_group_data(inventory: Any, sources: Sources) -> list[Finding]:
+    """A group_data file for a group no host of the inventory is in (``gpus.py`` beside a group ``gpu``): its values reach
+    no host, silently. pyinfra keeps such a file's data as a group without hosts."""
+    found = []
+    elsewhere = sibling_groups(sources)
+    for group, (members, data) in sorted(getattr(inventory, "instinct_fleet_groups", {}).items()):
+        if members or not data or group in elsewhere:
+            continue
+        files = [directory / f"{group}.py" for directory in sources.group_dirs if (directory / f"{group}.py").is_file()]
+        for path in files:
+            groups = sorted({g for h in inventory for g in h.groups} - {"all"})
+            close = difflib.get_close_matches(group, groups, n=1)
+            hint = f"; did you mean group_data/{close[0]}.py?" if close else f"; its groups are {', '.join(groups)}"
+            found.append(
+                finding(
+                    "group-data-unread",
+                    None,
+                    sources.shown(path),
+                    f"no host of {sources.inventory_text} is in a group {group!r}, so no host reads {', '.join(sorted(data))}{hint}",
+                )
+            )
+    return found
 
 
 def project_of(deploy_file: str) -> Path:
@@ -95,9 +130,39 @@ def project_of(deploy_file: str) -> Path:
     return Path(deploy_file).absolute().parent.resolve()
 
 
+def find_project(inventory: str, cwd: Path) -> Path:
+    """The project an inventory belongs to, when no deploy file or ``--project-dir`` names it.
+
+    The nearest directory at or above the inventory's that holds ``deploy.py`` (what ``init``
+    writes), else the current directory when it holds one (an inventory kept outside the
+    project, run from the project as pyinfra is); failing both, the same search for
+    ``group_data/``. Otherwise there is no project, and reading the inventory without its group
+    data would give every host the defaults: refused.
+    """
+    if not Path(inventory).is_file():
+        return cwd.resolve()  # the loader says what is wrong with the path itself
+    start = Path(inventory).absolute().parent
+    for marker, is_there in (("deploy.py", Path.is_file), ("group_data", Path.is_dir)):
+        for directory in [start, *start.parents, cwd]:
+            if is_there(directory / marker):
+                return directory.resolve()
+    raise InventoryError(
+        f"no project for {inventory}: neither its directory, any directory above it, nor the current one ({cwd}) holds "
+        "deploy.py or group_data/, so its group data could not be read. Run this from your project's directory, give "
+        "--project-dir, or write a project with `instinct-fleet init DIR`"
+    )
+
+
 def load_inventory(path: str, project_dir: str | None = None) -> list[HostData]:
     """Every host of ``path`` with its merged data. ``project_dir`` (default: the current directory) holds group_data/."""
-    return hosts_of(pyinfra_inventory(path, project_dir))
+    return read_inventory(path, project_dir)[0]
+
+
+def read_inventory(path: str, project_dir: str | None = None) -> tuple[list[HostData], list[Finding]]:
+    """:func:`load_inventory`, and the findings about the project's files rather than a host (group data no host reads)."""
+    inventory = pyinfra_inventory(path, project_dir)
+    sources = Sources.of(Path(project_dir or os.getcwd()), Path(path))
+    return hosts_of(inventory, sources), unread_group_data(inventory, sources)
 
 
 def pyinfra_inventory(path: str, project_dir: str | None = None) -> Any:
@@ -169,7 +234,7 @@ def conflict_findings(host: HostData) -> list[Finding]:
 
 
 def plan_hosts(hosts: list[HostData]) -> list[tuple[HostSpec, list[Finding]]]:
-    """Resolve and validate every host; one host's errors never hide another's."""
+    """Resolve and validate every host; one host's errors never hide another's. Each finding names where its value was set."""
     planned = []
     for host in hosts:
         spec, findings = resolve_host(host.name, host.data)
@@ -177,7 +242,37 @@ def plan_hosts(hosts: list[HostData]) -> list[tuple[HostSpec, list[Finding]]]:
         planned.append((spec, findings))
     specs, routing = router.attach([spec for spec, _ in planned])
     across = [*validate_clusters(specs), *validate_rolling(specs), *routing, *(f for s in specs if s.pools for f in port_map(s, "router"))]
-    return [(spec, [*findings, *[f for f in across if f.host == spec.host]]) for spec, (_, findings) in zip(specs, planned, strict=True)]
+    return [
+        (spec, [located(spec, host.origins, f) for f in distinct([*findings, *[f for f in across if f.host == spec.host]])])
+        for spec, host, (_, findings) in zip(specs, hosts, planned, strict=True)
+    ]
+
+
+def variable_of(spec: HostSpec, key: str, written: Collection[str]) -> str | None:
+    """The variable of the inventory a finding's key comes from: the key's own head (``vllm_args.tp``, or a key the
+    inventory ``written`` that is no variable at all), or for an instance's resolved env var or flag (``main.args.--tp``),
+    the layer that gave it (vllm_args, vllm_instances or the recipe); None for what no variable sets (a probe of the host)."""
+    head = re.split(r"[.\[]", key, maxsplit=1)[0]
+    if head in DEFAULTS or head in written:
+        return head
+    svc = next((s for s in spec.services if s.name == head), None)
+    if svc is None:
+        return None
+    rest = key[len(head) + 1 :]
+    reason = svc.reasons.get(rest.removeprefix("args.").removeprefix("env."), "")
+    if reason.startswith("recipe "):
+        return "vllm_recipe"
+    layer = re.match(r"group_data: (\w+)", reason)
+    return layer.group(1) if layer else "vllm_instances"
+
+
+def located(spec: HostSpec, where: dict[str, str], f: Finding) -> Finding:
+    """The finding with the file and line that set its value, when the inventory set it (a default has none)."""
+    variable = variable_of(spec, f.key, where)
+    if variable is None or variable not in where:
+        return f
+    named = "" if f.key.startswith(variable) else f"{variable}, "
+    return dataclasses.replace(f, origin=f"{named}set in {where[variable]}")
 
 
 def with_cluster_peers(planned: list[tuple[HostSpec, list[Finding]]], chosen: set[str]) -> set[str]:

@@ -7,8 +7,9 @@ goes on.
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,17 +25,28 @@ class Rule:
 
 @dataclass(frozen=True)
 class Finding:
-    """One rule tripped, on one host (None for ``render``), for one key."""
+    """One rule tripped, on one host (None for ``render``), for one key; ``origin`` says where the inventory set the value."""
 
     rule: str
     severity: Severity
     host: str | None
     key: str
     message: str
+    origin: str | None = None  # "vllm_args, set in group_data/gpu.py line 2": the variable and the file that wrote it
 
     def __str__(self) -> str:
-        where = f"{self.host}: " if self.host else ""
-        return f"{self.severity}: {where}{self.key}: {self.message} [{self.rule}]"
+        return self.line([self.host] if self.host else [])
+
+    def line(self, hosts: Sequence[str]) -> str:
+        """The finding as one line for every host in ``hosts`` (none: ``render``, or data that no host reads)."""
+        where = f"{host_ranges(hosts)}: " if hosts else ""
+        origin = f" ({self.origin})" if self.origin else ""
+        return f"{self.severity}: {where}{self.key}: {self.message}{origin} [{self.rule}]"
+
+    @property
+    def mistake(self) -> tuple[str, str, str, str, str | None]:
+        """What makes two hosts' findings one mistake: the same rule, key, message and origin."""
+        return (self.severity, self.rule, self.key, self.message, self.origin)
 
     @property
     def brief(self) -> str:
@@ -54,11 +66,21 @@ _RULES = (
         "A misspelt variable is silently ignored by pyinfra; every instinct-fleet variable is listed in the README.",
     ),
     Rule(
+        "group-data-unread",
+        "warning",
+        "pyinfra keeps a group_data file of a group no host is in (a misspelt name) as a group without hosts: its values reach no host, without a word.",
+    ),
+    Rule(
         "inventory-conflict",
         "error",
         "A host listed in two groups with different values for a variable (two clusters, say) gets one of them silently from pyinfra's merge.",
     ),
     Rule("recipe-unknown", "error", "Only built-in recipes can be named; `instinct-fleet recipes` lists them."),
+    Rule(
+        "recipe-model-bound",
+        "error",
+        "A recipe's setting made for its own model (an EAGLE draft in --speculative-config) cannot follow another `vllm_model`; names of the model itself (--served-model-name) follow it.",
+    ),
     Rule("version-unsupported", "error", "Validation needs the env var and flag table of the pinned vLLM version."),
     Rule("image-unpinned", "error", "A `latest` or missing tag makes every run pull a different image: pin a tag or a digest."),
     Rule(
@@ -387,19 +409,88 @@ _HOST_RULES = (
 RULES: dict[str, Rule] = {r.id: r for r in (*_RULES, *_STARTUP_RULES, *_HOST_RULES)}
 
 
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def host_ranges(hosts: Iterable[str]) -> str:
+    """Host names as a reader scans them: numbered runs folded (``mi300x-01..40``), the rest listed, in natural order."""
+    runs: list[tuple[str, int, int, int] | str] = []  # (prefix, padded width or 0, first, last) or a name as it is
+    keyed = sorted(set(hosts), key=lambda h: ([(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", h)], h))
+    for name in keyed:
+        match = _NUMBERED.match(name)
+        last = runs[-1] if runs else None
+        if match:
+            prefix, digits = match.group(1), match.group(2)
+            padded = len(digits) > 1 and digits.startswith("0")
+            fits = len(digits) == last[1] if isinstance(last, tuple) and last[1] else not padded
+            if isinstance(last, tuple) and last[0] == prefix and fits and int(digits) == last[3] + 1:
+                runs[-1] = (prefix, last[1], last[2], int(digits))
+                continue
+            runs.append((prefix, len(digits) if padded else 0, int(digits), int(digits)))
+        else:
+            runs.append(name)
+    parts = []
+    for run in runs:
+        if isinstance(run, str):
+            parts.append(run)
+            continue
+        prefix, width, first, last_number = run
+        names = [f"{prefix}{n:0{width}d}" if width else f"{prefix}{n}" for n in (first, last_number)]
+        parts.append(names[0] if first == last_number else f"{names[0]}..{names[1][len(prefix) :]}")
+    return ", ".join(parts)
+
+
+def distinct(findings: Iterable[Finding]) -> list[Finding]:
+    """One finding per mistake on a host: a second finding of the same rule on the same key (two checks of one bound)
+    is dropped, and so is a warning on a key that already has an error (a value that is wrong needs no advice)."""
+    found = list(dict.fromkeys(findings))
+    wrong = {(f.host, f.key) for f in found if f.severity == "error"}
+    seen: set[tuple[str | None, str, str]] = set()
+    kept = []
+    for f in found:
+        if (f.host, f.key, f.rule) in seen or (f.severity == "warning" and (f.host, f.key) in wrong):
+            continue
+        seen.add((f.host, f.key, f.rule))
+        kept.append(f)
+    return kept
+
+
+def grouped(findings: Iterable[Finding]) -> list[str]:
+    """The findings as lines, one per mistake: the same rule, key, message and origin on many hosts is one line naming
+    them all; errors first, each group in the order its first finding came."""
+    hosts: dict[tuple[str, str, str, str, str | None], list[str]] = {}
+    first: dict[tuple[str, str, str, str, str | None], Finding] = {}
+    for f in distinct(findings):
+        first.setdefault(f.mistake, f)
+        hosts.setdefault(f.mistake, [])
+        if f.host:
+            hosts[f.mistake].append(f.host)
+    order = sorted(first, key=lambda m: m[0] != "error")
+    return [first[m].line(hosts[m]) for m in order]
+
+
 def refused(findings: Iterable[Finding], consequence: str, warnings: bool = False) -> bool:
-    """Print the errors (and the warnings, if asked) to stderr with a count and what follows from them; True when there is an error.
+    """Print the errors (and the warnings, if asked) to stderr, one line per mistake, with a count and what follows from
+    them; True when there is an error.
 
     The one printer for every command that validates before it acts: deploy, targets,
     status, bench and plain pyinfra's gate.
     """
-    shown = [f for f in findings if warnings or f.severity == "error"]
-    for f in shown:
-        print(str(f), file=sys.stderr)
-    errors = sum(f.severity == "error" for f in shown)
-    if errors:
-        print(f"{errors} error(s): {consequence}", file=sys.stderr, flush=True)
-    return errors > 0
+    shown = distinct(f for f in findings if warnings or f.severity == "error")
+    for line in grouped(shown):
+        print(line, file=sys.stderr)
+    if any(f.severity == "error" for f in shown):
+        print(f"{tally(shown, 'error')}: {consequence}", file=sys.stderr, flush=True)
+        return True
+    return False
+
+
+def tally(findings: Sequence[Finding], severity: Severity) -> str:
+    """``3 error(s) on 40 host(s)``: mistakes (lines) of one severity, and the hosts they touch."""
+    chosen = [f for f in findings if f.severity == severity]
+    mistakes = len({f.mistake for f in chosen})
+    hosts = {f.host for f in chosen if f.host}
+    return f"{mistakes} {severity}(s)" + (f" on {len(hosts)} host(s)" if hosts else "")
 
 
 def finding(rule: str, host: str | None, key: str, message: str) -> Finding:

@@ -18,12 +18,34 @@ from typing import Annotated, Any
 from pydantic import TypeAdapter, ValidationError
 
 from instinct_fleet.model import knowledge, paths
-from instinct_fleet.model.defaults import DEFAULTS, REMOVED, BenchProfile, FleetVars, Hook, Instance, RayPorts
+from instinct_fleet.model.defaults import DEFAULTS, REMOVED, BenchProfile, FleetVars, Hook, Instance, RayPorts, default_image
 from instinct_fleet.model.pools import Membership, Pool
 from instinct_fleet.model.recipes import ArgValue, Recipe, all_recipes
 from instinct_fleet.model.rules import Finding, finding
 
 DEFAULT_PORT = 8000  # vLLM's own default for --port
+SSH_PORT = 22  # pyinfra's default when the host data sets no ssh_port
+
+
+class VarsData(dict[str, Any]):
+    """A host's raw merged instinct-fleet values (for the input-safety scan and the checks of where a key was written).
+
+    It holds every instinct-fleet variable and nothing else: reading any other key (a pyinfra
+    connection setting such as ``ssh_port``) is a bug in the check that reads it, which
+    would otherwise see ``None`` or its own fallback on every host, so it raises.
+    """
+
+    def __getitem__(self, key: str) -> Any:
+        self._known(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._known(key)
+        return super().get(key, default)
+
+    def _known(self, key: str) -> None:
+        if key not in DEFAULTS:
+            raise KeyError(f"{key!r} is not an instinct-fleet variable, so a host's spec never holds it: read it from its typed field")
 
 
 def parallel_size(args: Mapping[str, ArgValue], flag: str) -> int:
@@ -110,9 +132,10 @@ class HostSpec:
     gpu_model: str
     services: tuple[ServiceSpec, ...]
     cluster: ClusterSpec | None  # this host's place in a Ray cluster, from the ray_* and nccl_* variables
-    data: dict[str, Any]
+    data: VarsData
     vars: FleetVars
     address: str | None = None  # where pyinfra connects: ssh_hostname, else the inventory name
+    ssh_port: int = SSH_PORT  # where pyinfra connects: ssh_port, else 22
     pools: tuple[Pool, ...] = ()  # with router: one per model, from the whole inventory (router.attach)
     memberships: tuple[Membership, ...] = ()  # the router pools that list this host's instances
 
@@ -226,6 +249,8 @@ def typed_vars(host: str | None, data: Mapping[str, Any]) -> tuple[FleetVars, li
         except ValidationError as error:
             found += model_findings(host, (name,), error)
             values[name] = adapter.validate_python(DEFAULTS[name])
+    if "vllm_image" not in data:  # the default image is the upstream one of the chosen version
+        values["vllm_image"] = default_image(values["vllm_version"])
     raw = data.get("vllm_instances", DEFAULTS["vllm_instances"])
     if not isinstance(raw, (list, tuple)):
         found.append(finding("schema", host, "vllm_instances", f"expected a list of instances, got {_short(raw)}"))
@@ -287,6 +312,62 @@ def from_recipe(recipe: Recipe, table: knowledge.VllmKnowledge | None) -> tuple[
     reasons = {k: f"recipe {recipe.name}: {s.why}" for k, s in recipe.env.items()}
     reasons.update({f"--{canonical_arg(k, table)}": f"recipe {recipe.name}: {s.why}" for k, s in recipe.args.items()})
     return env, args, reasons
+
+
+def follow_model(
+    host: str | None, model_key: str, recipe: Recipe, model: str, env: dict[str, str], args: dict[str, ArgValue], reasons: dict[str, str]
+) -> list[Finding]:
+    """A recipe's values derived from its own model follow the model the inventory chose instead, in place.
+
+    A value equal to the recipe's model (``--served-model-name``, ``--tokenizer``) names that model,
+    so it becomes the chosen one: clients would otherwise ask for a model the server does not
+    serve. A JSON config that names another model (an EAGLE draft) was made for the recipe's
+    model and cannot follow it: refused, unless the inventory sets that flag itself. Values the
+    inventory set are its own and stay as they are.
+    """
+    if model == recipe.model:
+        return []
+    found = []
+    ours = f"recipe {recipe.name}:"
+    for name, value in [*((f"--{flag}", v) for flag, v in args.items()), *env.items()]:
+        if not reasons.get(name, "").startswith(ours):
+            continue
+        if value == recipe.model:
+            if name.startswith("--"):
+                args[name[2:]] = model
+            else:
+                env[name] = model
+            reasons[name] = f"follows the model {model} ({model_key}); recipe {recipe.name} names its own model {recipe.model}"
+        elif isinstance(value, str) and (bound := _models_in(value) - {recipe.model, model}):
+            where = "vllm_args" if name.startswith("--") else "vllm_env"
+            found.append(
+                finding(
+                    "recipe-model-bound",
+                    host,
+                    model_key,
+                    f"recipe {recipe.name} sets {name} for its model {recipe.model} (it names {', '.join(sorted(bound))}), "
+                    f"not for {model}: set {name.lstrip('-')} in {where} for {model} (None drops it), or choose a recipe made for it",
+                )
+            )
+    return found
+
+
+def _models_in(value: str) -> set[str]:
+    """The models a JSON config value names under a ``model`` key (at any depth): a draft, a tokenizer."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return set()
+    found: set[str] = set()
+    stack = [parsed]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            found |= {str(v) for k, v in item.items() if k == "model" and isinstance(v, str)}
+            stack += list(item.values())
+        elif isinstance(item, list):
+            stack += item
+    return found
 
 
 def unknown_recipe_message(name: str) -> str:
@@ -354,9 +435,12 @@ def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, l
             found.append(finding("recipe-unknown", host, source_key, unknown_recipe_message(str(recipe_name))))
             continue
         env, args, reasons = from_recipe(recipe, table)
-        layer(env, args, reasons, v.vllm_env, v.vllm_args, table, "group_data: vllm_env/vllm_args")
+        layer(env, args, reasons, v.vllm_env, {}, table, "group_data: vllm_env")
+        layer(env, args, reasons, {}, v.vllm_args, table, "group_data: vllm_args")
         layer(env, args, reasons, inst.env, inst.args, table, f"group_data: {key}")
         model = inst.model or v.vllm_model or recipe.model
+        model_key = f"{key}.model" if inst.model else "vllm_model"
+        found += follow_model(host, model_key, recipe, model, env, args, reasons)
         port = inst.port if inst.port is not None else recipe.port + index
         # A shape larger than the host is reported by validation (parallel-size), not by overflowing the GPU list.
         per_node = min(max(1, world_size(args) // v.vllm_nodes), v.gpu_count)
@@ -365,6 +449,21 @@ def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, l
         services.append(
             ServiceSpec(inst.name, host, recipe.name, v.vllm_image, v.vllm_version, model, env, args, gpus, port, v.vllm_nodes, reasons)
         )
-    merged = {**DEFAULTS, **{k: val for k, val in data.items() if k in DEFAULTS}}
+    merged = VarsData({**DEFAULTS, **{k: val for k, val in data.items() if k in DEFAULTS}})
     address = data.get("ssh_hostname") if isinstance(data.get("ssh_hostname"), str) else host
-    return HostSpec(host, v.gpu_count, v.gpu_model, tuple(services), cluster_of(v), merged, v, address), found
+    ssh_port, bad_port = _ssh_port(data.get("ssh_port"))
+    if bad_port:
+        found.append(finding("schema", host, "ssh_port", bad_port))
+    spec = HostSpec(host, v.gpu_count, v.gpu_model, tuple(services), cluster_of(v), merged, v, address, ssh_port)
+    return spec, found
+
+
+def _ssh_port(value: Any) -> tuple[int, str | None]:
+    """The port pyinfra's SSH connector connects to (it reads ``int(ssh_port or 0)``, 0 meaning SSH's own 22), and an error."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value == 0):
+        return SSH_PORT, None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        return SSH_PORT, f"pyinfra's SSH port is a whole number from 1 to 65535, got {_short(value)}"
+    return value, None

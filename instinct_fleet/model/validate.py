@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from instinct_fleet.model import knowledge, startup, workload
 from instinct_fleet.model.crosscheck import member, unpinned_image, validate_crossings
-from instinct_fleet.model.defaults import default_image, image_tag
+from instinct_fleet.model.defaults import default_image, image_tag, tag_version
 from instinct_fleet.model.inputs import validate_inputs
 from instinct_fleet.model.rules import Finding, finding
 from instinct_fleet.model.spec import HostSpec, ServiceSpec
@@ -47,15 +47,14 @@ def check_image(host: str | None, image: str, version: str) -> list[Finding]:
     unpinned = unpinned_image(host, "vllm_image", image, default_image(version))
     if unpinned:
         return unpinned
-    tag = str(image_tag(image))
-    match = re.search(r"(\d+\.\d+\.\d+)", tag)
-    if match and match.group(1) != version:
+    named = tag_version(image)
+    if named is not None and named != version:
         return [
             finding(
                 "image-version-mismatch",
                 host,
                 "vllm_image",
-                f"tag {tag!r} names vLLM {match.group(1)} but vllm_version is {version!r}; set vllm_version to match",
+                f"tag {image_tag(image)!r} names vLLM {named} but vllm_version is {version!r}; set vllm_version to match",
             )
         ]
     return []

@@ -93,7 +93,7 @@ def test_explain_shows_reasons(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "render", "--recipe", "gpt-oss-120b", "--explain", "--arg", "max-num-seqs=64")
     assert code == 0
     assert "--kv-cache-dtype: recipe gpt-oss-120b: FP8 KV cache halves KV memory" in out
-    assert "--max-num-seqs: group_data: vllm_env/vllm_args" in out
+    assert "--max-num-seqs: group_data: vllm_args" in out
     assert "# recipe gpt-oss-120b: master switch" in out
 
 
@@ -354,3 +354,64 @@ def test_warm_refuses_an_invalid_inventory_before_contacting_any_host(tmp_path: 
     off.write_text("hosts = [('gpu-1', {'ssh_hostname': '192.0.2.1', 'compile_cache_spread': False})]\n")
     code, _, err = run(capsys, "warm", str(off), "--project-dir", str(tmp_path), "-y")
     assert code == 2 and "compile_cache_spread is False" in err and "Traceback" not in err
+
+
+def _inventory_commands() -> dict[str, list[str]]:
+    """Every subcommand that takes an inventory, read off the parser, with the arguments it needs besides it."""
+    from instinct_fleet.cli import build_parser
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.choices and isinstance(a.choices, dict))
+    needs = {"tune": ["--instance", "main", "--vary", "max-num-seqs=8,16"]}
+    return {
+        name: needs.get(name, [])
+        for name, sub in subparsers.choices.items()  # type: ignore[union-attr]
+        if any(a.dest == "inventory" for a in sub._actions)
+    }
+
+
+def test_every_command_with_an_inventory_is_covered() -> None:
+    assert set(_inventory_commands()) == {"plan", "deploy", "verify", "rollback", "warm", "status", "bench", "targets", "tune"}
+
+
+@pytest.mark.parametrize("command", sorted(_inventory_commands()))
+def test_every_command_reads_the_inventorys_project_wherever_it_starts(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From another directory, each command reads the group data of the project the inventory sits in (here a mistake
+    in it stops the command before any contact); an inventory in no project, run from no project, is refused."""
+    from instinct_fleet import scaffold
+
+    project = tmp_path / "infra"
+    scaffold.init(project)
+    inventory = project / "inventories" / "t.py"
+    inventory.write_text("gpu = ['gpu-1']\n")
+    (project / "group_data" / "gpu.py").write_text("vllm_recipe = 'llama-3.1-70b'\nvllm_argz = {}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    extra = _inventory_commands()[command]
+    code, _, err = run(capsys, command, str(inventory), *extra)
+    assert code == 1 and "gpu-1" in err and "vllm_argz" in err and "[unknown-variable]" in err, err
+
+    lone = elsewhere / "hosts.py"
+    lone.write_text("hosts = ['gpu-1']\n")
+    code, _, err = run(capsys, command, str(lone), *extra)
+    assert code == 2 and f"no project for {lone}" in err and "--project-dir" in err, err
+
+
+def test_plan_from_elsewhere_sees_what_plan_in_the_project_sees(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from instinct_fleet import scaffold
+
+    project = tmp_path / "infra"
+    scaffold.init(project)
+    (project / "inventories" / "t.py").write_text("gpu = ['gpu-1']\n")
+    (project / "group_data" / "gpu.py").write_text("vllm_recipe = 'llama-3.1-70b'\n")
+    monkeypatch.chdir(project)
+    inside = run(capsys, "plan", "inventories/t.py", "--json")
+    monkeypatch.chdir(tmp_path)
+    outside = run(capsys, "plan", "infra/inventories/t.py", "--json")
+    assert inside == outside and json.loads(inside[1])["services"][0]["name"] == "main"
+    assert "--max-num-seqs" in json.loads(outside[1])["services"][0]["vllm_args"]  # the Llama recipe's, not gpt-oss's

@@ -25,6 +25,8 @@ CROSSINGS: list[tuple[dict[str, Any], str, str]] = [
     # One port map per host.
     ({"metrics_exporter": True, "vllm_instances": [{"name": "main", "port": 5000}]}, "main.port", "port-conflict"),
     ({"vllm_instances": [{"name": "main", "port": 22}]}, "main.port", "port-conflict"),
+    ({"ssh_port": 2222, "vllm_instances": [{"name": "main", "port": 2222}]}, "main.port", "port-conflict"),
+    ({"ssh_port": "2200", "metrics_exporter": True, "metrics_exporter_port": 2200}, "metrics_exporter_port", "port-conflict"),
     ({"metrics_exporter": True, "metrics_exporter_port": 22}, "metrics_exporter_port", "port-conflict"),
     ({"vllm_instances": [{"name": "a", "port": 8000}, {"name": "b", "port": 8000}]}, "vllm_instances", "port-overlap"),
     # Settings the deploy owns.
@@ -93,6 +95,24 @@ def test_good_neighbours_pass() -> None:
         }
     )
     assert [str(f) for f in findings if f.severity == "error"] == []
+
+
+def test_the_ssh_port_is_read_from_pyinfras_host_data() -> None:
+    """SSH listens where pyinfra connects: port 22 is free for an instance when SSH is elsewhere, and a bad port is refused."""
+    spec, findings = check({**G, "ssh_port": 2222, "vllm_instances": [{"name": "main", "port": 22}]})
+    assert spec.ssh_port == 2222 and [str(f) for f in findings if f.severity == "error"] == []
+    assert check({**G, "ssh_port": 0})[0].ssh_port == 22  # pyinfra's int(ssh_port or 0): SSH's own default
+    _, findings = check({**G, "ssh_port": 70000})
+    assert [(f.rule, f.key) for f in findings] == [("schema", "ssh_port")]
+
+
+def test_a_check_cannot_read_a_key_the_spec_never_holds() -> None:
+    """spec.data holds the instinct-fleet variables only: a check that reads another key (ssh_port, say) fails loudly."""
+    spec, _ = check({**G, "ssh_port": 2222})
+    assert spec.data.get("vllm_recipe") == "gpt-oss-120b" and spec.data["firewall"] is True
+    for read in (lambda: spec.data.get("ssh_port", 22), lambda: spec.data["ssh_hostname"]):
+        with pytest.raises(KeyError, match="not an instinct-fleet variable"):
+            read()
 
 
 def test_the_port_map_holds_every_listener_of_a_cluster_node() -> None:

@@ -10,6 +10,8 @@ built wheel (tests/e2e/test_package.py).
 from __future__ import annotations
 
 import ast
+import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -176,6 +178,7 @@ def test_verify_prints_one_line_per_unreachable_host_and_fails(tmp_path: Path) -
         s.bind(("127.0.0.1", 0))  # bound, never listening: the connection is refused at once
     hosts = ", ".join(f'("gpu-{i}", {{"ssh_hostname": "127.0.0.1", "ssh_port": {s.getsockname()[1]}}})' for i, s in enumerate(closed))
     (tmp_path / "inventory.py").write_text(f"hosts = [{hosts}]\n")
+    (tmp_path / "group_data").mkdir()  # a project: the inventory's own directory
     done = subprocess.run(
         [sys.executable, "-m", "instinct_fleet", "verify", "inventory.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
@@ -213,6 +216,68 @@ def _readme_commands() -> list[tuple[str, list[str]]]:
             sub, rest = command
             found.append((sub, re.findall(r"(?:^|(?<=[\s\[]))(--?[a-zA-Z][\w-]*)", rest.split(" -- ")[0])))
     return found
+
+
+SHELL_OPERATORS = ("|", "||", "&&", ";")  # between commands; a lone & inside one is a mistake
+
+
+def _shell_lines(text: str) -> list[str]:
+    """Every command a reader may paste: each line of a sh block (continuations joined), and each inline code span that
+    runs instinct-fleet or gives its options (``--slo ...``), its line breaks read as spaces."""
+    lines = []
+    for block in re.findall(r"```(?:sh|bash|shell)\n(.*?)```", text, re.S):
+        lines += re.sub(r"\\\n\s*", " ", block).splitlines()
+    for span in re.findall(r"(?<!`)`([^`]+)`(?!`)", text):
+        span = " ".join(span.split())
+        if span.startswith("instinct-fleet ") or (span.startswith("--") and " " in span):
+            lines.append(span if span.startswith("instinct-fleet ") else f"instinct-fleet tune inventory.py {span}")
+    return lines
+
+
+def shell_mistakes(line: str) -> list[str]:
+    """What a POSIX shell would take for an operator inside an instinct-fleet command: ``--slo x<=25`` unquoted is a
+    redirection from a file named ``=25`` (with ``>=``, a file is written and the SLO dropped). shlex splits as the
+    shell does, quotes and comments included; pipes and ``&&`` between commands are the shell's own and stay."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    try:
+        tokens = list(lexer)
+    except ValueError as exc:  # an unclosed quote
+        return [str(exc)]
+    found: list[str] = []
+    command: list[str] = []
+    for token in [*tokens, ";"]:
+        if token in SHELL_OPERATORS:
+            if command[:1] == ["instinct-fleet"]:
+                found += [t for t in command if set(t) <= set("<>&|;()")]
+            command = []
+        else:
+            command.append(token)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("line", "mistakes"),
+    [
+        ("instinct-fleet tune inv.py --slo median_tpot_ms<=25", ["<"]),
+        ("instinct-fleet tune inv.py --slo p99_ttft_ms>=2000", [">"]),
+        ("instinct-fleet report results/<timestamp>", ["<", ">"]),
+        ("instinct-fleet tune inv.py --slo 'median_tpot_ms<=25' --vary max-num-seqs=8,16", []),
+        ("instinct-fleet plan inv.py --json | jq .errors && echo done  # a comment <here>", []),
+        ("instinct-fleet plan inv.py &", ["&"]),
+    ],
+)
+def test_the_shell_check_sees_what_a_shell_would_do(line: str, mistakes: list[str]) -> None:
+    assert shell_mistakes(line) == mistakes
+
+
+def test_every_command_the_docs_show_pastes_into_a_shell() -> None:
+    """Each command of the README and docs/ means in a shell what the text says: no unquoted <, >, | or & inside it."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    checked = [(page.name, line) for page in pages for line in _shell_lines(page.read_text())]
+    assert len(checked) > 40, "the docs' commands were not found"
+    assert [(page, line, shell_mistakes(line)) for page, line in checked if shell_mistakes(line)] == []
 
 
 def test_every_option_the_readme_shows_exists() -> None:
@@ -254,7 +319,12 @@ def test_deploy_hands_pyinfra_its_own_flags_and_runs_where_the_deploy_file_is(
     calls.pop()
     assert cli.main(["deploy", inventory, str(project / "deploy.py"), "--json"]) == 2
     assert "--json does not ask" in capsys.readouterr().err
-    assert cli.main(["deploy", inventory]) == 2  # no deploy.py in the current directory (tmp_path)
-    assert "no deploy.py in" in capsys.readouterr().err and len(calls) == 2
+    assert cli.main(["deploy", inventory, "--dry"]) == 0  # the project the inventory sits in, from anywhere
+    assert calls[-1][1] == project and calls[-1][0][4] == "deploy.py"
+    calls.pop()
+    (project / "deploy.py").rename(project / "site.py")  # a project without its deploy file
+    assert cli.main(["deploy", inventory]) == 2
+    assert f"no deploy.py in {project}" in capsys.readouterr().err and len(calls) == 2
+    (project / "site.py").rename(project / "deploy.py")
     assert cli.main(["deploy", inventory, str(project / "deploy.py"), "--limit", "nothing-*"]) == 2
     assert "matches no host name or group" in capsys.readouterr().err

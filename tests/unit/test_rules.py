@@ -24,6 +24,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "schema": ({"gpu_count": "eight"}, {"gpu_count": 8}),
     "unknown-variable": ({"vllm_instance": [{"name": "a"}]}, {"vllm_instances": [{"name": "a"}]}),
     "recipe-unknown": ({"vllm_recipe": "gpt-oss-12b"}, {"vllm_recipe": "gpt-oss-120b"}),
+    "recipe-model-bound": (
+        {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_model": "meta-llama/Llama-3.2-3B-Instruct"},
+        {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_model": "meta-llama/Llama-3.2-3B-Instruct", "vllm_args": {"speculative-config": None}},
+    ),
     "version-unsupported": (
         {"vllm_version": "0.1.0", "vllm_image": "vllm/vllm-openai-rocm:v0.1.0"},
         {"vllm_version": "0.33.0", "vllm_image": "vllm/vllm-openai-rocm:v0.33.0"},
@@ -245,7 +249,9 @@ def test_every_rule_has_a_case() -> None:
     # host-* rules are found by preflight on facts: tests/unit/test_preflight.py has a case for each.
     preflight_rules = {r for r in RULES if r.startswith("host-")}
     # router-wheel (the controller's copy of the wheel) and router-api-key (across hosts): tests/unit/test_router.py.
-    assert set(CASES) | set(CLUSTER_CASES) | {"inventory-conflict", "router-wheel", "router-api-key"} | preflight_rules == set(RULES)
+    # group-data-unread (a project's file, not a host): tests/unit/test_findings.py.
+    others = {"inventory-conflict", "router-wheel", "router-api-key", "group-data-unread"}
+    assert set(CASES) | set(CLUSTER_CASES) | others | preflight_rules == set(RULES)
 
 
 def test_every_preflight_rule_is_tested() -> None:
@@ -396,3 +402,61 @@ def test_choices_are_compared_the_way_vllm_compares_them() -> None:
     good = {"attention-backend": "rocm_aiter_fa", "compilation-config": {"cudagraph_mode": "full_and_piecewise"}}
     _, findings = check({**G, "vllm_args": good})
     assert "value-domain" not in rules_of(findings)
+
+
+def test_a_recipes_own_model_name_follows_the_chosen_model() -> None:
+    """--served-model-name named the recipe's model: with another vllm_model, clients must see that one, or the name the
+    inventory gave; the default image follows vllm_version."""
+    spec, findings = check({"vllm_recipe": "llama-3.1-70b", "vllm_model": "meta-llama/Llama-3.3-70B-Instruct"})
+    (svc,) = spec.services
+    assert svc.model == svc.args["served-model-name"] == "meta-llama/Llama-3.3-70B-Instruct" and findings == []
+    assert "follows the model" in svc.reasons["--served-model-name"]
+    own = {"vllm_recipe": "llama-3.1-70b", "vllm_model": "meta-llama/Llama-3.3-70B-Instruct", "vllm_args": {"served-model-name": "chat"}}
+    assert check(own)[0].services[0].args["served-model-name"] == "chat"
+    spec, _ = check({"vllm_recipe": "llama-3.1-70b", "vllm_instances": [{"name": "a", "model": "org/tuned-70b"}]})
+    assert spec.services[0].args["served-model-name"] == "org/tuned-70b"
+    spec, findings = check({"vllm_version": "0.33.0"})
+    assert spec.vars.vllm_image == "vllm/vllm-openai-rocm:v0.33.0" and "image-version-mismatch" not in rules_of(findings)
+
+
+def test_every_recipe_value_naming_a_model_follows_or_is_refused() -> None:
+    """Each shipped recipe, served with another model: no value still names the recipe's model, and a value bound to
+    it (a draft) is refused; the class, not the one flag."""
+    from instinct_fleet.model.recipes import all_recipes
+
+    for recipe in all_recipes().values():
+        spec, findings = check({"vllm_recipe": recipe.name, "vllm_model": "org/another-model", "vllm_nodes": recipe.nodes, **CLUSTER})
+        for svc in spec.services:
+            assert recipe.model not in [*map(str, svc.args.values()), *svc.env.values()], recipe.name
+        bound = [f for f in findings if f.rule == "recipe-model-bound"]
+        assert bool(bound) == ("speculative-config" in recipe.args and '"model"' in str(recipe.args["speculative-config"].value)), (
+            recipe.name
+        )
+
+
+@pytest.mark.parametrize(
+    ("image", "version"),
+    [
+        ("rocm/vllm:rocm7.0.0_vllm_0.11.1_20251103", "0.11.1"),
+        ("rocm/vllm:rocm6.4.1_vllm_0.9.0.1_20250605", "0.9.0.1"),
+        ("rocm/vllm:rocm6.3.1_instinct_vllm0.8.3_20250415", "0.8.3"),
+        ("rocm/vllm:v0.14.0_amd_dev", "0.14.0"),
+        ("rocm/vllm-dev:rocm7.1.1_vllm_0.12.0rc1_20251201", "0.12.0rc1"),
+        ("vllm/vllm-openai-rocm:v0.22.0", "0.22.0"),
+        ("registry.local:5000/vllm/vllm-openai-rocm:0.33.0", "0.33.0"),
+        ("ghcr.io/embeddedllm/vllm-rocm:v0.6.3.post1-717a5f8", "0.6.3.post1"),
+        ("rocm/vllm:instinct_main", None),
+        ("rocm/vllm-dev:nightly_main_20251110", None),
+        ("ghcr.io/embeddedllm/vllm-rocm:cb3b2b9", None),
+        ("rocm/vllm@sha256:" + "a" * 64, None),
+    ],
+)
+def test_the_vllm_version_is_read_from_every_tag_scheme(image: str, version: str | None) -> None:
+    """AMD's tags name ROCm first: rocm7.0.0_vllm_0.11.1 is vLLM 0.11.1, never 7.0.0."""
+    from instinct_fleet.model.defaults import tag_version
+
+    assert tag_version(image) == version
+    if version in ("0.11.1", "0.14.0"):
+        _, findings = check({"vllm_image": image, "vllm_version": "0.22.0"})
+        (hit,) = [f for f in findings if f.rule == "image-version-mismatch"]
+        assert f"names vLLM {version} but vllm_version is '0.22.0'" in hit.message

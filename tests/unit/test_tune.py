@@ -22,7 +22,7 @@ from instinct_fleet.fleet.remote import Result
 from instinct_fleet.fleet.sweeps import BASELINE, Slo, Sweep, TuneError
 from instinct_fleet.fleet.trials import Trial
 from instinct_fleet.model import paths
-from instinct_fleet.model.inventory import HostData, plan_hosts
+from instinct_fleet.model.inventory import HostData, load_inventory, plan_hosts
 from instinct_fleet.model.pools import Membership
 from instinct_fleet.model.rules import RULES
 from tests.unit.test_preflight import mi300x_host
@@ -120,9 +120,12 @@ def test_every_point_is_validated_as_a_deploy_would_and_invalid_ones_are_skipped
     assert {f.rule for _, f in checked.skipped} == {"scheduler-batched-below-model-len"}
     assert all(f.host == "s1" and f.rule in RULES for _, f in checked.skipped)
     # an env var this vLLM does not read, and a flag it does not have, are refused the same way
-    odd = sweeps.check(HOSTS, {"s1"}, sweep(vary={"max-num-seqs": [8, 16]}, vary_env={"VLLM_ROCM_USE_AITERR": ["1"]}))
-    assert not odd.points and {f.key for _, f in odd.skipped} == {"main.env.VLLM_ROCM_USE_AITERR"}
-    assert not sweeps.check(HOSTS, {"s1"}, sweep(vary={"max-num-seqz": [8]})).points
+    odd = sweep(vary={"max-num-seqs": [8, 16]}, vary_env={"VLLM_ROCM_USE_AITERR": ["1", "0"]})
+    with pytest.raises(TuneError, match=r"every point of the sweep is invalid, so there is nothing to measure \(4 skipped: ") as raised:
+        sweeps.check(HOSTS, {"s1"}, odd)
+    assert raised.value.args[0].count("[env-unknown] main.env.VLLM_ROCM_USE_AITERR") == 4
+    with pytest.raises(TuneError, match=r"\(1 skipped: --max-num-seqz=8: \[flag-unknown\]"):
+        sweeps.check(HOSTS, {"s1"}, sweep(vary={"max-num-seqz": [8]}))
 
 
 def test_what_deploy_accepts_for_a_point_is_what_the_sweep_runs() -> None:
@@ -316,6 +319,7 @@ def test_a_dry_run_prints_the_whole_plan_and_touches_nothing(tmp_path: Path) -> 
         (["--instance", "main", "--vary", "max-num-seqs"], "--vary takes NAME=V1,V2"),
         (["--instance", "main", "--vary", "max-num-seqs=4,8", "--slo", "tpot<=3"], "not a field of vLLM's benchmark result"),
         (["--instance", "nope", "--vary", "max-num-seqs=4,8"], "no host of --limit can tune instance 'nope'"),
+        (["--instance", "main", "--vary", "max-num-batched-tokens=256,512"], "every point of the sweep is invalid"),
         (["--instance", "main", "--vary", "max-num-seqs=4,8", "--profile", "sweep"], "runs 5 concurrencies"),
         (["--resume", "somewhere", "--vary", "max-num-seqs=4"], "--resume takes the sweep from DIR/sweep.json; drop --vary"),
         (["--resume", "somewhere"], "holds no sweep.json"),
@@ -330,6 +334,25 @@ def test_a_sweep_that_cannot_run_fails_before_any_host_with_why(tmp_path: Path, 
     done = cli(str(inventory(tmp_path)), *argv)
     assert done.returncode == 2, done.stdout
     assert says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_resuming_a_finished_sweep_says_so_and_contacts_no_host(tmp_path: Path) -> None:
+    """Every baseline and point measured: a resume has nothing to do, and says where the report is instead of reconnecting."""
+    inv = inventory(tmp_path)
+    out = tmp_path / "out"
+    definition = sweep(vary={"max-num-seqs": [4, 32]}, max_out=2)
+    results = trials.Results(out)
+    results.start(definition)
+    checked = sweeps.check(load_inventory(str(inv), str(ROOT)), {"s1", "s2"}, definition)
+    for host, queue in sweeps.assign(list(checked.points), checked.hosts).items():
+        for point in queue:
+            results.record(trials.Trial(dict(point.settings), host, "measured", baseline=point.baseline))
+    done = cli(str(inv), "--resume", str(out))
+    assert done.returncode == 2 and "measured every point of its sweep already: nothing to do" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (out / "tune.md").exists()
+    results.trials.pop()  # one point left: the resume goes on to run it (--dry stops it before any host)
+    results.save()
+    assert cli(str(inv), "--resume", str(out), "--dry").returncode == 0
 
 
 def test_hosts_that_cannot_be_reached_run_nothing_and_say_why(tmp_path: Path) -> None:

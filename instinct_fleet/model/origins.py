@@ -1,0 +1,128 @@
+"""Where the inventory set each value: the file and line a finding points the user to.
+
+pyinfra merges a host's data from three layers and keeps no record of which one gave a
+value: the host's own data in the inventory, then its groups' data (the inventory's group
+tuples and ``group_data/<group>.py``, the last group listed winning), then ``all`` (the
+inventory's ``all`` and ``group_data/all.py``). :class:`Sources` walks the same layers in the
+same order, with the files pyinfra reads them from, so "set in group_data/gpu.py line 2" is
+the place to edit. A value no layer holds is a default and has no origin.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+
+def _assignments(path: Path) -> dict[str, int]:
+    """The line of each top-level name a Python file assigns (the last assignment, which is the value pyinfra keeps)."""
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    lines: dict[str, int] = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        for target in targets:
+            if isinstance(target, ast.Name):
+                lines[target.id] = node.lineno
+    return lines
+
+
+def _first_string(path: Path, text: str) -> int | None:
+    """The line of the first string literal ``text`` in a Python file: where the inventory names a host."""
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value == text]
+    return min(found) if found else None
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The files a pyinfra inventory's data comes from: the inventory itself (None when pyinfra did not say, as in the
+    gate) and the group_data directories in the order pyinfra reads them (a later one overrides an earlier one)."""
+
+    project: Path
+    inventory: Path | None
+    group_dirs: tuple[Path, ...]
+    _lines: dict[Path, dict[str, int]] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, project: Path, inventory: Path | None) -> Sources:
+        """As pyinfra's make_inventory_from_files: ``project/group_data``, then the inventory's own ``group_data``."""
+        dirs = [project / "group_data"]
+        if inventory is not None and inventory.absolute().parent.resolve() != project.resolve():
+            dirs.append(inventory.absolute().parent / "group_data")
+        return cls(project, inventory, tuple(dirs))
+
+    @classmethod
+    def of_run(cls, state: Any) -> Sources:
+        """Inside a pyinfra run: the directory it runs in; pyinfra keeps no record of the inventory file's path."""
+        return cls.of(Path(state.cwd or os.getcwd()), None)
+
+    def shown(self, path: Path) -> str:
+        """A path as the user reads it: relative to the project when inside it."""
+        try:
+            return str(path.resolve().relative_to(self.project.resolve()))
+        except ValueError:
+            return str(path)
+
+    def _line(self, path: Path, name: str) -> int | None:
+        if path not in self._lines:
+            self._lines[path] = _assignments(path)
+        return self._lines[path].get(name)
+
+    def group_file(self, group: str, key: str) -> str | None:
+        """``group_data/<group>.py line N`` when a group_data file of that group sets ``key`` (the last one read wins)."""
+        for directory in reversed(self.group_dirs):
+            path = directory / f"{group}.py"
+            line = self._line(path, key) if path.is_file() else None
+            if line is not None:
+                return f"{self.shown(path)} line {line}"
+        return None
+
+    @cached_property
+    def inventory_text(self) -> str:
+        return self.shown(self.inventory) if self.inventory is not None else "the inventory"
+
+    def in_inventory(self, name: str | None = None) -> str:
+        """The inventory, at the line that names ``name`` (a host or a group) when it can be found."""
+        line = None
+        if self.inventory is not None and name is not None:
+            line = self._line(self.inventory, name) or _first_string(self.inventory, name)
+        return f"{self.inventory_text} line {line}" if line else self.inventory_text
+
+
+def sibling_groups(sources: Sources) -> set[str]:
+    """The groups the project's other inventories name (their top-level names, and each file's own name, which pyinfra
+    makes a group), read without running them: a group_data file one of them uses is not a mistake of this one."""
+    if sources.inventory is None:
+        return set()
+    found: set[str] = set()
+    for path in sources.inventory.absolute().parent.glob("*.py"):
+        if path.resolve() != sources.inventory.resolve():
+            found |= {path.stem, *_assignments(path)}
+    return found
+
+
+def origins(inventory: Any, name: str, groups: tuple[str, ...], data: Mapping[str, Any], sources: Sources) -> dict[str, str]:
+    """For each key of a host's merged data, where it was set, walking pyinfra's layers as pyinfra merges them."""
+    own = inventory.get_host_data(name)
+    found = {}
+    for key in data:
+        if key in own:
+            found[key] = f"host data in {sources.in_inventory(name)}"
+            continue
+        for group in [*reversed([g for g in groups if g != "all"]), "all"]:
+            group_data = inventory.get_data() if group == "all" else inventory.get_group_data(group)
+            if key in group_data:
+                found[key] = sources.group_file(group, key) or f"group {group} in {sources.in_inventory(group)}"
+                break
+    return found
