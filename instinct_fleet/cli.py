@@ -1,7 +1,7 @@
 """The ``instinct-fleet`` command line: recipes, render, plan, deploy, verify, status, bench, report and targets.
 
 The JSON printed with ``--json`` is a contract for CI pipelines:
-``{"services": [...], "clusters": [...], "warnings": [...], "errors": [...]}``. Exit codes: 0 no
+``{"services": [...], "clusters": [...], "tables": {...}, "warnings": [...], "errors": [...]}``. Exit codes: 0 no
 errors, 1 validation errors, 2 usage errors, 141 the reader of stdout went away (`| head`). No input ever
 produces a traceback.
 """
@@ -9,6 +9,7 @@ produces a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import importlib.util
 import json
@@ -30,6 +31,7 @@ from instinct_fleet.fleet import bench, interrupts, monitoring, remote, status, 
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
 from instinct_fleet.fleet.spread import WARM_ENV
 from instinct_fleet.model import knowledge, paths, workload
+from instinct_fleet.model.catalog import Catalog, CatalogError, write_facts
 from instinct_fleet.model.defaults import DEFAULTS, default_image
 from instinct_fleet.model.inventory import (
     InventoryError,
@@ -41,7 +43,7 @@ from instinct_fleet.model.inventory import (
     select,
     with_cluster_peers,
 )
-from instinct_fleet.model.recipes import all_recipes
+from instinct_fleet.model.recipes import SHIPPED, Recipe
 from instinct_fleet.model.render import render_args, service_json
 from instinct_fleet.model.rules import Finding, distinct, grouped, refused, tally
 from instinct_fleet.model.spec import HostSpec, ServiceSpec, resolve_host, unknown_recipe_message
@@ -66,9 +68,8 @@ def _parse_env(items: Sequence[str]) -> dict[str, str]:
     return env
 
 
-def _parse_args(items: Sequence[str], version: str) -> dict[str, Any]:
+def _parse_args(items: Sequence[str], table: knowledge.VllmKnowledge | None) -> dict[str, Any]:
     """``FLAG``, ``no-FLAG`` or ``FLAG=VALUE``, with or without leading dashes."""
-    table = knowledge.find(version)
     args: dict[str, Any] = {}
     for item in items:
         name, sep, value = item.lstrip("-").partition("=")
@@ -115,7 +116,14 @@ def _explain_managed(spec: HostSpec) -> None:
         print(f"  {line}")
 
 
-def _report(planned: list[tuple[HostSpec, list[Finding]]], as_json: bool, explain: bool, unread: Sequence[Finding] = ()) -> int:
+def _report(
+    planned: list[tuple[HostSpec, list[Finding]]],
+    as_json: bool,
+    explain: bool,
+    unread: Sequence[Finding] = (),
+    tables: dict[str, str] | None = None,
+) -> int:
+    """Print what each host serves and every finding; ``tables``: each vLLM version's table and where it came from."""
     findings = distinct([*unread, *(f for _, fs in planned for f in fs)])
     errors = [f for f in findings if f.severity == "error"]
     warnings = [f for f in findings if f.severity == "warning"]
@@ -124,6 +132,7 @@ def _report(planned: list[tuple[HostSpec, list[Finding]]], as_json: bool, explai
         out = {
             "services": [{**service_json(svc), "env": env} for _, svc, env in served],
             "clusters": _clusters(planned),
+            "tables": tables or {},
             "warnings": [_finding_json(f) for f in warnings],
             "errors": [_finding_json(f) for f in errors],
         }
@@ -147,6 +156,8 @@ def _report(planned: list[tuple[HostSpec, list[Finding]]], as_json: bool, explai
         if explain:
             for spec, _ in planned:
                 _explain_managed(spec)
+        for version, source in (tables or {}).items():
+            print(f"vLLM {version}: validated against the table {source}")
         for line in grouped(findings):
             print(line, file=sys.stderr)
         print(f"{tally(findings, 'error')}, {tally(findings, 'warning')}", file=sys.stderr)
@@ -158,14 +169,37 @@ def _finding_json(f: Finding) -> dict[str, str | None]:
     return {"rule": f.rule, "host": f.host, "key": f.key, "origin": f.origin, "message": str(f)}
 
 
+def _own_catalog(opts: argparse.Namespace) -> Catalog:
+    """The catalog of the project a command without an inventory runs in: --project-dir, else the nearest directory at
+    or above the current one that holds deploy.py or group_data/, else the package's alone."""
+    if opts.project_dir:
+        return _catalog(Path(opts.project_dir))
+    here = Path.cwd()
+    for directory in [here, *here.parents]:
+        if (directory / "deploy.py").is_file() or (directory / "group_data").is_dir():
+            return _catalog(directory)
+    return Catalog()
+
+
+def _catalog(project: Path) -> Catalog:
+    try:
+        return Catalog.of(project)
+    except CatalogError as exc:
+        raise UsageError(f"{exc}; nothing was read from any host") from exc
+
+
 def cmd_recipes(opts: argparse.Namespace) -> int:
-    recipes = all_recipes()
+    """The shipped recipes and the project's own, each with its owner; a project recipe is validated as a host would use it."""
+    catalog = _own_catalog(opts)
+    recipes = catalog.recipes
+    problems = [f for r in recipes.values() if r.owner != SHIPPED for f in _render_recipe(r, catalog, DEFAULTS["vllm_version"])]
     if opts.json:
         print(
             json.dumps(
                 [
                     {
                         "name": r.name,
+                        "owner": r.owner,
                         "model": r.model,
                         "summary": r.summary,
                         "source": r.source,
@@ -181,30 +215,49 @@ def cmd_recipes(opts: argparse.Namespace) -> int:
         )
     else:
         width = max(len(n) for n in recipes)
-        for r in recipes.values():
-            print(f"{r.name:<{width}}  {r.summary}")
-            if opts.explain:
-                print(f"{'':<{width}}  source: {r.source}")
-                for note in r.notes:
-                    print(f"{'':<{width}}  note: {note}")
-    return EXIT_OK
+        for owner in dict.fromkeys(r.owner for r in recipes.values()):
+            print(f"{owner}'s recipes:" if owner == SHIPPED else f"this project's recipes ({catalog.project}):")
+            for r in (r for r in recipes.values() if r.owner == owner):
+                print(f"  {r.name:<{width}}  {r.summary}" + ("" if owner == SHIPPED else f"  [{r.owner}]"))
+                if opts.explain:
+                    print(f"  {'':<{width}}  source: {r.source}")
+                    for note in r.notes:
+                        print(f"  {'':<{width}}  note: {note}")
+    for line in grouped(problems):
+        print(line, file=sys.stderr)
+    return EXIT_INVALID if any(f.severity == "error" for f in problems) else EXIT_OK
 
 
-def cmd_render(opts: argparse.Namespace) -> int:
-    recipe = all_recipes().get(opts.recipe)
-    if recipe is None:
-        raise UsageError(unknown_recipe_message(opts.recipe))
-    version = opts.vllm_version or DEFAULTS["vllm_version"]
+def _render_recipe(
+    recipe: Recipe, catalog: Catalog, version: str, image: str | None = None, env: Sequence[str] = (), arg: Sequence[str] = ()
+) -> list[Finding]:
+    """The findings of one recipe served alone on a host of its own, with overrides: what ``render`` and ``recipes`` check."""
+    spec, findings = _resolve_recipe(recipe, catalog, version, image, env, arg)
+    return [dataclasses.replace(f, origin=f"recipe {recipe.owner}") for f in [*findings, *validate_host(spec)]]
+
+
+def _resolve_recipe(
+    recipe: Recipe, catalog: Catalog, version: str, image: str | None, env: Sequence[str], arg: Sequence[str]
+) -> tuple[HostSpec, list[Finding]]:
     data = {
         "vllm_recipe": recipe.name,
         "vllm_version": version,
-        "vllm_image": opts.image or default_image(version),
+        "vllm_image": image or default_image(version),
         "vllm_nodes": recipe.nodes,
-        "vllm_env": _parse_env(opts.env),
-        "vllm_args": _parse_args(opts.arg, version),
-        "vllm_instances": [{"name": re.sub(r"[^a-z0-9-]", "-", recipe.name)}],
+        "vllm_env": _parse_env(env),
+        "vllm_args": _parse_args(arg, catalog.table(version)),
+        "vllm_instances": [{"name": re.sub(r"[^a-z0-9-]", "-", recipe.name)[:41].strip("-") or "main"}],
     }
-    spec, findings = resolve_host(None, data)
+    return resolve_host(None, data, catalog)
+
+
+def cmd_render(opts: argparse.Namespace) -> int:
+    catalog = _own_catalog(opts)
+    recipe = catalog.recipes.get(opts.recipe)
+    if recipe is None:
+        raise UsageError(unknown_recipe_message(opts.recipe, catalog))
+    version = opts.vllm_version or DEFAULTS["vllm_version"]
+    spec, findings = _resolve_recipe(recipe, catalog, version, opts.image, opts.env, opts.arg)
     return _report([(spec, [*findings, *validate_host(spec)])], opts.json, opts.explain)
 
 
@@ -216,14 +269,27 @@ def _plan_limited(opts: argparse.Namespace) -> list[tuple[HostSpec, list[Finding
 
 def _plan_scope(opts: argparse.Namespace) -> tuple[list[tuple[HostSpec, list[Finding]]], set[str]]:
     """:func:`_plan_limited`, and the names of the hosts ``--limit`` chose themselves."""
-    planned, chosen, _ = _plan_project(opts)
-    return planned, chosen
+    scope = _plan_project(opts)
+    return scope.planned, scope.chosen
 
 
-def _plan_project(opts: argparse.Namespace) -> tuple[list[tuple[HostSpec, list[Finding]]], set[str], list[Finding]]:
-    """:func:`_plan_scope`, and the findings about the project's files rather than a host (``plan`` prints them)."""
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """What a command with an inventory plans: the chosen hosts and their peers, the hosts ``--limit`` chose, the findings
+    about the project's files rather than a host, and the project's catalog."""
+
+    planned: list[tuple[HostSpec, list[Finding]]]
+    chosen: set[str]
+    unread: list[Finding]
+    catalog: Catalog
+
+
+def _plan_project(opts: argparse.Namespace) -> Scope:
+    """Read the project and its inventory, then plan every host of it (cluster rules need every member) and limit."""
+    project = _project_dir(opts)
+    catalog = _catalog(project)
     try:
-        hosts, unread = read_inventory(opts.inventory, str(_project_dir(opts)))
+        hosts, unread = read_inventory(opts.inventory, str(project))
     except InventoryError as exc:
         raise UsageError(str(exc)) from exc
     if not hosts:
@@ -235,14 +301,15 @@ def _plan_project(opts: argparse.Namespace) -> tuple[list[tuple[HostSpec, list[F
             raise UsageError(
                 f"--limit {pattern!r} matches no host name or group of {opts.inventory} (a group name, or a glob of host names)"
             )
-    planned = plan_hosts(hosts)
+    planned = plan_hosts(hosts, catalog)
     scope = with_cluster_peers(planned, chosen)
-    return [p for p in planned if p[0].host in scope], chosen, unread
+    return Scope([p for p in planned if p[0].host in scope], chosen, unread, catalog)
 
 
 def cmd_plan(opts: argparse.Namespace) -> int:
-    planned, _, unread = _plan_project(opts)
-    return _report(planned, opts.json, opts.explain, unread)
+    scope = _plan_project(opts)
+    versions = sorted({str(spec.vars.vllm_version) for spec, _ in scope.planned})
+    return _report(scope.planned, opts.json, opts.explain, scope.unread, {v: scope.catalog.table_source(v) for v in versions})
 
 
 def _project_dir(opts: argparse.Namespace) -> Path:
@@ -461,7 +528,8 @@ def cmd_bench(opts: argparse.Namespace) -> int:
         return EXIT_INVALID
     client = None
     if opts.client:
-        everyone = {str(spec.host): spec for spec, _ in plan_hosts(load_inventory(opts.inventory, str(_project_dir(opts))))}
+        project = _project_dir(opts)
+        everyone = {str(spec.host): spec for spec, _ in plan_hosts(load_inventory(opts.inventory, str(project)), _catalog(project))}
         if opts.client not in everyone:
             raise UsageError(f"--client {opts.client!r} is not a host of {opts.inventory}")
         client = everyone[opts.client]
@@ -550,7 +618,7 @@ def cmd_tune(opts: argparse.Namespace) -> int:
         if refused((f for _, fs in planned for f in fs), "nothing was tuned and no host was contacted"):
             return EXIT_INVALID
         hosts = load_inventory(opts.inventory, str(_project_dir(opts)))
-        checked = sweeps.check(hosts, chosen, definition)
+        checked = sweeps.check(hosts, chosen, definition, _catalog(_project_dir(opts)))
     except sweeps.TuneError as exc:
         raise UsageError(f"{exc}; no host was contacted") from exc
     specs = {str(spec.host): spec for spec, _ in planned if str(spec.host) in checked.hosts}
@@ -617,6 +685,37 @@ def cmd_init(opts: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_vllm_facts(opts: argparse.Namespace) -> int:
+    """Extract a vLLM version's table (env vars, flags, start-up checks) from its own source into the project."""
+    from instinct_fleet.model import extract
+
+    if opts.version in knowledge.supported_versions():
+        raise UsageError(f"vLLM {opts.version} is shipped with instinct-fleet and tested: nothing to extract")
+    catalog = _own_catalog(opts)
+    if catalog.project is None:
+        raise UsageError(
+            "no project here to store the table in: run this in your project's directory (deploy.py or group_data/), or give --project-dir"
+        )
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            wheel = Path(opts.wheel) if opts.wheel else extract.download(opts.version, Path(tmp))
+            if opts.wheel and not wheel.is_file():
+                raise UsageError(f"--wheel {opts.wheel}: no such file")
+            data = extract.extract_release(wheel, opts.version)
+    except extract.ExtractError as exc:
+        hint = "" if opts.wheel else "; for a build that is not on PyPI (AMD's dev images), give its wheel with --wheel"
+        raise UsageError(f"{exc}{hint}") from exc
+    path = write_facts(catalog.project, data)
+    flags, env = data["flags"], data["env_vars"]
+    assert isinstance(flags, dict) and isinstance(env, list)
+    print(
+        f"wrote {path}: {len(env)} env vars, {len(flags)} flags of vLLM {opts.version}. Validation now knows it: set "
+        f"vllm_version = {opts.version!r}; `instinct-fleet plan` says which table it used. instinct-fleet is tested with "
+        f"{', '.join(knowledge.supported_versions())} only."
+    )
+    return EXIT_OK
+
+
 def cmd_report(opts: argparse.Namespace) -> int:
     """Write report.md and PNG plots from a directory of vLLM benchmark results, and print the fleet table."""
     if importlib.util.find_spec("matplotlib") is None:
@@ -636,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="instinct-fleet", description="Tuned vLLM serving on AMD Instinct fleets.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    recipes = sub.add_parser("recipes", help="list the built-in recipes")
+    recipes = sub.add_parser("recipes", help="list the built-in recipes and the project's own (recipes/*.toml), each with its owner")
     recipes.set_defaults(func=cmd_recipes)
 
     render = sub.add_parser("render", help="validate and render one recipe with overrides")
@@ -654,6 +753,12 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (recipes, render, plan):
         p.add_argument("--json", action="store_true", help="machine-readable output")
         p.add_argument("--explain", action="store_true", help="show the reason behind each env var and flag")
+    for p in (recipes, render):
+        p.add_argument(
+            "--project-dir",
+            help="the project whose own recipes/ and vllm-facts/ count too (default: the nearest directory at or above the "
+            "current one that holds deploy.py or group_data/)",
+        )
 
     deploy = sub.add_parser(
         "deploy",
@@ -749,6 +854,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.add_argument("directory", metavar="DIR")
     init.set_defaults(func=cmd_init)
+
+    facts = sub.add_parser(
+        "vllm-facts",
+        help="extract a vLLM version's env vars, flags and start-up checks from its wheel (pip downloads it; nothing is "
+        "installed) into the project's vllm-facts/, where validation finds them",
+    )
+    facts.add_argument("version", metavar="VERSION")
+    facts.add_argument("--wheel", help="read this vLLM wheel instead of downloading one (a build that is not on PyPI)")
+    facts.add_argument("--project-dir", help="the project to store the table in (default: the one around the current directory)")
+    facts.set_defaults(func=cmd_vllm_facts)
 
     report = sub.add_parser(
         "report", help="report.md, plots and a table from vllm bench serve results (RESULTS_DIR/<host>/<instance>/*.json)"

@@ -1,7 +1,8 @@
-"""Rewrite the README's Variables and rules tables and group_data/all.py from the code.
+"""Rewrite the README's Variables and Validation rules tables and group_data/all.py from the code.
 
-tests/unit/test_docs.py fails when the three drift apart; run this after adding
-or changing a variable: ``python scripts/sync_variable_docs.py``.
+tests/unit/test_docs.py fails when they drift apart; run this after adding or changing a
+variable or a rule: ``python scripts/sync_variable_docs.py``. The README is the user guide, so
+its tables cite a seed without its line (knowledge.without_lines); the code keeps the lines.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 from instinct_fleet.model.defaults import VARIABLES
+from instinct_fleet.model.knowledge import without_lines
 from instinct_fleet.model.rules import RULES
 from instinct_fleet.scaffold import group_data_all
 
@@ -21,13 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def readme_table() -> str:
     rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
-    rows += [f"| `{v.name}` | `{json.dumps(v.default)}` | {v.doc} |" for v in VARIABLES]
+    rows += [f"| `{v.name}` | `{json.dumps(v.default)}` | {without_lines(v.doc)} |" for v in VARIABLES]
     return "\n".join(rows)
 
 
 def rules_table() -> str:
     rows = ["| rule | severity | why |", "| --- | --- | --- |"]
-    rows += [f"| `{r.id}` | {r.severity} | {r.reason} |" for r in RULES.values()]
+    rows += [f"| `{r.id}` | {r.severity} | {without_lines(r.reason)} |" for r in RULES.values()]
     return "\n".join(rows)
 
 

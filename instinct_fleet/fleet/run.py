@@ -30,6 +30,7 @@ from instinct_fleet.converge.preflight import HostReport
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV, Roll, dump_summary, format_summary, plan_roll
 from instinct_fleet.fleet.spread import WARM_ENV
 from instinct_fleet.model import gate
+from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.inventory import HostData, hosts_of, plan_hosts, project_of
 from instinct_fleet.model.origins import Sources
 from instinct_fleet.model.rules import Finding, finding
@@ -107,14 +108,16 @@ def _plan(host: Checked, cluster: ClusterView | None, more: list[Finding]) -> Ho
 Reader = Callable[[dict[str, HostSpec]], dict[str, HostReport | None]]
 
 
-def plan_inventory(hosts: list[HostData], active: set[str], read_reports: Reader, restore: str | None = None) -> dict[str, HostPlan]:
+def plan_inventory(
+    hosts: list[HostData], active: set[str], read_reports: Reader, restore: str | None = None, catalog: Catalog | None = None
+) -> dict[str, HostPlan]:
     """Plans for the ``active`` hosts and the members of their clusters (a member needs its peers' addresses).
 
     Specs and cross-host validation come from every host of the inventory; facts
     come from ``read_reports``, called once with the specs of the hosts needed
     (None for a host that cannot be reached).
     """
-    planned = {str(spec.host): (spec, findings) for spec, findings in plan_hosts(hosts)}
+    planned = {str(spec.host): (spec, findings) for spec, findings in plan_hosts(hosts, catalog)}
     clusters: dict[str, list[str]] = {}
     for name, (spec, _) in planned.items():
         if spec.cluster is not None:
@@ -303,7 +306,7 @@ def _plan_run(state: Any) -> FleetPlan:
         # A read the watchdog ended holds GreenletExit: no facts from that host.
         return {name: job.value if isinstance(job.value, HostReport) else None for name, job in jobs.items()}
 
-    plans = plan_inventory(data, active, read_all, restore)
+    plans = plan_inventory(data, active, read_all, restore, gate.catalog(state))
     return FleetPlan.of(plans, warm=os.environ.get(WARM_ENV) == "1")
 
 

@@ -21,7 +21,7 @@ from instinct_fleet.converge import apply, health, operations
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import canary, measure, spread
 from instinct_fleet.fleet.run import FleetPlan
-from instinct_fleet.model import knowledge, paths, workload
+from instinct_fleet.model import paths, workload
 from instinct_fleet.model.defaults import Hook
 
 
@@ -50,7 +50,7 @@ def healthy(
     healthy (health.serving: /health, its model listed, one token generated) within health_timeout; ``started``
     gets each one's start-up phases."""
     timeout = plan.spec.vars.health_timeout
-    table = knowledge.find(str(plan.spec.vars.vllm_version))
+    table = plan.spec.table
     formats = table.startup_log if table is not None else {}
     for endpoint in plan.desired.endpoints:
         name = endpoint.unit

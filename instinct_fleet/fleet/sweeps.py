@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from instinct_fleet.model import paths, workload
+from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.rules import Finding
 from instinct_fleet.model.spec import HostSpec
@@ -259,11 +260,14 @@ class Checked:
     points: tuple[Point, ...]
     skipped: tuple[tuple[Point, Finding], ...]
     floor: float  # the smallest throughput gain (tok/s) that counts: the hosts' canary_floors.output_throughput
+    catalog: Catalog = dataclasses.field(default_factory=Catalog)  # the project's recipes and tables, as validated
 
 
-def check(hosts: list[HostData], chosen: set[str], sweep: Sweep) -> Checked:
-    """Validate every point as a deploy would, for every host that would run it; no host is contacted."""
-    planned = {str(spec.host): spec for spec, _ in plan_hosts(hosts)}
+def check(hosts: list[HostData], chosen: set[str], sweep: Sweep, catalog: Catalog | None = None) -> Checked:
+    """Validate every point as a deploy would (with the project's ``catalog``), for every host that would run it; no host
+    is contacted."""
+    catalog = catalog or Catalog()
+    planned = {str(spec.host): spec for spec, _ in plan_hosts(hosts, catalog)}
     able, idle = [], []
     for name in sorted(chosen):
         spec = planned[name]
@@ -295,7 +299,7 @@ def check(hosts: list[HostData], chosen: set[str], sweep: Sweep) -> Checked:
     tuned = [h for h in hosts if h.name in used]
     for point in grid(sweep):
         changed = [dataclasses.replace(h, data=with_point(h.data, sweep.instance, point)) for h in tuned]
-        errors = [f for _, findings in plan_hosts(changed) for f in findings if f.severity == "error"]
+        errors = [f for _, findings in plan_hosts(changed, catalog) for f in findings if f.severity == "error"]
         if errors:
             skipped.append((point, errors[0]))
         else:
@@ -304,7 +308,7 @@ def check(hosts: list[HostData], chosen: set[str], sweep: Sweep) -> Checked:
         why = "; ".join(f"{point.label()}: [{found.rule}] {found.key}: {found.message}" for point, found in skipped)
         raise TuneError(f"every point of the sweep is invalid, so there is nothing to measure ({len(skipped)} skipped: {why})")
     floor = planned[used[0]].vars.canary_floors.output_throughput  # validation keeps it one value for the fleet
-    return Checked(tuple(used), tuple(idle), tuple(points), tuple(skipped), floor)
+    return Checked(tuple(used), tuple(idle), tuple(points), tuple(skipped), floor, catalog)
 
 
 def assign(points: list[Point], hosts: tuple[str, ...]) -> dict[str, list[Point]]:

@@ -43,6 +43,7 @@ from instinct_fleet.fleet import bench, canary, interrupts, remote, report
 from instinct_fleet.fleet.sweeps import BASELINE, RESULT_FIELDS, Checked, Point, Sweep, assign, with_point
 from instinct_fleet.fleet.trials import SHOWN, Results, Trial, judge, medians
 from instinct_fleet.model import paths, render, workload
+from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.pools import Membership
 from instinct_fleet.model.spec import ServiceSpec
@@ -57,8 +58,17 @@ class HostTuner:
     plan, and a trial costs the same in a fleet of ten hosts or a thousand.
     """
 
-    def __init__(self, runner: remote.Hosts, host: HostData, sweep: Sweep, results: Results, members: tuple[Membership, ...] = ()) -> None:
+    def __init__(
+        self,
+        runner: remote.Hosts,
+        host: HostData,
+        sweep: Sweep,
+        results: Results,
+        members: tuple[Membership, ...] = (),
+        catalog: Catalog | None = None,
+    ) -> None:
         self.runner = runner
+        self.catalog = catalog or Catalog()  # the project's recipes and tables
         self.host = host
         self.members = members  # the router pools that list the tuned instance: it leaves them for the sweep
         self.name = host.name
@@ -83,7 +93,7 @@ class HostTuner:
 
         data = dataclasses.replace(self.host, data=with_point(self.host.data, self.sweep.instance, point))
         report = self.report
-        plans = plan_inventory([data], {self.name}, lambda specs: {n: report for n in specs})
+        plans = plan_inventory([data], {self.name}, lambda specs: {n: report for n in specs}, catalog=self.catalog)
         return plans[self.name]
 
     def service(self, plan: HostPlan) -> ServiceSpec:
@@ -91,7 +101,7 @@ class HostTuner:
 
     def prepare(self) -> str | None:
         """Read the host's facts; refuse a host that cannot serve, or whose instance is not as its deploy left it."""
-        ((spec, _),) = plan_hosts([self.host])
+        ((spec, _),) = plan_hosts([self.host], self.catalog)
         done = self.runner.run(self.name, probe.script(spec.vars.hf_token_path, managed.probe(spec)), spec.vars.command_timeout)
         if done.error is not None:
             return done.error
@@ -245,10 +255,10 @@ def run(
     }
     by_name = {h.name: h for h in hosts}
     # The router pools of the whole inventory: a tuned instance leaves every pool that lists it for its sweep.
-    members = {str(spec.host): spec.memberships for spec, _ in plan_hosts(hosts)}
+    members = {str(spec.host): spec.memberships for spec, _ in plan_hosts(hosts, checked.catalog)}
     unit = paths.vllm_unit(sweep.instance)
     tuners = {
-        host: HostTuner(runner, by_name[host], sweep, results, tuple(m for m in members.get(host, ()) if m.unit == unit))
+        host: HostTuner(runner, by_name[host], sweep, results, tuple(m for m in members.get(host, ()) if m.unit == unit), checked.catalog)
         for host in checked.hosts
     }
     unprepared: dict[str, str] = {}

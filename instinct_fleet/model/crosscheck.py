@@ -15,7 +15,7 @@ import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from instinct_fleet.model import knowledge, render
+from instinct_fleet.model import render
 from instinct_fleet.model.defaults import DEFAULTS, image_tag
 from instinct_fleet.model.render import STOP_MARGIN_SECONDS
 from instinct_fleet.model.rules import Finding, finding
@@ -224,7 +224,7 @@ def _arg_layers(spec: HostSpec) -> list[tuple[str, str | None, dict[str, object]
 
 def duplicate_flags(spec: HostSpec) -> list[Finding]:
     """One flag given twice in one place under two spellings (``tp`` and ``tensor-parallel-size``): which one wins is an accident."""
-    table = knowledge.find(str(spec.vars.vllm_version))
+    table = spec.table
     found = []
     for key, _, args in _arg_layers(spec):
         spellings: dict[str, list[str]] = {}

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from pyinfra.api.state import BaseStateCallback
 
+from instinct_fleet.model.catalog import Catalog, CatalogError
 from instinct_fleet.model.inventory import hosts_of, plan_hosts, record_groups, with_cluster_peers
 from instinct_fleet.model.origins import Sources
 from instinct_fleet.model.rules import refused
@@ -33,11 +35,22 @@ def check(state: Any, consequence: str) -> bool:
     passed = getattr(state, _CHECKED, None)
     if passed is not None:
         return bool(passed)
-    planned = plan_hosts(hosts_of(state.inventory, Sources.of_run(state)))
+    try:
+        project = catalog(state)
+    except CatalogError as exc:
+        print(f"instinct-fleet: {exc}: {consequence}", file=sys.stderr, flush=True)
+        setattr(state, _CHECKED, False)
+        return False
+    planned = plan_hosts(hosts_of(state.inventory, Sources.of_run(state)), project)
     chosen = with_cluster_peers(planned, {h.name for h in state.inventory if state.is_host_in_limit(h)})
     ok = not refused((f for spec, findings in planned if spec.host in chosen for f in findings), consequence)
     setattr(state, _CHECKED, ok)
     return ok
+
+
+def catalog(state: Any) -> Catalog:
+    """The recipes and tables of the project a pyinfra run runs in (its directory): CatalogError for a bad file of its own."""
+    return Catalog.of(Path(state.cwd or os.getcwd()))
 
 
 class InventoryGate(BaseStateCallback):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from instinct_fleet.model import router
+from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.crosscheck import port_map
 from instinct_fleet.model.defaults import DEFAULTS
 from instinct_fleet.model.origins import Sources, origins, sibling_groups
@@ -233,11 +234,13 @@ def conflict_findings(host: HostData) -> list[Finding]:
     ]
 
 
-def plan_hosts(hosts: list[HostData]) -> list[tuple[HostSpec, list[Finding]]]:
-    """Resolve and validate every host; one host's errors never hide another's. Each finding names where its value was set."""
+def plan_hosts(hosts: list[HostData], catalog: Catalog | None = None) -> list[tuple[HostSpec, list[Finding]]]:
+    """Resolve and validate every host with the project's ``catalog`` (default: the package's recipes and tables); one
+    host's errors never hide another's. Each finding names where its value was set."""
+    catalog = catalog or Catalog()
     planned = []
     for host in hosts:
-        spec, findings = resolve_host(host.name, host.data)
+        spec, findings = resolve_host(host.name, host.data, catalog)
         findings = [*conflict_findings(host), *findings, *validate_host(spec)]
         planned.append((spec, findings))
     specs, routing = router.attach([spec for spec, _ in planned])

@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any, Literal
 
 FlagKind = Literal["bool", "switch", "value", "optional_value"]
@@ -206,6 +207,15 @@ def seeds() -> dict[str, Seed]:
     return {s["file"][:3]: Seed(s["file"][:3], s["file"], s["title"], s["kind"]) for s in index["seed"]}
 
 
+CITATION = re.compile(r"\b(00[0-4]):\d+(?:-\d+)?\b")
+
+
+def without_lines(text: str) -> str:
+    """Citations as a user guide gives them: ``(002:23, 003:59)`` becomes ``(seed 002, seed 003)``. The lines stay in the
+    code and in docs/seeds.md, where tests/unit/test_citations.py checks each one."""
+    return CITATION.sub(lambda m: f"seed {m.group(1)}", text)
+
+
 def seed_text(number: str) -> str:
     """The text of seed ``number`` ("002"), as published."""
     return resources.files("instinct_fleet.model").joinpath("knowledge", "seeds", seeds()[number].file).read_text()
@@ -232,7 +242,17 @@ def load(version: str) -> VllmKnowledge:
     if version not in supported_versions():
         raise KeyError(version)
     path = resources.files("instinct_fleet.model").joinpath("knowledge", f"vllm-{version}.json")
-    data = json.loads(path.read_text())
+    return from_json(json.loads(path.read_text()))
+
+
+@cache
+def load_file(path: Path) -> VllmKnowledge:
+    """A table extracted into a project (``instinct-fleet vllm-facts``); KeyError or ValueError when it is not one."""
+    return from_json(json.loads(path.read_text()))
+
+
+def from_json(data: dict[str, Any]) -> VllmKnowledge:
+    """A table as the extractor writes it (instinct_fleet/model/extract.py)."""
     flags = {name: _flag(name.lstrip("-"), info) for name, info in data["flags"].items()}
     quant = data["quantization"]
     backends = data["attention_backends"]

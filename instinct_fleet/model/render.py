@@ -31,7 +31,7 @@ def _format(value: ArgValue) -> str:
 
 def render_args(svc: ServiceSpec) -> list[str]:
     """The flags after ``vllm serve MODEL``; the port comes last, from the instance."""
-    table = knowledge.find(svc.version)
+    table = svc.table
     argv: list[str] = []
     for flag, value in svc.args.items():
         kind = table.flag(flag).kind if table is not None and f"--{flag}" in table.flags else "bool"
@@ -130,7 +130,7 @@ def compile_cache_env(cache: str, svc: ServiceSpec) -> dict[str, str]:
     same path): VLLM_CACHE_ROOT (vLLM's torch.compile and Triton caches, where the pinned vLLM reads it: its
     knowledge table), AITER_JIT_DIR (AITER's own variable for its JIT modules, aiter/jit/core.py) and, where
     TunableOp is on, PYTORCH_TUNABLEOP_FILENAME (PyTorch's; ``%d`` is the device)."""
-    table = knowledge.find(svc.version)
+    table = svc.table
     env = {"VLLM_CACHE_ROOT": f"{cache}/vllm"} if table is not None and "VLLM_CACHE_ROOT" in table.env_vars else {}
     env["AITER_JIT_DIR"] = f"{cache}/aiter"
     if svc.env.get("PYTORCH_TUNABLEOP_ENABLED") in TRUE:
@@ -147,7 +147,7 @@ def compile_config(svc: ServiceSpec, api_key_path: str | None) -> str | None:
 
     It may split what vLLM would share (it counts every engine flag), never the reverse; and vLLM checks its own
     key on every start, so a cache copied to a host that differs is unused, never misused."""
-    table = knowledge.find(svc.version)
+    table = svc.table
     if table is None:
         return None
     engine = {name: value for name, value in svc.args.items() if f"--{name}" not in table.frontend}
@@ -168,7 +168,7 @@ def env_file(env: dict[str, str], with_token: bool) -> str:
 
 def has_flag(svc: ServiceSpec, flag: str) -> bool:
     """Whether the pinned vLLM version knows ``--flag`` (its knowledge table)."""
-    table = knowledge.find(svc.version)
+    table = svc.table
     return table is not None and f"--{flag}" in table.flags
 
 

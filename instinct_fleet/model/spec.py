@@ -18,9 +18,10 @@ from typing import Annotated, Any
 from pydantic import TypeAdapter, ValidationError
 
 from instinct_fleet.model import knowledge, paths
+from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.defaults import DEFAULTS, REMOVED, BenchProfile, FleetVars, Hook, Instance, RayPorts, default_image
 from instinct_fleet.model.pools import Membership, Pool
-from instinct_fleet.model.recipes import ArgValue, Recipe, all_recipes
+from instinct_fleet.model.recipes import ArgValue, Recipe
 from instinct_fleet.model.rules import Finding, finding
 
 DEFAULT_PORT = 8000  # vLLM's own default for --port
@@ -82,6 +83,7 @@ class ServiceSpec:
     port: int
     nodes: int
     reasons: dict[str, str] = field(default_factory=dict)
+    table: knowledge.VllmKnowledge | None = field(default=None, compare=False, repr=False)  # what it was validated against
 
     def size(self, flag: str) -> int:
         return parallel_size(self.args, flag)
@@ -136,6 +138,7 @@ class HostSpec:
     vars: FleetVars
     address: str | None = None  # where pyinfra connects: ssh_hostname, else the inventory name
     ssh_port: int = SSH_PORT  # where pyinfra connects: ssh_port, else 22
+    table: knowledge.VllmKnowledge | None = field(default=None, compare=False, repr=False)  # the pinned vLLM's, from the catalog
     pools: tuple[Pool, ...] = ()  # with router: one per model, from the whole inventory (router.attach)
     memberships: tuple[Membership, ...] = ()  # the router pools that list this host's instances
 
@@ -370,11 +373,11 @@ def _models_in(value: str) -> set[str]:
     return found
 
 
-def unknown_recipe_message(name: str) -> str:
-    names = sorted(all_recipes())
+def unknown_recipe_message(name: str, catalog: Catalog) -> str:
+    names = sorted(catalog.recipes)
     close = difflib.get_close_matches(name, names, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"no built-in recipe {name!r}{hint} Known: {', '.join(names)}"
+    return f"no recipe {name!r}{hint} Known: {', '.join(names)}"
 
 
 def cluster_of(v: FleetVars) -> ClusterSpec | None:
@@ -395,18 +398,20 @@ def cluster_of(v: FleetVars) -> ClusterSpec | None:
     )
 
 
-def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, list[Finding]]:
-    """Turn one host's data into typed services. Never raises on bad input."""
+def resolve_host(host: str | None, data: Mapping[str, Any], catalog: Catalog | None = None) -> tuple[HostSpec, list[Finding]]:
+    """Turn one host's data into typed services, with the recipes and tables of ``catalog`` (default: the package's).
+    Never raises on bad input."""
+    catalog = catalog or Catalog()
     v, instances, found = typed_vars(host, data)
-    table = knowledge.find(v.vllm_version)
+    table = catalog.table(v.vllm_version)
     if table is None:
         found.append(
             finding(
                 "version-unsupported",
                 host,
                 "vllm_version",
-                f"no env var/flag table for vLLM {v.vllm_version!r}; supported: {', '.join(knowledge.supported_versions())}. "
-                "Generate one with scripts/extract_vllm_knowledge.py",
+                f"no env var/flag table for vLLM {v.vllm_version!r}; there are tables for {', '.join(catalog.versions())}. "
+                f"`instinct-fleet vllm-facts {v.vllm_version}` extracts one from that vLLM's own source into the project",
             )
         )
     services: list[ServiceSpec] = []
@@ -429,10 +434,10 @@ def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, l
                 continue
             recipe: Recipe | None = Recipe("custom", model_name, "no recipe", "group_data", DEFAULT_PORT, 1, {}, {}, (), ())
         else:
-            recipe = all_recipes().get(recipe_name)
+            recipe = catalog.recipes.get(recipe_name)
         if recipe is None:
             source_key = f"{key}.recipe" if "recipe" in inst.model_fields_set else "vllm_recipe"
-            found.append(finding("recipe-unknown", host, source_key, unknown_recipe_message(str(recipe_name))))
+            found.append(finding("recipe-unknown", host, source_key, unknown_recipe_message(str(recipe_name), catalog)))
             continue
         env, args, reasons = from_recipe(recipe, table)
         layer(env, args, reasons, v.vllm_env, {}, table, "group_data: vllm_env")
@@ -447,14 +452,16 @@ def resolve_host(host: str | None, data: Mapping[str, Any]) -> tuple[HostSpec, l
         gpus = tuple(inst.gpus) if inst.gpus is not None else tuple(range(next_gpu, next_gpu + per_node))
         next_gpu = max([next_gpu, *[g + 1 for g in gpus]])
         services.append(
-            ServiceSpec(inst.name, host, recipe.name, v.vllm_image, v.vllm_version, model, env, args, gpus, port, v.vllm_nodes, reasons)
+            ServiceSpec(
+                inst.name, host, recipe.name, v.vllm_image, v.vllm_version, model, env, args, gpus, port, v.vllm_nodes, reasons, table
+            )
         )
     merged = VarsData({**DEFAULTS, **{k: val for k, val in data.items() if k in DEFAULTS}})
     address = data.get("ssh_hostname") if isinstance(data.get("ssh_hostname"), str) else host
     ssh_port, bad_port = _ssh_port(data.get("ssh_port"))
     if bad_port:
         found.append(finding("schema", host, "ssh_port", bad_port))
-    spec = HostSpec(host, v.gpu_count, v.gpu_model, tuple(services), cluster_of(v), merged, v, address, ssh_port)
+    spec = HostSpec(host, v.gpu_count, v.gpu_model, tuple(services), cluster_of(v), merged, v, address, ssh_port, table=table)
     return spec, found
 
 

@@ -367,7 +367,7 @@ def _quantization_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | No
 
 
 def validate_service(svc: ServiceSpec, gpu_count: int, gpu_model: str) -> list[Finding]:
-    table = knowledge.find(svc.version)  # None: reported once per host by spec.resolve_host
+    table = svc.table  # None: reported once per host by spec.resolve_host
     return [
         *_env_findings(svc, table),
         *_flag_findings(svc, table),

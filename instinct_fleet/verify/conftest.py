@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ import testinfra
 from instinct_fleet.converge import managed, preflight, probe
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet.run import plan_inventory
+from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.inventory import HostData, load_inventory, select
 from instinct_fleet.model.spec import HostSpec
 
@@ -66,8 +68,13 @@ _TARGETS: dict[str, Target] = {}
 _UNREAD: dict[str, str] = {}  # a chosen host whose preflight fact could not be read, and why (its last line of stderr)
 
 
+_CATALOG: list[Catalog] = []  # the project's recipes and vLLM tables, as the deploy read them
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    everyone = load_inventory(config.getoption("--inventory"), config.getoption("--project-dir"))
+    project = config.getoption("--project-dir")
+    everyone = load_inventory(config.getoption("--inventory"), project)
+    _CATALOG.append(Catalog.of(Path(project) if project else None))
     _ALL.extend(everyone)
     _HOSTS.update({h.name: h for h in select(everyone, config.getoption("--limit"))})
 
@@ -89,7 +96,7 @@ def _plan_all() -> None:
             reports = dict(zip(specs, pool.map(report_of, specs, specs.values()), strict=True))
         return reports
 
-    for name, plan in plan_inventory(_ALL, set(_HOSTS), read_reports).items():
+    for name, plan in plan_inventory(_ALL, set(_HOSTS), read_reports, catalog=_CATALOG[0]).items():
         if name in _HOSTS:
             _TARGETS[name] = Target(name, plan, connections[name])
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from instinct_fleet.model.defaults import DEFAULTS, VARIABLES
+from instinct_fleet.model.knowledge import without_lines
 from instinct_fleet.model.rules import RULES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,16 +18,17 @@ def test_readme_variables_table_matches_defaults() -> None:
     text = (ROOT / "README.md").read_text()
     rows = re.findall(r"^\| `([a-z_]+)` \| `(.*?)` \| (.*) \|$", text, re.M)
     table = {name: (json.loads(default), doc) for name, default, doc in rows}
-    assert table == {v.name: (json.loads(json.dumps(v.default)), v.doc) for v in VARIABLES}
+    assert table == {v.name: (json.loads(json.dumps(v.default)), without_lines(v.doc)) for v in VARIABLES}
 
 
 def test_readme_lists_every_rule() -> None:
     text = (ROOT / "README.md").read_text()
     listed = set(re.findall(r"^\| `([a-z0-9-]+)` \| (?:error|warning) \|", text, re.M))
     assert listed == set(RULES)
-    # Written by scripts/sync_rule_docs.py: each row is the rules table's own severity and reason.
+    # Written by scripts/sync_variable_docs.py: each row is the rules table's own severity and reason, its seeds cited
+    # without their lines (the user guide's form).
     rows = re.findall(r"^\| `[a-z0-9-]+` \| (?:error|warning) \| .* \|$", text, re.M)
-    assert rows == [f"| `{r.id}` | {r.severity} | {r.reason} |" for r in RULES.values()]
+    assert rows == [f"| `{r.id}` | {r.severity} | {without_lines(r.reason)} |" for r in RULES.values()]
 
 
 def test_group_data_all_shows_every_default_with_a_comment() -> None:
@@ -65,3 +67,21 @@ def test_the_readme_contents_list_every_section_in_order() -> None:
         "Reference",
         "Development",
     ]
+
+
+def test_the_user_guide_cites_seeds_without_line_numbers() -> None:
+    """The README is for users: a seed is named, its lines are in the code and docs/seeds.md, where tests check them."""
+    from instinct_fleet.model.knowledge import CITATION
+
+    text = (ROOT / "README.md").read_text()
+    assert [m.group(0) for m in CITATION.finditer(text)] == []
+    assert CITATION.search((ROOT / "docs" / "seeds.md").read_text()), "docs/seeds.md keeps the citations with their lines"
+
+
+def test_the_readme_says_what_its_own_words_mean_before_using_them() -> None:
+    """'recipe', 'serving unit' and 'the seeds' are defined the first time the README uses them."""
+    text = (ROOT / "README.md").read_text()
+    for word in ("recipe", "serving unit", "the seeds"):
+        first = text.lower().index(word)
+        defined = text.index(f"**{word}**")
+        assert defined - first < 900, f"{word!r} is used at {first} but defined only at {defined}"

@@ -198,16 +198,28 @@ class SpeculativeConfig:
 
 
 def _extractor() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("extract", ROOT / "scripts" / "extract_vllm_knowledge.py")
+    from instinct_fleet.model import extract
+
+    return extract
+
+
+def _script() -> ModuleType:
+    """scripts/extract_vllm_knowledge.py, which regenerates a shipped table with the package's extractor."""
+    spec = importlib.util.spec_from_file_location("extract_script", ROOT / "scripts" / "extract_vllm_knowledge.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_extractor_on_a_synthetic_wheel(tmp_path: Path) -> None:
-    wheel = tmp_path / "vllm-9.9.9-cp38-abi3-manylinux_2_28_x86_64.whl"
+def synthetic_wheel(directory: Path, version: str = "9.9.9") -> Path:
+    """A small vLLM wheel: the source files the extractor reads, and the metadata pip reads when it downloads one."""
+    wheel = directory / f"vllm-{version}-cp38-abi3-manylinux_2_28_x86_64.whl"
+    info = f"vllm-{version}.dist-info"
     with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\nTag: cp38-abi3-manylinux_2_28_x86_64\n")
+        zf.writestr(f"{info}/RECORD", "")
         zf.writestr("vllm/envs.py", ENVS)
         zf.writestr("vllm/config/cache.py", CONFIG)
         zf.writestr("vllm/config/attention.py", REGISTRY)
@@ -223,7 +235,12 @@ def test_extractor_on_a_synthetic_wheel(tmp_path: Path) -> None:
         zf.writestr("vllm/v1/attention/backends/registry.py", BACKEND_REGISTRY)
         zf.writestr("vllm/config/scheduler.py", SCHEDULER)
         zf.writestr("vllm/config/speculative.py", SPECULATIVE)
-    assert _extractor().main([str(wheel), "--out", str(tmp_path)]) == 0
+    return wheel
+
+
+def test_extractor_on_a_synthetic_wheel(tmp_path: Path) -> None:
+    wheel = synthetic_wheel(tmp_path)
+    assert _script().main([str(wheel), "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "vllm-9.9.9.json").read_text())
     assert data["env_vars"] == ["VLLM_HOST_IP", "VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "VLLM_RPC_TIMEOUT"]
     assert data["env_unread"] == ["VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION", "VLLM_RPC_TIMEOUT"]

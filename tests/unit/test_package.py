@@ -212,7 +212,7 @@ def _readme_commands() -> list[tuple[str, list[str]]]:
         r"`([^`\n]*instinct-fleet [a-z][^`\n]*)`|^ {4}(.*instinct-fleet [a-z].*)$", (ROOT / "README.md").read_text(), re.M
     ):
         text = next(s for s in span if s)
-        for command in re.findall(r"instinct-fleet ([a-z]+)((?:(?! \| | && |; ).)*)", text):
+        for command in re.findall(r"instinct-fleet ([a-z][a-z-]*)((?:(?! \| | && |; ).)*)", text):
             sub, rest = command
             found.append((sub, re.findall(r"(?:^|(?<=[\s\[]))(--?[a-zA-Z][\w-]*)", rest.split(" -- ")[0])))
     return found
