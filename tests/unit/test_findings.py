@@ -133,6 +133,6 @@ def test_deploy_prints_one_line_per_mistake_and_counts_hosts(tmp_path: Path, cap
     inventory = _project(tmp_path, 'gpu = [f"mi300x-{i:02d}" for i in range(1, 41)]\n', gpu='vllm_recipe = "gpt-oss-12b"\n')
     assert main(["deploy", str(inventory)]) == 1
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("error: mi300x-01..40: vllm_recipe: no built-in recipe 'gpt-oss-12b'")
+    assert len(lines) == 2 and lines[0].startswith("error: mi300x-01..40: vllm_recipe: no recipe 'gpt-oss-12b'")
     assert lines[0].endswith("(set in group_data/gpu.py line 1) [recipe-unknown]")
     assert lines[1] == "1 error(s) on 40 host(s): nothing was deployed and no host was contacted"
