@@ -14,7 +14,7 @@ from pyinfra.api.command import FunctionCommand
 from pyinfra.api.operation import operation
 from pyinfra.context import host
 
-from instinct_fleet.converge import generations, health
+from instinct_fleet.converge import generations, health, progress
 from instinct_fleet.converge.facts import DockerImageId, InstanceHealth, UnitProblems
 from instinct_fleet.model import paths
 from instinct_fleet.model.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
@@ -118,16 +118,17 @@ def healthy(
     if not host.state.is_executing:
         return
     formats = log_formats or {}
-    result = host.get_fact(
-        InstanceHealth,
-        unit=unit,
-        port=port,
-        served=served_model,
-        timeout=timeout,
-        key_path=key_path,
-        generates=generates,
-        anchors=health.log_anchors(formats),
-    )
+    with progress.of_run(host.state).waiting(f"{host.name} {unit}", f"health gate on :{port}", timeout):
+        result = host.get_fact(
+            InstanceHealth,
+            unit=unit,
+            port=port,
+            served=served_model,
+            timeout=timeout,
+            key_path=key_path,
+            generates=generates,
+            anchors=health.log_anchors(formats),
+        )
     problem = health.verdict(unit, port, served_model, result)
     if problem is None and started is not None:
         started(host.name, unit, health.startup(result.startup, formats))

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from instinct_fleet.converge import apply, health, managed, operations, preflight, probe
+from instinct_fleet.converge import apply, health, managed, operations, preflight, probe, progress
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import bench, canary, interrupts, remote, report
 from instinct_fleet.fleet.sweeps import BASELINE, RESULT_FIELDS, Checked, Point, Sweep, assign, with_point
@@ -66,8 +66,10 @@ class HostTuner:
         results: Results,
         members: tuple[Membership, ...] = (),
         catalog: Catalog | None = None,
+        board: progress.Board | None = None,
     ) -> None:
         self.runner = runner
+        self.board = board or progress.Board()  # what the host is waiting for now, shown while it waits
         self.catalog = catalog or Catalog()  # the project's recipes and tables
         self.host = host
         self.members = members  # the router pools that list the tuned instance: it leaves them for the sweep
@@ -135,16 +137,24 @@ class HostTuner:
                 return f"not restarted: {left.error or (left.stderr or left.stdout).strip()[-500:]}", []
         self.away = True
         # Twice the stop: a restore may first wait on the lock for a trial's restart that an interrupt left running.
-        done = self.runner.run(self.name, restart, 2 * (v.command_timeout + stop) + render.start_seconds(None, False))
+        limit = 2 * (v.command_timeout + stop) + render.start_seconds(None, False)
+        with self.board.waiting(self.name, f"{why}: restart", limit):
+            done = self.runner.run(self.name, restart, limit)
         if done.error is not None or not done.ok:
             return f"restart failed: {done.error or (done.stderr or done.stdout).strip()[-500:]}", []
-        waited = self.runner.run(
-            self.name,
-            health.wait_script(
-                paths.service(self.unit), svc.port, render.served_model(svc), v.health_timeout, v.vllm_api_key_path, render.generates(svc)
-            ),
-            v.health_timeout + 60,
-        )
+        with self.board.waiting(self.name, f"{why}: health gate on :{svc.port}", v.health_timeout):
+            waited = self.runner.run(
+                self.name,
+                health.wait_script(
+                    paths.service(self.unit),
+                    svc.port,
+                    render.served_model(svc),
+                    v.health_timeout,
+                    v.vllm_api_key_path,
+                    render.generates(svc),
+                ),
+                v.health_timeout + 60,
+            )
         if waited.error is not None:
             return f"health gate: {waited.error}", []
         result = health.parse(waited.stdout)
@@ -178,9 +188,9 @@ class HostTuner:
         repeats = self.sweep.repeats or v.canary_runs
         warmup = v.canary_warmup if self.sweep.warmup is None else self.sweep.warmup
         for repeat in range(repeats):
-            done = self.runner.run(
-                self.name, bench.command(job, self.stamp, None, warmup if repeat == 0 else 0), workload.time_limit([job])
-            )
+            limit = workload.time_limit([job])
+            with self.board.waiting(self.name, f"{point.label()}: benchmark run {repeat + 1} of {repeats}", limit):
+                done = self.runner.run(self.name, bench.command(job, self.stamp, None, warmup if repeat == 0 else 0), limit)
             data = bench.result_of(done.stdout) if done.ok else None
             if data is None:
                 trial.why = (
@@ -257,8 +267,11 @@ def run(
     # The router pools of the whole inventory: a tuned instance leaves every pool that lists it for its sweep.
     members = {str(spec.host): spec.memberships for spec, _ in plan_hosts(hosts, checked.catalog)}
     unit = paths.vllm_unit(sweep.instance)
+    board = progress.Board()  # each host's restart, health gate and benchmark runs while they last
     tuners = {
-        host: HostTuner(runner, by_name[host], sweep, results, tuple(m for m in members.get(host, ()) if m.unit == unit), checked.catalog)
+        host: HostTuner(
+            runner, by_name[host], sweep, results, tuple(m for m in members.get(host, ()) if m.unit == unit), checked.catalog, board
+        )
         for host in checked.hosts
     }
     unprepared: dict[str, str] = {}
@@ -311,4 +324,5 @@ def run(
             gevent.killall(workers)
             away = [host for host, tuner in tuners.items() if tuner.away]
             gevent.joinall([gevent.spawn(restore, host) for host in away])
+            board.stop()
     return Outcome(ran, stopped is not None, unprepared, not_restored)

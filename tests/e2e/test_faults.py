@@ -6,10 +6,12 @@ Each test starts from the fault tests' inventory (``baseline``), so none depends
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fleetctl import (
     BASELINE,
     container,
@@ -86,13 +88,18 @@ def test_a_host_killed_mid_run_fails_alone_and_converges_when_back(baseline: str
     quiet(deploy(inventory=baseline))
 
 
-def test_an_instance_that_never_becomes_healthy_fails_its_host_alone(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
-    """rolling_on_failure = "stop": the failed unit stays as it failed, its host alone fails."""
+def test_an_instance_that_never_becomes_healthy_fails_its_host_alone(
+    baseline: str, fleet: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rolling_on_failure = "stop": the failed unit stays as it failed, its host alone fails; the wait was never silent."""
     stop = {**BASELINE, "rolling_on_failure": "stop"}
     sick = inventory(tmp_path, "sick", stop, {"sim-gpu-1": {"vllm_env": {"STANDIN_NEVER_HEALTHY": "1"}, "health_timeout": 15}})
     other = started_at(fleet, "sim-gpu-2", "vllm-llama-a")
+    monkeypatch.setenv("INSTINCT_FLEET_PROGRESS_INTERVAL", "4")
     run = deploy(inventory=sick)
+    monkeypatch.delenv("INSTINCT_FLEET_PROGRESS_INTERVAL")
     assert "sim-gpu-1" in run.results["failed_hosts"]
+    assert re.search(r"waiting: sim-gpu-1 vllm-main: health gate on :\d+, \d+s so far, at most \d+s left", run.stderr), run.stderr[-3000:]
     assert run.status("sim-gpu-1") == {"failed"} and "no answer within 15s (health_timeout)" in run.why("sim-gpu-1"), run.roll
     assert "last journal lines" in run.stderr
     assert {h for h, _ in run.changed()} == {"sim-gpu-1"}

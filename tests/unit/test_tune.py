@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import runpy
@@ -404,6 +405,42 @@ def test_a_benchmark_that_lost_requests_fails_its_trial_and_keeps_its_result(tmp
     tuner.bench(plan, BASELINE, measured)
     assert measured.status == "measured" and measured.figures["output_throughput"] == 479.07
     assert "--max-concurrency 8" in runner.commands[0]
+
+
+class Watched(Answers):
+    """A runner that notes what the tuner's board shows while each of its commands runs."""
+
+    def __init__(self, stdout: str, board: Any) -> None:
+        super().__init__(stdout)
+        self.board = board
+        self.shown: list[list[str]] = []
+
+    def run(self, name: str, command: str, timeout: int) -> Result:
+        self.shown.append(self.board.lines())
+        return super().run(name, command, timeout)
+
+
+def test_a_trial_shows_each_step_while_it_waits(tmp_path: Path) -> None:
+    """The restart, the health gate and each benchmark run are on the board, with their limit, while they run; none after."""
+    from instinct_fleet.converge.progress import Board
+
+    seed = json.loads((ROOT / "tests" / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json").read_text())
+    results = trials.Results(tmp_path)
+    definition = sweep(profile="seed-001-gpt-oss", repeats=2, vary={"max-num-seqs": [4, 32]})
+    results.start(definition)
+    board = Board(io.StringIO(), every=3600, live=False)
+    runner = Watched(f"============ Serving Benchmark Result ============\n{bench.RESULT_MARK}\n{json.dumps(seed)}", board)
+    tuner = tune.HostTuner(runner, HOSTS[0], definition, results, board=board)  # type: ignore[arg-type]
+    tuner.report = preflight.parse_report(mi300x_host())
+    tuner.deployed = tuner.plan(BASELINE)
+    point = next(iter(sweeps.grid(definition)))
+    tuner.measure(point)  # the runner's answer is no health gate's: the trial stops after it
+    tuner.bench(tuner.plan(point), point, Trial(dict(point.settings), "s1", "failed"))
+    steps = [line[0].split(", ")[0] for line in runner.shown if line]
+    assert len(steps) == 4 and steps[0].startswith("s1: tune sweep") and steps[0].endswith(f"{point.label()}: restart")
+    assert steps[1].endswith(f"{point.label()}: health gate on :8080")
+    assert steps[2:] == [f"s1: {point.label()}: benchmark run 1 of 2", f"s1: {point.label()}: benchmark run 2 of 2"]
+    assert all("at most" in line[0] for line in runner.shown if line) and board.lines() == []
 
 
 class Refusing(Answers):
