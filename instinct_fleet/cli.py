@@ -34,9 +34,11 @@ from instinct_fleet.model import knowledge, paths, workload
 from instinct_fleet.model.catalog import Catalog, CatalogError, write_facts
 from instinct_fleet.model.defaults import DEFAULTS, default_image
 from instinct_fleet.model.inventory import (
+    HostData,
     InventoryError,
     find_project,
     load_inventory,
+    nearest_project,
     plan_hosts,
     project_of,
     read_inventory,
@@ -175,10 +177,8 @@ def _own_catalog(opts: argparse.Namespace) -> Catalog:
     if opts.project_dir:
         return _catalog(Path(opts.project_dir))
     here = Path.cwd()
-    for directory in [here, *here.parents]:
-        if (directory / "deploy.py").is_file() or (directory / "group_data").is_dir():
-            return _catalog(directory)
-    return Catalog()
+    project = nearest_project([here, *here.parents])
+    return _catalog(project) if project is not None else Catalog()
 
 
 def _catalog(project: Path) -> Catalog:
@@ -282,6 +282,7 @@ class Scope:
     chosen: set[str]
     unread: list[Finding]
     catalog: Catalog
+    hosts: list[HostData]  # every host of the inventory, as loaded
 
 
 def _plan_project(opts: argparse.Namespace) -> Scope:
@@ -303,7 +304,7 @@ def _plan_project(opts: argparse.Namespace) -> Scope:
             )
     planned = plan_hosts(hosts, catalog)
     scope = with_cluster_peers(planned, chosen)
-    return Scope([p for p in planned if p[0].host in scope], chosen, unread, catalog)
+    return Scope([p for p in planned if p[0].host in scope], chosen, unread, catalog, hosts)
 
 
 def cmd_plan(opts: argparse.Namespace) -> int:
@@ -614,11 +615,11 @@ def cmd_tune(opts: argparse.Namespace) -> int:
                 raise sweeps.TuneError(f"{directory} holds an earlier sweep: go on with --resume {directory}, or choose another --output")
         results = trials.Results(directory)
         opts.limit = [definition.limit] if definition.limit else None
-        planned, chosen = _plan_scope(opts)
+        scope = _plan_project(opts)
+        planned, hosts = scope.planned, scope.hosts
         if refused((f for _, fs in planned for f in fs), "nothing was tuned and no host was contacted"):
             return EXIT_INVALID
-        hosts = load_inventory(opts.inventory, str(_project_dir(opts)))
-        checked = sweeps.check(hosts, chosen, definition, _catalog(_project_dir(opts)))
+        checked = sweeps.check(hosts, scope.chosen, definition, scope.catalog)
     except sweeps.TuneError as exc:
         raise UsageError(f"{exc}; no host was contacted") from exc
     specs = {str(spec.host): spec for spec, _ in planned if str(spec.host) in checked.hosts}

@@ -143,15 +143,23 @@ def find_project(inventory: str, cwd: Path) -> Path:
     if not Path(inventory).is_file():
         return cwd.resolve()  # the loader says what is wrong with the path itself
     start = Path(inventory).absolute().parent
-    for marker, is_there in (("deploy.py", Path.is_file), ("group_data", Path.is_dir)):
-        for directory in [start, *start.parents, cwd]:
-            if is_there(directory / marker):
-                return directory.resolve()
+    found = nearest_project([start, *start.parents, cwd])
+    if found is not None:
+        return found
     raise InventoryError(
         f"no project for {inventory}: neither its directory, any directory above it, nor the current one ({cwd}) holds "
         "deploy.py or group_data/, so its group data could not be read. Run this from your project's directory, give "
         "--project-dir, or write a project with `instinct-fleet init DIR`"
     )
+
+
+def nearest_project(places: Sequence[Path]) -> Path | None:
+    """The first of ``places`` that holds deploy.py (what ``init`` writes), else the first that holds group_data/."""
+    for marker, is_there in (("deploy.py", Path.is_file), ("group_data", Path.is_dir)):
+        for directory in places:
+            if is_there(directory / marker):
+                return directory.resolve()
+    return None
 
 
 def load_inventory(path: str, project_dir: str | None = None) -> list[HostData]:
