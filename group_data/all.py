@@ -47,6 +47,12 @@ gpu_model = "MI300X"
 # unit, env file or argv.
 hf_token_path = "/etc/instinct-fleet/hf-token"
 
+# Where the control machine reads the Hugging Face token: `env:NAME` (an environment variable of
+# the deploy) or a file path (relative: to the project). The deploy then writes it to
+# `hf_token_path` on every host, root's alone (0600), never through argv, a unit or a diff.
+# `None`: the token file on each host is yours to place.
+hf_token_source = None
+
 # Root-only file on each host holding the API key vLLM then requires on its /v1 routes; mounted
 # read-only and exported as VLLM_API_KEY inside the container just before `vllm serve`, so it
 # never reaches a unit, argv, an env file or `docker inspect`. `None`: no key.
@@ -115,8 +121,8 @@ docker_insecure_registries = []
 # from the control machine to /etc/docker/certs.d/<registry>/ca.crt.
 docker_registry_ca_certs = {}
 
-# Path on the control machine to a docker config.json with registry credentials; copied to
-# root's ~/.docker with mode 0600.
+# Path on the control machine (relative: to the project) to a docker config.json with registry
+# credentials; copied to root's ~/.docker with mode 0600.
 docker_credentials_file = None
 
 # Name of the Ray cluster the host belongs to; the hosts that share it serve one multi-node vLLM

@@ -151,7 +151,7 @@ def weights() -> None:
             source_root=str(v.weights_source),
             repo=w.source,
             image=plan.image,
-            token_path=v.hf_token_path if plan.report.hf_token else None,
+            token_path=v.hf_token_path if plan.has_token else None,
             _timeout=v.image_pull_timeout,
         )
     if missing:

@@ -38,6 +38,8 @@ def host_data(name: str, **data: object) -> tuple[str, dict[str, object]]:
         # "unlimited" cannot be granted here; a real host keeps the default (True).
         "tune_memlock": 8 * 1024 * 1024,
         "health_timeout": 120,
+        # The token the control machine holds; the deploy writes it to every host (root's alone).
+        "hf_token_source": fleet["hf_token_file"],
         # Prometheus on the machine scrapes the hosts' container addresses (not the published ports).
         "scrape_address": sim["address"],
     }

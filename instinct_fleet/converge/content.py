@@ -21,7 +21,7 @@ CPUPOWER_PACKAGES = {"debian": ("linux-cpupower",), "ubuntu": ("linux-tools-comm
 
 
 def env_text(plan: HostFacts, svc: ServiceSpec) -> str:
-    return render.env_file(plan.env(svc), plan.report.hf_token)
+    return render.env_file(plan.env(svc), plan.has_token)
 
 
 def vllm_argv(plan: HostFacts, svc: ServiceSpec) -> list[str]:
@@ -37,7 +37,7 @@ def vllm_argv(plan: HostFacts, svc: ServiceSpec) -> list[str]:
         infiniband=cluster is not None and cluster.infiniband,
         api_key_path=v.vllm_api_key_path,
     )
-    return render.docker_run(container, v, plan.group_ids, plan.report.hf_token)
+    return render.docker_run(container, v, plan.group_ids, plan.has_token)
 
 
 def ray_argv(plan: HostFacts) -> list[str]:
@@ -57,7 +57,7 @@ def ray_argv(plan: HostFacts) -> list[str]:
         mounts=[f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}", f"{cache}:{cache}"],
         infiniband=cluster.infiniband,
     )
-    return render.docker_run(container, plan.spec.vars, plan.group_ids, plan.report.hf_token)
+    return render.docker_run(container, plan.spec.vars, plan.group_ids, plan.has_token)
 
 
 def unit_vars(plan: HostFacts, svc: ServiceSpec) -> dict[str, Any]:

@@ -36,7 +36,7 @@ def host_findings(report: HostReport, spec: HostSpec) -> list[Finding]:
                 "kernel.numa_balancing does not exist (kernel without NUMA balancing): nothing to turn off",
             )
         )
-    if not report.hf_token:
+    if not report.hf_token and v.hf_token_source is None:  # a managed token is written by this run
         warnings.append(
             finding(
                 "host-hf-token",

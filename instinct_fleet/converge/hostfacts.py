@@ -44,6 +44,12 @@ class HostFacts:
         return self.spec.serves
 
     @property
+    def has_token(self) -> bool:
+        """Whether the host holds a Hugging Face token once this run converges it: the deploy writes one
+        (``hf_token_source``), or preflight found the one the operator placed."""
+        return self.spec.vars.hf_token_source is not None or self.report.hf_token
+
+    @property
     def image(self) -> str:
         return self.spec.services[0].image
 

@@ -26,7 +26,6 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 
 from instinct_fleet.converge import content, routerwheel
 from instinct_fleet.converge.hostfacts import HostFacts
@@ -50,7 +49,7 @@ from instinct_fleet.converge.state import (
     User,
     Weights,
 )
-from instinct_fleet.model import paths, render, router
+from instinct_fleet.model import paths, render, router, secrets
 from instinct_fleet.model.pools import Pool
 from instinct_fleet.model.spec import HostSpec
 
@@ -160,12 +159,20 @@ def _text(value: str | None) -> bytes | None:
     return None if value is None else value.encode()
 
 
-def _local(path: str) -> bytes:
-    return Path(path).read_bytes()  # validation (local-file) has checked it exists
+def _local(spec: HostSpec, path: str) -> bytes:
+    return spec.local(path).read_bytes()  # validation (local-file) has checked it exists
 
 
-def _read(source: str) -> Callable[[Rendered], Made]:
-    return lambda _r: _local(source)
+def _read(spec: HostSpec, source: str) -> Callable[[Rendered], Made]:
+    return lambda _r: _local(spec, source)
+
+
+def _token(spec: HostSpec) -> Made:
+    """The Hugging Face token the control machine holds (hf_token_source), one line; not managed without a source."""
+    token, wrong = secrets.hf_token(spec)
+    if wrong is not None:  # validation (hf-token-source) refused it before any host; it changed since
+        raise ValueError(f"hf_token_source: {wrong}")
+    return SKIP if token is None else f"{token}\n".encode()
 
 
 def _serving_file(unit: str, which: int) -> Callable[[Rendered], Made]:
@@ -253,16 +260,17 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
         ),
         UnitEntry(paths.DOCKER_UNIT, "docker", lambda _r: Unit(paths.DOCKER_UNIT, "docker")),
         *(
-            FileEntry(paths.ca_path(registry), "runtime", f"CA certificate for {registry}", _read(source))
+            FileEntry(paths.ca_path(registry), "runtime", f"CA certificate for {registry}", _read(spec, source))
             for registry, source in sorted(v.docker_registry_ca_certs.items())
         ),
         FileEntry(
             paths.CREDENTIALS,
             "runtime",
             "Registry credentials",
-            lambda _r: SKIP if v.docker_credentials_file is None else _local(v.docker_credentials_file),
+            lambda _r: SKIP if v.docker_credentials_file is None else _local(spec, v.docker_credentials_file),
             mode="600",
         ),
+        FileEntry(v.hf_token_path, "runtime", "Hugging Face token (hf_token_source)", lambda _r: _token(spec), mode="600"),
         # Compile caches: the root, the directory of each image this host serves, the script that readies one
         # before a unit starts (its image id, stale build locks, older images' caches), and the one that packs a
         # cache and merges a checked copy of one (the roll's spreading, instinct_fleet/fleet/spread.py).

@@ -7,10 +7,11 @@ import posixpath
 import shlex
 import subprocess
 from collections.abc import Callable, Generator
+from io import BytesIO
 from typing import Any
 
 from pyinfra import logger
-from pyinfra.api.command import FunctionCommand
+from pyinfra.api.command import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.api.operation import operation
 from pyinfra.context import host
 
@@ -54,6 +55,32 @@ def image_present(image: str) -> Generator[str, None, None]:
         yield f"docker pull --quiet {shlex.quote(image)}"
     else:
         host.noop(f"image {image} is present")
+
+
+INCOMING = ".instinct-fleet-incoming"  # in the SSH user's home (SFTP's relative paths start there), mode 0700
+
+
+@operation()
+def secret_written(path: str, content: bytes, owner: str, group: str) -> Generator[Any, None, None]:
+    """A file only its owner may read (a token, registry credentials), written so that no other user of the host can
+    read it at any moment, and its content is never in argv, a log or pyinfra's diff.
+
+    As the SSH user (no sudo): a 0700 directory in its home, and the content uploaded into it by SFTP. Then, with
+    the run's privileges: ``install`` copies it beside the destination with mode 0600 and its owner, ``mv``
+    renames it into place (one step), and the upload is removed. pyinfra's own upload with sudo would stage it in
+    /tmp, readable by anyone, and give the destination its mode only after the copy.
+    """
+    staged = f"{INCOMING}/{posixpath.basename(path)}"
+    q = shlex.quote
+    yield StringCommand(f"umask 077 && mkdir -p {INCOMING} && chmod 700 {INCOMING}", _sudo=False)
+    yield FileUploadCommand(BytesIO(content), staged, _sudo=False)
+    # Under sudo, HOME is root's: the upload is in the SSH user's home, which SUDO_USER names.
+    home = 'home=$HOME; if [ -n "${SUDO_USER:-}" ]; then home=$(getent passwd "$SUDO_USER" | cut -d: -f6); fi'
+    part = f"{path}.instinct-fleet-new"
+    yield (
+        f'{home} && install -D -m 600 -o {q(owner)} -g {q(group)} "$home"/{q(staged)} {q(part)} && mv -f {q(part)} {q(path)}'
+        f' && rm -f "$home"/{q(staged)}'
+    )
 
 
 @operation()

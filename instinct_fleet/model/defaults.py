@@ -429,6 +429,10 @@ class FleetVars(_Strict):
         default="/etc/instinct-fleet/hf-token",
         description="File on the host holding the Hugging Face token; it is mounted read-only and never put in a unit, env file or argv.",
     )
+    hf_token_source: Annotated[StrictStr, Field(min_length=1)] | None = Field(
+        default=None,
+        description="Where the control machine reads the Hugging Face token: `env:NAME` (an environment variable of the deploy) or a file path (relative: to the project). The deploy then writes it to `hf_token_path` on every host, root's alone (0600), never through argv, a unit or a diff. `None`: the token file on each host is yours to place.",
+    )
     vllm_api_key_path: HostPath | None = Field(
         default=None,
         description="Root-only file on each host holding the API key vLLM then requires on its /v1 routes; mounted read-only and exported as VLLM_API_KEY inside the container just before `vllm serve`, so it never reaches a unit, argv, an env file or `docker inspect`. `None`: no key.",
@@ -499,7 +503,7 @@ class FleetVars(_Strict):
     )
     docker_credentials_file: StrictStr | None = Field(
         default=None,
-        description="Path on the control machine to a docker config.json with registry credentials; copied to root's ~/.docker with mode 0600.",
+        description="Path on the control machine (relative: to the project) to a docker config.json with registry credentials; copied to root's ~/.docker with mode 0600.",
     )
     ray_cluster: ClusterName | None = Field(
         default=None,

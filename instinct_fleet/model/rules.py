@@ -191,6 +191,11 @@ _RULES = (
         "No value may hold a control character: a newline would add a line to an env file or a directive to a unit (README, Validation).",
     ),
     Rule(
+        "hf-token-source",
+        "error",
+        "`hf_token_source` must name a token the control machine holds: a set environment variable (env:NAME) or a readable file, holding one token; the deploy writes it to every host.",
+    ),
+    Rule(
         "secret-inline",
         "error",
         "The Hugging Face token lives only in the file `hf_token_path` on each host, never in env, argv or a unit.",

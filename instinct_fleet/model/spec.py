@@ -13,6 +13,7 @@ import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -138,6 +139,7 @@ class HostSpec:
     vars: FleetVars
     address: str | None = None  # where pyinfra connects: ssh_hostname, else the inventory name
     ssh_port: int = SSH_PORT  # where pyinfra connects: ssh_port, else 22
+    project: Path | None = None  # the project directory: control-machine paths of the data are relative to it
     table: knowledge.VllmKnowledge | None = field(default=None, compare=False, repr=False)  # the pinned vLLM's, from the catalog
     pools: tuple[Pool, ...] = ()  # with router: one per model, from the whole inventory (router.attach)
     memberships: tuple[Membership, ...] = ()  # the router pools that list this host's instances
@@ -157,6 +159,12 @@ class HostSpec:
         """The units that serve on this host, in start order: its Ray unit first, then one per instance."""
         ray = (paths.ray_unit(self.cluster.role),) if self.cluster is not None else ()
         return ray + tuple(paths.vllm_unit(s.name) for s in self.serves)
+
+    def local(self, path: str) -> Path:
+        """A path on the control machine as the data gives it: ``~`` expanded, a relative one taken from the project (where
+        pyinfra runs the deploy), whichever directory a command was started in."""
+        given = Path(path).expanduser()
+        return given if given.is_absolute() or self.project is None else self.project / given
 
     def compile_cache(self, svc: ServiceSpec) -> str:
         """The compile-cache directory of the instance's image on this host (the same path on every host)."""
@@ -461,7 +469,9 @@ def resolve_host(host: str | None, data: Mapping[str, Any], catalog: Catalog | N
     ssh_port, bad_port = _ssh_port(data.get("ssh_port"))
     if bad_port:
         found.append(finding("schema", host, "ssh_port", bad_port))
-    spec = HostSpec(host, v.gpu_count, v.gpu_model, tuple(services), cluster_of(v), merged, v, address, ssh_port, table=table)
+    spec = HostSpec(
+        host, v.gpu_count, v.gpu_model, tuple(services), cluster_of(v), merged, v, address, ssh_port, project=catalog.project, table=table
+    )
     return spec, found
 
 

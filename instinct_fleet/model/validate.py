@@ -11,11 +11,10 @@ import difflib
 import json
 import re
 from collections import Counter, defaultdict
-from pathlib import Path
 
 from pydantic import BaseModel
 
-from instinct_fleet.model import knowledge, startup, workload
+from instinct_fleet.model import knowledge, secrets, startup, workload
 from instinct_fleet.model.crosscheck import member, unpinned_image, validate_crossings
 from instinct_fleet.model.defaults import default_image, image_tag, tag_version
 from instinct_fleet.model.inputs import validate_inputs
@@ -387,15 +386,20 @@ def _utilization(svc: ServiceSpec) -> float | None:
 
 
 def validate_local_files(spec: HostSpec) -> list[Finding]:
-    """Files the deploy uploads must exist on the control machine before any host is touched."""
+    """Files and secrets the deploy uploads must be readable on the control machine before any host is touched; a
+    relative path is the project's, as the deploy reads it (HostSpec.local), wherever the command was started."""
     v = spec.vars
     wanted = [("docker_credentials_file", v.docker_credentials_file)]
     wanted += [(f"docker_registry_ca_certs.{registry}", path) for registry, path in sorted(v.docker_registry_ca_certs.items())]
-    return [
-        finding("local-file", spec.host, key, f"{path!r} does not exist on this machine (from {Path.cwd()})")
+    found = [
+        finding("local-file", spec.host, key, f"{path!r} does not exist on this machine ({spec.local(path)})")
         for key, path in wanted
-        if path is not None and not Path(path).is_file()
+        if path is not None and not spec.local(path).is_file()
     ]
+    _, wrong = secrets.hf_token(spec)
+    if wrong is not None:
+        found.append(finding("hf-token-source", spec.host, "hf_token_source", wrong))
+    return found
 
 
 def validate_network(spec: HostSpec) -> list[Finding]:

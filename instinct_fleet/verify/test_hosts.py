@@ -8,7 +8,7 @@ import shlex
 import pytest
 
 from instinct_fleet.converge import content, health
-from instinct_fleet.model import paths, render
+from instinct_fleet.model import paths, render, secrets
 from instinct_fleet.model.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 from instinct_fleet.verify.conftest import Target
 
@@ -190,6 +190,18 @@ def test_token_never_leaves_its_file(target: Target) -> None:
     for name in names:
         mounted = target.sh(f"docker exec {name} cat {paths.TOKEN_IN_CONTAINER}").strip()
         assert mounted == token, f"{name} does not see the token at {paths.TOKEN_IN_CONTAINER}"
+
+
+def test_a_managed_token_is_the_control_machines_and_root_alone_reads_it(target: Target) -> None:
+    """With hf_token_source, the file on the host holds the token the control machine names, mode 0600, root's."""
+    v = target.plan.spec.vars
+    token, wrong = secrets.hf_token(target.plan.spec)
+    if v.hf_token_source is None:
+        return
+    assert wrong is None, f"hf_token_source: {wrong}"
+    mode = target.sh(f"stat -c '%a %U:%G' {v.hf_token_path}").strip()
+    assert mode == "600 root:root", f"{target.name}: {v.hf_token_path} is {mode}, not 600 root:root"
+    assert target.sh(f"cat {v.hf_token_path}").strip() == token, f"{target.name}: {v.hf_token_path} is not the token of {v.hf_token_source}"
 
 
 def test_api_key_never_leaves_its_file(target: Target) -> None:

@@ -354,7 +354,7 @@ def build_standin(ray: bool = True) -> str:
     Ray out (the slim image of a light fleet's single-node hosts). Returns its local reference."""
     knowledge = ROOT / "instinct_fleet" / "model" / "knowledge"
     inputs = (HERE / "standin" / "vllm", knowledge / f"vllm-{STANDIN_VERSION}.json", knowledge / "checkpoints.toml")
-    local = content_tag("standin-vllm", inputs, f"{BASE_IMAGE} ray={RAY_VERSION if ray else 'none'}")
+    local = content_tag("standin-vllm", inputs, f"{BASE_IMAGE} ray={RAY_VERSION if ray else 'none'} hub-token={HF_TOKEN}")
     if image_exists(local):
         return local
     log(f"building the stand-in vLLM image v{STANDIN_VERSION}" + ("" if ray else " (no Ray)"))
@@ -363,6 +363,7 @@ def build_standin(ray: bool = True) -> str:
         shutil.copytree(HERE / "standin" / "vllm", context, dirs_exist_ok=True)
         shutil.copy(inputs[1], context / "vllm-knowledge.json")
         shutil.copy(inputs[2], context / "checkpoints.toml")
+        (context / "hub-token").write_text(HF_TOKEN + "\n")  # the token the stand-in Hub accepts for gated models
         if ray:
             shutil.copytree(ray_packages(), context / "ray-packages")
         else:
@@ -555,12 +556,10 @@ def start_host(host: SimHost, key: Path, sysfs: Path) -> None:
     run(*argv, HOST_IMAGE, "/lib/systemd/systemd", capture=True)
     if host.gpus:
         run(DOCKER, "exec", name, "sh", "-c", gpu_device_script())
-        # The operator's job on a real host: a Hugging Face token in a root-only file.
-        token = (
-            f"mkdir -p /etc/instinct-fleet && umask 077 && printf '%s\\n' {HF_TOKEN} > /etc/instinct-fleet/hf-token"
-            f" && printf '%s\\n' {API_KEY} > /etc/instinct-fleet/api-key"
-        )
-        run(DOCKER, "exec", name, "sh", "-c", token)
+        # The operator's job on a real host: the API key in a root-only file. The Hugging Face token is the
+        # deploy's to write (hf_token_source, inventories/local.py), from the file the control machine holds.
+        key = f"mkdir -p /etc/instinct-fleet && umask 077 && printf '%s\\n' {API_KEY} > /etc/instinct-fleet/api-key"
+        run(DOCKER, "exec", name, "sh", "-c", key)
 
 
 def wait_hosts(hosts: list[SimHost], key: Path) -> None:
@@ -631,6 +630,10 @@ def up(count: int | None = None, clusters: int | None = None) -> dict[str, objec
         address = out(DOCKER, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", host.container)
         hosts.append(dataclasses.replace(host, address=address))
     wait_hosts(hosts, key)
+    # The Hugging Face token as a team keeps it on its control machine: a file only its user reads.
+    token_file = STATE / "hf-token"
+    token_file.touch(mode=0o600)
+    token_file.write_text(HF_TOKEN + "\n")
     fleet = {
         "registry": registry,
         "cache": cache,
@@ -642,6 +645,7 @@ def up(count: int | None = None, clusters: int | None = None) -> dict[str, objec
         "vllm_version": STANDIN_VERSION,
         "ssh_key": str(key),
         "hf_token": HF_TOKEN,
+        "hf_token_file": str(token_file),
         "api_key": API_KEY,
         "hosts": [asdict(h) for h in hosts],
     }

@@ -130,6 +130,9 @@ class SimHost:
         data = src.getvalue()
         self.files[dest] = (data.encode() if isinstance(data, str) else data, mode or "644", user, group)
 
+    def _operations_secret_written(self, path: str, content: bytes, owner: str, group: str, **_kw: Any) -> None:
+        self.files[path] = (content, "600", owner, group)
+
     def _files_file(self, path: str, present: bool = True, **_kw: Any) -> None:
         assert not present, "the deploy only removes files with files.file"
         self.files.pop(path, None)
@@ -244,6 +247,7 @@ RECORDED = {
     apt: ("packages",),
     operations: (
         "image_present",
+        "secret_written",
         "barrier",
         "healthy",
         "unit_verified",

@@ -24,6 +24,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "schema": ({"gpu_count": "eight"}, {"gpu_count": 8}),
     "unknown-variable": ({"vllm_instance": [{"name": "a"}]}, {"vllm_instances": [{"name": "a"}]}),
     "recipe-unknown": ({"vllm_recipe": "gpt-oss-12b"}, {"vllm_recipe": "gpt-oss-120b"}),
+    "hf-token-source": (
+        {"hf_token_source": "env:INSTINCT_FLEET_NO_SUCH_TOKEN_VARIABLE"},
+        {"hf_token_source": str(ROOT / "tests" / "fixtures" / "hf-token-example.txt")},
+    ),
     "recipe-model-bound": (
         {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_model": "meta-llama/Llama-3.2-3B-Instruct"},
         {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_model": "meta-llama/Llama-3.2-3B-Instruct", "vllm_args": {"speculative-config": None}},

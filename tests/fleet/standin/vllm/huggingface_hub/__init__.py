@@ -2,7 +2,9 @@
 
 It writes the cache layout huggingface_hub writes (refs/<revision>, blobs named by
 their hash, snapshots/<commit>/ with relative links into blobs) for a small
-synthetic model, so that weight staging copies and checks a real tree.
+synthetic model, so that weight staging copies and checks a real tree. A gated repo
+(Meta's Llama models) answers as the Hub does: 401 without the token the Hub accepts,
+or with another one (the fleet bakes the accepted token into the image).
 """
 
 from __future__ import annotations
@@ -12,9 +14,29 @@ import json
 import os
 
 BLOB_BYTES = 4 * 1024 * 1024  # one "weights" shard of 4 MiB
+GATED = ("meta-llama/",)  # repos the Hub serves only to an accepted token
+ACCEPTED = "/usr/share/instinct-fleet-standin/hub-token"  # the token the stand-in Hub accepts
+
+
+class GatedRepoError(OSError):
+    """As huggingface_hub raises it for a gated repo the token may not read (HTTP 401)."""
+
+
+def _authorized(repo_id: str, token: str | None) -> None:
+    if not repo_id.startswith(GATED):
+        return
+    with open(ACCEPTED) as handle:
+        accepted = handle.read().strip()
+    if token is None or token.strip() != accepted:
+        raise GatedRepoError(
+            f"401 Client Error. Cannot access gated repo for url https://huggingface.co/api/models/{repo_id}/revision/main. "
+            f"Access to model {repo_id} is restricted. You must have access to it and be authenticated to access it. "
+            f"({'no token' if token is None else 'the token is not accepted'})"
+        )
 
 
 def snapshot_download(repo_id: str, revision: str | None = None, cache_dir: str | None = None, token: str | None = None) -> str:
+    _authorized(repo_id, token)
     revision = revision or "main"
     root = cache_dir or os.path.join(os.environ.get("HF_HOME", "/root/.cache/huggingface"), "hub")
     repo = os.path.join(root, "models--" + repo_id.replace("/", "--"))
