@@ -173,6 +173,36 @@ def log_anchors(formats: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
     return tuple(sorted({max(CONVERSION.split(f), key=len).strip() for fs in formats.values() for f in fs}))
 
 
+def startup_script(unit: str, anchors: tuple[str, ...]) -> str:
+    """This start of ``unit`` so far, as a ``startup`` section: the seconds since it left inactive and the journal lines
+    of its invocation that hold one of ``anchors`` (the gate's report when it passes, and the progress of a wait)."""
+    u = shlex.quote(unit)
+    grep = " ".join(f"-e {shlex.quote(a)}" for a in anchors)
+    return f"echo '{MARK}startup'; awk -v t=\"$(systemctl show -p InactiveExitTimestampMonotonic --value {u})\" " + (
+        "'{printf \"elapsed %.1f\\n\", $1 - t / 1000000}' /proc/uptime; "
+        + (
+            f'journalctl _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value {u})" -o cat --no-pager 2>/dev/null | grep -F {grep} | tail -n 40; '
+            if anchors
+            else ""
+        )
+    )
+
+
+def phase_now(text: str, formats: dict[str, tuple[str, ...]]) -> str | None:
+    """Where a start is, from :func:`startup_script`'s output: vLLM logs each phase when it ends, so the phase under
+    way is the one after the last it logged. None when the output says nothing (the unit has not started)."""
+    at = startup(parse(text).startup, formats)
+    if at.seconds is None:
+        return None
+    if at.weights is None:
+        return "loading the model"
+    if at.compile is None and at.graph_capture is None:
+        return f"compiling ({'cache hit' if at.cache == 'warm' else 'torch.compile'})" if at.cache else "compiling or capturing graphs"
+    if at.graph_capture is None:
+        return "capturing CUDA/HIP graphs"
+    return "starting the API server"
+
+
 def startup(lines: tuple[str, ...], formats: dict[str, tuple[str, ...]]) -> Startup:
     """The phases of one start from the gate's startup section (``formats``: the pinned vLLM's, knowledge.startup_log)."""
     seconds = next((float(line.split()[1]) for line in lines if line.startswith("elapsed ") and len(line.split()) == 2), None)
@@ -202,16 +232,7 @@ def wait_script(
     which, with the first failed completion's answer). Healthy, it also reports this start: the seconds since
     the unit left inactive, and the journal lines of this invocation that hold one of ``anchors``."""
     u = shlex.quote(unit)
-    grep = " ".join(f"-e {shlex.quote(a)}" for a in anchors)
-    started = (
-        f"echo '{MARK}startup'; awk -v t=\"$(systemctl show -p InactiveExitTimestampMonotonic --value {u})\" "
-        "'{printf \"elapsed %.1f\\n\", $1 - t / 1000000}' /proc/uptime; "
-        + (
-            f'journalctl _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value {u})" -o cat --no-pager 2>/dev/null | grep -F {grep} | tail -n 40; '
-            if anchors
-            else ""
-        )
-    )
+    started = startup_script(unit, anchors)
     url = f"http://127.0.0.1:{int(port)}"
     # The same request as serving's, with the answer kept (and its HTTP code) for the verdict.
     sent = v1_curl(f"{url}/v1/completions", key_path, 10, completion(served), show_code=True)

@@ -145,7 +145,14 @@ def healthy(
     if not host.state.is_executing:
         return
     formats = log_formats or {}
-    with progress.of_run(host.state).waiting(f"{host.name} {unit}", f"health gate on :{port}", timeout):
+    anchors = health.log_anchors(formats)
+    sudo = {k: v for k, v in (host.current_op_global_arguments or {}).items() if k.startswith(("_sudo", "_su_", "_doas"))}
+
+    def phase() -> str | None:  # this start's phase, from the unit's journal, on a channel of its own
+        text = progress.stdout_of(host, health.startup_script(unit, anchors), 15, **sudo)
+        return None if text is None else health.phase_now(text, formats)
+
+    with progress.of_run(host.state).waiting(f"{host.name} {unit}", f"health gate on :{port}", timeout, phase if formats else None):
         result = host.get_fact(
             InstanceHealth,
             unit=unit,
@@ -154,7 +161,7 @@ def healthy(
             timeout=timeout,
             key_path=key_path,
             generates=generates,
-            anchors=health.log_anchors(formats),
+            anchors=anchors,
         )
     problem = health.verdict(unit, port, served_model, result)
     if problem is None and started is not None:

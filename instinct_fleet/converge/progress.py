@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from paramiko import SSHException
+
 INTERVAL = 30.0  # seconds between lines when the output is not a terminal
 INTERVAL_ENV = "INSTINCT_FLEET_PROGRESS_INTERVAL"  # another interval, in seconds (a CI log that wants fewer lines)
 
@@ -42,19 +44,44 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+# What a connection that dies under a command raises: a reset or closed socket (OSError), paramiko's
+# transport errors (SSHException; paramiko is pyinfra's SSH connector), a channel closed mid-read (EOFError).
+LOST = (OSError, EOFError, SSHException)
+
+
+def stdout_of(host: Any, command: str, timeout: int, **arguments: Any) -> str | None:
+    """A command's output on a pyinfra host, or None when it fails, hangs past ``timeout`` or the connection dies: a
+    probe asks beside a running operation (its own SSH channel) and must never end the run."""
+    from pyinfra.api.command import StringCommand
+
+    try:
+        ok, output = host.run_shell_command(StringCommand(command), _timeout=timeout, **arguments)
+    except (TimeoutError, *LOST):
+        return None
+    return "\n".join(output.stdout_lines) if ok else None
+
+
+Probe = Callable[[], "str | None"]  # what the wait is at now (a start-up phase), read from the host; None: unknown
+PROBE_SECONDS = 15.0  # the most the board waits for the probes of one refresh
+
+
 @dataclass
 class Wait:
-    """One open wait: on what (a host and its unit or trial), doing what step, since when, for at most how long."""
+    """One open wait: on what (a host and its unit or trial), doing what step, since when, for at most how long, and
+    how to ask the host where it is (``probe``: a start's phase, read from the unit's journal)."""
 
     who: str
     step: str
     began: float
     limit: float | None  # the most the step can take (its timeout), None when nothing bounds it
+    probe: Probe | None = None
+    phase: str | None = None  # the probe's last answer
 
     def line(self, now: float) -> str:
         spent = now - self.began
         left = "" if self.limit is None else f", at most {duration(max(0.0, self.limit - spent))} left"
-        return f"{self.who}: {self.step}, {duration(spent)} so far{left}"
+        at = f" ({self.phase})" if self.phase else ""
+        return f"{self.who}: {self.step}{at}, {duration(spent)} so far{left}"
 
 
 class Board:
@@ -71,9 +98,9 @@ class Board:
         self._runner: Any = None
 
     @contextmanager
-    def waiting(self, who: str, step: str, limit: float | None) -> Iterator[None]:
-        """Show ``who`` at ``step`` while the block runs; a later step of the same ``who`` replaces it."""
-        self.waits[who] = Wait(who, step, self.clock(), limit)
+    def waiting(self, who: str, step: str, limit: float | None, probe: Probe | None = None) -> Iterator[None]:
+        """Show ``who`` at ``step`` while the block runs (with ``probe``'s answer); a later step of ``who`` replaces it."""
+        self.waits[who] = Wait(who, step, self.clock(), limit, probe)
         self._ensure_running()
         try:
             yield
@@ -84,6 +111,18 @@ class Board:
     def lines(self) -> list[str]:
         now = self.clock()
         return [w.line(now) for w in sorted(self.waits.values(), key=lambda w: w.who)]
+
+    def refresh(self) -> None:
+        """Ask every wait's host where it is, all at once; a probe that has not answered in PROBE_SECONDS keeps its last."""
+        import gevent
+
+        asked = [(wait, gevent.spawn(wait.probe)) for wait in list(self.waits.values()) if wait.probe is not None]
+        gevent.joinall([job for _, job in asked], timeout=PROBE_SECONDS)
+        for wait, job in asked:
+            if job.ready():
+                wait.phase = job.value or wait.phase
+            else:
+                job.kill(block=False)
 
     def _ensure_running(self) -> None:
         import gevent
@@ -97,6 +136,9 @@ class Board:
 
         while True:
             gevent.sleep(self.interval)
+            if not self.waits:
+                return
+            self.refresh()
             lines = self.lines()
             if not lines:
                 return
@@ -117,8 +159,12 @@ class Board:
             return grid
 
         with Live(table(), console=Console(file=self.out), refresh_per_second=1, transient=True) as live:
+            ticks = 0
             while self.waits:
                 gevent.sleep(1)
+                ticks += 1
+                if ticks % 5 == 0:  # the hosts are asked every 5 s, the clock redrawn every second
+                    self.refresh()
                 live.update(table())
 
     def stop(self) -> None:

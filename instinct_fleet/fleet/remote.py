@@ -14,13 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from paramiko.ssh_exception import SSHException
-
+from instinct_fleet.converge.progress import LOST
 from instinct_fleet.model.inventory import pyinfra_inventory
-
-# What a connection that dies under a command raises: a reset or closed socket (OSError), paramiko's
-# transport errors (SSHException; paramiko is pyinfra's SSH connector), a channel closed mid-read (EOFError).
-LOST = (OSError, EOFError, SSHException)
 
 
 @dataclass(frozen=True)

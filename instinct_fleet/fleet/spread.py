@@ -38,7 +38,7 @@ from pyinfra.api.command import FunctionCommand, StringCommand
 from pyinfra.api.operation import operation
 from pyinfra.context import host
 
-from instinct_fleet.fleet.remote import LOST
+from instinct_fleet.converge.progress import LOST
 from instinct_fleet.model import paths, render
 
 if TYPE_CHECKING:

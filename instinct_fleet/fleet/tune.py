@@ -142,7 +142,14 @@ class HostTuner:
             done = self.runner.run(self.name, restart, limit)
         if done.error is not None or not done.ok:
             return f"restart failed: {done.error or (done.stderr or done.stdout).strip()[-500:]}", []
-        with self.board.waiting(self.name, f"{why}: health gate on :{svc.port}", v.health_timeout):
+        formats = svc.table.startup_log if svc.table is not None else {}
+        anchors = health.log_anchors(formats)
+
+        def phase() -> str | None:  # this start's phase, from the unit's journal, beside the gate's own command
+            seen = self.runner.run(self.name, health.startup_script(paths.service(self.unit), anchors), 15)
+            return health.phase_now(seen.stdout, formats) if seen.ok else None
+
+        with self.board.waiting(self.name, f"{why}: health gate on :{svc.port}", v.health_timeout, phase if formats else None):
             waited = self.runner.run(
                 self.name,
                 health.wait_script(

@@ -232,3 +232,33 @@ def test_the_wait_script_reports_the_start_only_when_healthy() -> None:
     healthy, _, rest = script.partition("exit 0; fi; ")
     assert "InactiveExitTimestampMonotonic" in healthy and "_SYSTEMD_INVOCATION_ID" in healthy and "-e 'Model loading took'" in healthy
     assert "_SYSTEMD_INVOCATION_ID" not in rest
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "0.22.0", "0.33.0"])
+def test_the_phase_under_way_is_the_one_after_the_last_vllm_logged(version: str) -> None:
+    """vLLM logs each phase as it ends: a wait shows the next one (model, compile, graphs, the server)."""
+    from instinct_fleet.model import knowledge
+
+    formats = knowledge.load(version).startup_log
+    fill = {"weights": (0.52, 41.5), "cache-miss": ("(1, 8192)", 7.0), "compile": (7.25,), "graph-capture": (12, 0.5)}
+
+    def line(phase: str) -> str:
+        values = list(fill[phase])
+        fmt = formats[phase][-1]
+        return "INFO " + health.CONVERSION.sub(lambda m: "" if m.start() == 0 and m.group() == "%s" else m.group() % values.pop(0), fmt)
+
+    def seen(*phases: str) -> str:
+        return f"{health.MARK}startup\nelapsed 20.0\n" + "\n".join(map(line, phases))
+
+    assert health.phase_now("", formats) is None  # the unit has not started: the section is not there
+    assert health.phase_now(seen(), formats) == "loading the model"
+    assert health.phase_now(seen("weights"), formats) == "compiling or capturing graphs"
+    assert health.phase_now(seen("weights", "cache-miss"), formats) == "compiling (torch.compile)"
+    assert health.phase_now(seen("weights", "cache-miss", "compile"), formats) == "capturing CUDA/HIP graphs"
+    assert health.phase_now(seen("weights", "cache-miss", "compile", "graph-capture"), formats) == "starting the API server"
+
+
+def test_the_progress_probe_runs_the_gates_own_start_reading() -> None:
+    script = health.startup_script("vllm-main.service", ("Model loading took",))
+    assert script in health.wait_script("vllm-main.service", 8080, "m", 60, anchors=("Model loading took",))
+    assert script.startswith(f"echo '{health.MARK}startup'") and "-e 'Model loading took'" in script

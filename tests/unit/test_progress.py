@@ -76,3 +76,49 @@ def test_the_interval_can_be_chosen_and_a_wrong_one_is_ignored(monkeypatch: pyte
         assert Board(io.StringIO()).interval == chosen
     monkeypatch.delenv(progress.INTERVAL_ENV)
     assert Board(io.StringIO()).interval == 30.0
+
+
+def test_each_line_says_where_the_host_is_as_its_probe_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The board asks every wait's probe at once; an answer shows on the next line, a probe that hangs past PROBE_SECONDS
+    (or answers nothing) leaves the last answer, and the board goes on."""
+    monkeypatch.setattr(progress, "PROBE_SECONDS", 0.2)
+    answers = iter(["loading the model", None])
+    board = Board(io.StringIO(), every=60, live=False, clock=lambda: 0.0)
+
+    def hangs() -> str:
+        gevent.sleep(5)
+        return "never shown"
+
+    with (
+        board.waiting("h1 vllm-main", "health gate on :8080", 600, lambda: next(answers)),
+        board.waiting("h2 vllm-main", "health gate", 60, hangs),
+    ):
+        board.refresh()
+        assert board.lines() == [
+            "h1 vllm-main: health gate on :8080 (loading the model), 0s so far, at most 10m00s left",
+            "h2 vllm-main: health gate, 0s so far, at most 1m00s left",
+        ]
+        board.refresh()  # the probe answers nothing now: the last phase stays
+        assert board.lines()[0].startswith("h1 vllm-main: health gate on :8080 (loading the model)")
+    board.stop()
+
+
+def test_a_probe_that_loses_its_host_answers_nothing() -> None:
+    """stdout_of: a command that fails, hangs or loses its connection is None, never an exception in the board."""
+
+    class Host:
+        def __init__(self, outcome: Any) -> None:
+            self.outcome = outcome
+
+        def run_shell_command(self, *_args: Any, **_kw: Any) -> Any:
+            if isinstance(self.outcome, BaseException):
+                raise self.outcome
+            return self.outcome
+
+    class Output:
+        stdout_lines = ["@@instinct-fleet-health startup", "elapsed 3.0"]
+
+    assert progress.stdout_of(Host((True, Output())), "true", 5) == "@@instinct-fleet-health startup\nelapsed 3.0"
+    assert progress.stdout_of(Host((False, Output())), "true", 5) is None
+    for lost in (TimeoutError(), OSError("reset"), EOFError(), progress.SSHException("closed")):
+        assert progress.stdout_of(Host(lost), "true", 5) is None
