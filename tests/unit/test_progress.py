@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, ClassVar
 
 import gevent
 import pytest
@@ -116,7 +116,7 @@ def test_a_probe_that_loses_its_host_answers_nothing() -> None:
             return self.outcome
 
     class Output:
-        stdout_lines = ["@@instinct-fleet-health startup", "elapsed 3.0"]
+        stdout_lines: ClassVar[list[str]] = ["@@instinct-fleet-health startup", "elapsed 3.0"]
 
     assert progress.stdout_of(Host((True, Output())), "true", 5) == "@@instinct-fleet-health startup\nelapsed 3.0"
     assert progress.stdout_of(Host((False, Output())), "true", 5) is None
