@@ -472,7 +472,10 @@ def cmd_targets(opts: argparse.Namespace) -> int:
     planned = _plan_limited(opts)
     if refused((f for _, fs in planned for f in fs), "no targets written"):
         return EXIT_INVALID
-    text = json.dumps(monitoring.file_sd([spec for spec, _ in planned]), indent=2) + "\n"
+    groups = monitoring.file_sd([spec for spec, _ in planned])
+    if not groups:  # an empty file would leave Prometheus scraping nothing, without a word
+        raise UsageError("the chosen hosts serve no vLLM instance, metrics exporter or router: no target to write")
+    text = json.dumps(groups, indent=2) + "\n"
     if opts.output:
         out = Path(opts.output)
         if out.is_dir():

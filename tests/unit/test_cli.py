@@ -415,3 +415,11 @@ def test_plan_from_elsewhere_sees_what_plan_in_the_project_sees(
     outside = run(capsys, "plan", "infra/inventories/t.py", "--json")
     assert inside == outside and json.loads(inside[1])["services"][0]["name"] == "main"
     assert "--max-num-seqs" in json.loads(outside[1])["services"][0]["vllm_args"]  # the Llama recipe's, not gpt-oss's
+
+
+def test_targets_of_hosts_that_serve_nothing_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty selection says so: an empty file_sd would leave Prometheus scraping nothing, silently."""
+    inventory = _inventory(tmp_path, "hosts = [('cpu-1', {'vllm_instances': []})]\n")
+    out_file = tmp_path / "t.json"
+    code, _, err = run(capsys, "targets", str(inventory), "-o", str(out_file))
+    assert code == 2 and "serve no vLLM instance, metrics exporter or router" in err and not out_file.exists()
