@@ -109,9 +109,6 @@ def _unit_name(path: str) -> str | None:
     return None
 
 
-SECRET_MODE = "600"  # a file only its owner reads: the token, registry credentials
-
-
 def converge(
     plan: HostPlan,
     stage: Stage,
@@ -173,7 +170,7 @@ def converge(
             continue
         if f.content is None:
             op = pyinfra_files.file(name=f.label, path=f.path, present=False, _if=gate)
-        elif f.mode == SECRET_MODE:  # never readable by another user, never in a diff (operations.secret_written)
+        elif f.secret:  # never readable by another user, never in a diff (operations.secret_written)
             op = operations.secret_written(name=f.label, path=f.path, content=f.content, owner=f.owner, group=f.group, _if=gate)
         else:
             op = pyinfra_files.put(name=f.label, src=BytesIO(f.content), dest=f.path, mode=f.mode, user=f.owner, group=f.group, _if=gate)
@@ -249,7 +246,7 @@ def script(files: list[File]) -> str:
     steps = []
     for f in files:
         assert f.content is not None, f"{f.path}: a file to remove has no place in a trial"
-        assert f.mode != SECRET_MODE, f"{f.path}: a secret never goes through a command line"
+        assert not f.secret, f"{f.path}: a secret never goes through a command line"
         tmp = f"{f.path}.instinct-fleet-tmp"
         data = base64.b64encode(f.content).decode()
         steps.append(

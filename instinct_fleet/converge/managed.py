@@ -96,6 +96,11 @@ class FileEntry:
     group: str = "root"
     then: tuple[Action, ...] = ()
     directory: bool = False
+    secret: bool = False  # its content is a secret: mode 0600, written so no other user reads it, never in argv or a diff
+
+    def __post_init__(self) -> None:
+        if self.secret and self.mode != "600":
+            raise ValueError(f"{self.path}: a secret is declared with mode 600 (operations.secret_written writes it so)")
 
 
 @dataclass(frozen=True)
@@ -269,8 +274,9 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             "Registry credentials",
             lambda _r: SKIP if v.docker_credentials_file is None else _local(spec, v.docker_credentials_file),
             mode="600",
+            secret=True,
         ),
-        FileEntry(v.hf_token_path, "runtime", "Hugging Face token (hf_token_source)", lambda _r: _token(spec), mode="600"),
+        FileEntry(v.hf_token_path, "runtime", "Hugging Face token (hf_token_source)", lambda _r: _token(spec), mode="600", secret=True),
         # Compile caches: the root, the directory of each image this host serves, the script that readies one
         # before a unit starts (its image id, stale build locks, older images' caches), and the one that packs a
         # cache and merges a checked copy of one (the roll's spreading, instinct_fleet/fleet/spread.py).
@@ -569,7 +575,7 @@ def desired(facts: HostFacts) -> Desired:
             if e.directory:
                 directories.append(Directory(e.path, e.mode, e.stage, e.label, e.owner, e.group))
             else:
-                files.append(File(e.path, made, e.stage, e.label, e.mode or "644", e.owner, e.group, e.then))
+                files.append(File(e.path, made, e.stage, e.label, e.mode or "644", e.owner, e.group, e.then, e.secret))
         elif isinstance(e, UnitEntry):
             if (unit := e.want(rendered)) is not None:
                 units.append(unit)

@@ -85,6 +85,7 @@ class File:
     owner: str = "root"
     group: str = "root"
     actions: tuple[Action, ...] = ()
+    secret: bool = False  # a secret (a token, credentials): written by operations.secret_written, never on a command line
 
     @property
     def restarts(self) -> str | None:

@@ -191,3 +191,18 @@ def test_the_json_plan_of_a_managed_token_names_only_its_source(
     assert main(["plan", str(project / "inventories" / "t.py"), "--json"]) == 0
     out = capsys.readouterr().out
     assert TOKEN not in out and json.loads(out)["errors"] == []
+
+
+def test_only_declared_secrets_take_the_secret_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An env file is 0600 too, but no secret: it is put as any file (and tune may write it); a secret declared with
+    another mode is a declaration bug."""
+    from instinct_fleet.converge import managed
+
+    monkeypatch.setenv(ENV, TOKEN)
+    host_plan = plan({"hf_token_source": f"env:{ENV}", "docker_credentials_file": str(ROOT / "pyproject.toml")}, SimHost())
+    ops = [op for stage in ("runtime", "services") for op in run_stage(monkeypatch, stage, host_plan)]
+    secret = {op.kwargs["path"] for op in ops if op.op == "secret_written"}
+    assert secret == {"/etc/instinct-fleet/hf-token", paths.CREDENTIALS}
+    assert paths.unit_env_path("vllm-main") in {op.kwargs["dest"] for op in ops if op.op == "put"}
+    with pytest.raises(ValueError, match="a secret is declared with mode 600"):
+        managed.FileEntry("/etc/x", "runtime", "x", lambda _r: b"", mode="640", secret=True)
