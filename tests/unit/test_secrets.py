@@ -100,7 +100,8 @@ def test_the_deploy_writes_the_token_once_root_alone_and_mounts_it(monkeypatch: 
     monkeypatch.setenv(ENV, TOKEN)
     data = {"hf_token_source": f"env:{ENV}"}
     sim = SimHost()
-    sim_plan = plan(data, sim)
+    sim_plan = plan(data, sim, hf_token="")  # no token on the host yet, as preflight reads it
+    assert not sim_plan.report.hf_token
     ops = run_stage(monkeypatch, "runtime", sim_plan)
     (written,) = [op for op in ops if op.op == "secret_written"]
     assert written.kwargs["path"] == "/etc/instinct-fleet/hf-token" and written.kwargs["content"] == f"{TOKEN}\n".encode()
