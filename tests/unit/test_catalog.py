@@ -164,3 +164,12 @@ def test_vllm_facts_needs_a_project(tmp_path: Path, capsys: pytest.CaptureFixtur
     monkeypatch.chdir(tmp_path)
     code, _, err = _run(capsys, "vllm-facts", "9.9.9", "--wheel", str(synthetic_wheel(tmp_path)))
     assert code == 2 and "no project here to store the table in" in err
+
+
+def test_a_project_table_must_be_the_version_its_name_says(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    (project / "vllm-facts").mkdir()
+    data = json.loads(Path(__file__).resolve().parents[2].joinpath("instinct_fleet/model/knowledge/vllm-0.22.0.json").read_text())
+    (project / "vllm-facts" / "vllm-9.9.9.json").write_text(json.dumps(data))  # 0.22.0's table under another name
+    with pytest.raises(CatalogError, match=r"vllm-facts/vllm-9\.9\.9\.json: holds the table of vLLM 0\.22\.0, not 9\.9\.9"):
+        Catalog.of(project)

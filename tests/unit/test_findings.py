@@ -136,3 +136,17 @@ def test_deploy_prints_one_line_per_mistake_and_counts_hosts(tmp_path: Path, cap
     assert len(lines) == 2 and lines[0].startswith("error: mi300x-01..40: vllm_recipe: no recipe 'gpt-oss-12b'")
     assert lines[0].endswith("(set in group_data/gpu.py line 1) [recipe-unknown]")
     assert lines[1] == "1 error(s) on 40 host(s): nothing was deployed and no host was contacted"
+
+
+def test_the_origin_is_the_layer_pyinfra_keeps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A group's file over all.py, the last group listed over an earlier one: the line named is the value the host got."""
+    inventory = _project(
+        tmp_path,
+        "gpu = ['gpu-1']\nfast = ['gpu-1']\n",
+        all='vllm_args = {"max-num-seqz": 1}\n',
+        gpu='\nvllm_args = {"max-num-seqz": 2}\n',
+        fast='\n\nvllm_args = {"max-num-seqz": 3}\n',
+    )
+    code, lines = _plan(capsys, inventory)
+    (flag,) = [line for line in lines if line.endswith("[flag-unknown]")]  # the two groups also disagree: inventory-conflict
+    assert code == 1 and flag.endswith("(vllm_args, set in group_data/fast.py line 3) [flag-unknown]"), lines
