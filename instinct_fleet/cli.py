@@ -695,19 +695,28 @@ def cmd_vllm_facts(opts: argparse.Namespace) -> int:
 
     if opts.version in knowledge.supported_versions():
         raise UsageError(f"vLLM {opts.version} is shipped with instinct-fleet and tested: nothing to extract")
-    catalog = _own_catalog(opts)
+    if opts.wheel and opts.from_host:
+        raise UsageError("give --wheel or --from-host, not both: the table comes from one source")
+    if bool(opts.from_host) != bool(opts.inventory):
+        raise UsageError("--from-host HOST reads the image of a host of --inventory INVENTORY: give both")
+    catalog = _catalog(_project_dir(opts)) if opts.inventory else _own_catalog(opts)
     if catalog.project is None:
         raise UsageError(
             "no project here to store the table in: run this in your project's directory (deploy.py or group_data/), or give --project-dir"
         )
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            wheel = Path(opts.wheel) if opts.wheel else extract.download(opts.version, Path(tmp))
-            if opts.wheel and not wheel.is_file():
-                raise UsageError(f"--wheel {opts.wheel}: no such file")
+            if opts.from_host:
+                wheel = _image_source(opts, Path(tmp))
+            elif opts.wheel:
+                wheel = Path(opts.wheel)
+                if not wheel.is_file():
+                    raise UsageError(f"--wheel {opts.wheel}: no such file")
+            else:
+                wheel = extract.download(opts.version, Path(tmp))
             data = extract.extract_release(wheel, opts.version)
     except extract.ExtractError as exc:
-        hint = "" if opts.wheel else "; for a build that is not on PyPI (AMD's dev images), give its wheel with --wheel"
+        hint = "" if opts.wheel or opts.from_host else "; for a build that is not on PyPI (AMD's dev images), give --wheel or --from-host"
         raise UsageError(f"{exc}{hint}") from exc
     path = write_facts(catalog.project, data)
     flags, env = data["flags"], data["env_vars"]
@@ -718,6 +727,24 @@ def cmd_vllm_facts(opts: argparse.Namespace) -> int:
         f"{', '.join(knowledge.supported_versions())} only."
     )
     return EXIT_OK
+
+
+def _image_source(opts: argparse.Namespace, directory: Path) -> Path:
+    """The vLLM source inside ``--from-host``'s image (its vllm_image, as validated), read on that host with docker."""
+    from instinct_fleet.model import extract
+
+    opts.limit = [opts.from_host]
+    specs = _valid_specs(opts, "nothing was read from any host")
+    if specs is None:
+        raise UsageError(f"{opts.inventory} does not validate (above): nothing was read from any host")
+    (spec,) = specs
+    image = spec.services[0].image if spec.services else str(spec.vars.vllm_image)
+    print(f"reading the vLLM source inside {image} on {spec.host}", file=sys.stderr, flush=True)
+    done = remote.Hosts(opts.inventory, str(_project_dir(opts))).run(str(spec.host), extract.image_command(image), 600)
+    if done.error is not None or not done.ok:
+        said = done.error or (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise extract.ExtractError(f"{spec.host} could not read {image}: {said}")
+    return extract.from_image(done.stdout, directory)
 
 
 def cmd_report(opts: argparse.Namespace) -> int:
@@ -866,7 +893,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     facts.add_argument("version", metavar="VERSION")
     facts.add_argument("--wheel", help="read this vLLM wheel instead of downloading one (a build that is not on PyPI)")
-    facts.add_argument("--project-dir", help="the project to store the table in (default: the one around the current directory)")
+    facts.add_argument(
+        "--from-host", metavar="HOST", help="read the vLLM source inside the vllm_image of this host of --inventory (AMD's dev builds)"
+    )
+    facts.add_argument("--inventory", help="the inventory --from-host is a host of (its project stores the table)")
+    facts.add_argument(
+        "--project-dir", help="the project to store the table in (default: the inventory's, else the one around the current directory)"
+    )
     facts.set_defaults(func=cmd_vllm_facts)
 
     report = sub.add_parser(

@@ -14,6 +14,7 @@ versions. ``instinct-fleet vllm-facts VERSION`` stores one in a project;
 from __future__ import annotations
 
 import ast
+import base64
 import re
 import subprocess
 import sys
@@ -833,7 +834,7 @@ def scheduler_defaults(arg_utils: str) -> dict[str, object]:
 
 def extract(wheel: Path) -> dict[str, object]:
     with zipfile.ZipFile(wheel) as zf:
-        names = zf.namelist()
+        names = sorted(zf.namelist())  # the same source gives the same table, whatever order the archive lists it in
 
         def read(name: str) -> str:
             return zf.read(name).decode()
@@ -923,3 +924,45 @@ def extract_release(wheel: Path, version: str) -> dict[str, object]:
     if data["version"] != version:
         raise ExtractError(f"{wheel} is vLLM {data['version']}, not {version}")
     return data
+
+
+# Run inside a vLLM image by ``python3 -c``: the vllm package's Python files as a base64 zip, after its version. The
+# package is found without importing it (vLLM's import needs the GPU stack); its version is its distribution's.
+IN_IMAGE = """
+import base64, importlib.metadata, importlib.util, io, os, sys, zipfile
+spec = importlib.util.find_spec("vllm")
+if spec is None or not spec.submodule_search_locations:
+    sys.exit("no vllm package in this image's python3")
+root = list(spec.submodule_search_locations)[0]
+buffer = io.BytesIO()
+with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                zf.write(path, os.path.join("vllm", os.path.relpath(path, root)))
+print("version", importlib.metadata.version("vllm"))
+print(base64.b64encode(buffer.getvalue()).decode())
+"""
+
+
+def image_command(image: str) -> str:
+    """The host command that prints :data:`IN_IMAGE`'s answer from ``image`` (docker on the host, the image pulled)."""
+    import shlex
+
+    return f"docker run --rm --network none --entrypoint python3 {shlex.quote(image)} -c {shlex.quote(IN_IMAGE)}"
+
+
+def from_image(output: str, directory: Path) -> Path:
+    """The zip :data:`IN_IMAGE` printed, as a wheel-shaped file that :func:`extract_release` reads."""
+    lines = output.strip().splitlines()
+    if len(lines) < 2 or not lines[0].startswith("version "):
+        raise ExtractError(f"the image did not list its vllm package: {output.strip()[-300:] or 'no output'}")
+    version = lines[0].split(" ", 1)[1].strip()
+    try:
+        data = base64.b64decode("".join(lines[1:]), validate=True)
+    except ValueError:
+        raise ExtractError("the image's answer was cut off (not base64): run it again") from None
+    path = directory / f"vllm-{version}-image.zip"
+    path.write_bytes(data)
+    return path

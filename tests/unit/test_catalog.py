@@ -173,3 +173,86 @@ def test_a_project_table_must_be_the_version_its_name_says(tmp_path: Path) -> No
     (project / "vllm-facts" / "vllm-9.9.9.json").write_text(json.dumps(data))  # 0.22.0's table under another name
     with pytest.raises(CatalogError, match=r"vllm-facts/vllm-9\.9\.9\.json: holds the table of vLLM 0\.22\.0, not 9\.9\.9"):
         Catalog.of(project)
+
+
+def _site_with_vllm(tmp_path: Path) -> Path:
+    """A python path holding the synthetic vLLM as an image holds it: the package's files and its distribution's metadata."""
+    import zipfile
+
+    site = tmp_path / "site"
+    with zipfile.ZipFile(synthetic_wheel(tmp_path)) as zf:
+        zf.extractall(site)
+    return site
+
+
+def test_the_source_read_inside_an_image_gives_the_wheels_table(tmp_path: Path) -> None:
+    """extract.IN_IMAGE, run by a real python3 over the package as an image holds it, hands the extractor what the wheel
+    does: the same table, version included."""
+    import subprocess
+    import sys
+
+    from instinct_fleet.model import extract
+
+    site = _site_with_vllm(tmp_path)
+    done = subprocess.run([sys.executable, "-c", extract.IN_IMAGE], capture_output=True, text=True, env={"PYTHONPATH": str(site)})
+    assert done.returncode == 0, done.stderr
+    from_image = extract.extract_release(extract.from_image(done.stdout, tmp_path), "9.9.9")
+    from_wheel = extract.extract_release(synthetic_wheel(tmp_path), "9.9.9")
+    assert {k: v for k, v in from_image.items() if k != "source"} == {k: v for k, v in from_wheel.items() if k != "source"}
+    empty = subprocess.run(
+        [sys.executable, "-c", extract.IN_IMAGE], capture_output=True, text=True, env={"PYTHONPATH": str(tmp_path / "none")}
+    )
+    assert empty.returncode != 0 and "no vllm package in this image's python3" in empty.stderr
+    with pytest.raises(extract.ExtractError, match="cut off"):
+        extract.from_image("version 9.9.9\nnot base64!", tmp_path)
+    with pytest.raises(extract.ExtractError, match="did not list its vllm package"):
+        extract.from_image("", tmp_path)
+
+
+def test_vllm_facts_from_a_host_reads_its_image_with_docker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--from-host: the host's own vllm_image, read by docker on that host (here the command's python3 part runs here,
+    as docker would run it in the image); the table lands in the inventory's project."""
+    import shlex
+    import subprocess
+    import sys
+
+    from instinct_fleet.fleet import remote
+    from instinct_fleet.fleet.remote import Result
+
+    project = _project(tmp_path)
+    (project / "inventories" / "t.py").write_text("gpu = [('gpu-1', {'vllm_image': 'rocm/vllm-dev:nightly_main_20251110'})]\n")
+    site = _site_with_vllm(tmp_path)
+    commands: list[str] = []
+
+    def run(self: object, name: str, command: str, timeout: int) -> Result:
+        commands.append(command)
+        argv = shlex.split(command)
+        done = subprocess.run(
+            [sys.executable, *argv[argv.index("python3") + 2 :]], capture_output=True, text=True, env={"PYTHONPATH": str(site)}
+        )
+        return Result(name, done.returncode == 0, done.stdout, done.stderr)
+
+    monkeypatch.setattr(remote.Hosts, "run", run)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _run(capsys, "vllm-facts", "9.9.9", "--from-host", "gpu-1", "--inventory", str(project / "inventories" / "t.py"))
+    assert code == 0, err
+    assert commands[0].startswith("docker run --rm --network none --entrypoint python3 rocm/vllm-dev:nightly_main_20251110 -c ")
+    assert (project / "vllm-facts" / "vllm-9.9.9.json").is_file() and "reading the vLLM source inside" in err
+    code, _, err = _run(capsys, "vllm-facts", "9.9.8", "--from-host", "gpu-1", "--inventory", str(project / "inventories" / "t.py"))
+    assert code == 2 and "is vLLM 9.9.9, not 9.9.8" in err
+
+    def unreachable(self: object, name: str, command: str, timeout: int) -> Result:
+        return Result(name, False, "", "", "cannot connect: Connection refused")
+
+    monkeypatch.setattr(remote.Hosts, "run", unreachable)
+    code, _, err = _run(capsys, "vllm-facts", "9.9.7", "--from-host", "gpu-1", "--inventory", str(project / "inventories" / "t.py"))
+    assert code == 2 and "gpu-1 could not read rocm/vllm-dev:nightly_main_20251110: cannot connect: Connection refused" in err
+    for argv, says in (
+        (["--from-host", "gpu-1"], "give both"),
+        (["--wheel", "x.whl", "--from-host", "gpu-1", "--inventory", "t.py"], "not both"),
+        (["--from-host", "gpu-9", "--inventory", str(project / "inventories" / "t.py")], "matches no host name or group"),
+    ):
+        code, _, err = _run(capsys, "vllm-facts", "9.9.6", *argv)
+        assert code == 2 and says in err and "Traceback" not in err, (argv, err)
