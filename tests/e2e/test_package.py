@@ -66,3 +66,58 @@ def test_an_init_project_with_the_installed_wheel_finds_the_fleet_converged_byte
         [cli, "verify", INVENTORY, "--limit", "sim-gpu-1", "--", "-q"], cwd=project, capture_output=True, text=True, env=_env(), timeout=600
     )
     assert verified.returncode == 0 and " passed" in verified.stdout, verified.stdout[-3000:] + verified.stderr[-2000:]
+
+
+def test_vllm_facts_reads_the_vllm_inside_a_hosts_image(converged: Any, fleet: dict[str, Any], tmp_path: Path) -> None:
+    """AMD's dev builds are not on PyPI: `vllm-facts --from-host` reads the vLLM source inside the host's image over
+    the inventory's SSH, with the host's docker, and gives the table a wheel of the same source gives. The image is
+    built on the host from the stand-in, with the small synthetic vLLM of the unit tests as its package."""
+    import base64
+    import io
+    import runpy
+    import sys
+    import tarfile
+    import zipfile
+
+    from fleetctl import inventory, ssh
+
+    from instinct_fleet.model.extract import extract
+
+    synthetic_wheel = runpy.run_path(str(ROOT / "tests" / "unit" / "test_knowledge.py"))["synthetic_wheel"]
+    wheel = synthetic_wheel(tmp_path)
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar, zipfile.ZipFile(wheel) as zf:
+        dockerfile = f"FROM {fleet['image']}\nCOPY site/ /usr/local/lib/python3.11/dist-packages/\n".encode()
+        for name, data in [("Dockerfile", dockerfile), *((f"site/{n}", zf.read(n)) for n in zf.namelist())]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    tag = "localhost/vllm-dev-standin:rocm-9.9.9"
+    ssh(fleet, "sim-gpu-1", f"echo {base64.b64encode(context.getvalue()).decode()} | base64 -d | docker build -q -t {tag} - >/dev/null")
+    try:
+        project = tmp_path / "infra"
+        project.mkdir()
+        (project / "group_data").symlink_to(ROOT / "group_data")
+        dev = inventory(project, "dev", {}, {"sim-gpu-1": {"vllm_image": tag}})
+        done = subprocess.run(
+            [sys.executable, "-m", "instinct_fleet", "vllm-facts", "9.9.9", "--from-host", "sim-gpu-1", "--inventory", dev],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        stored = json.loads((project / "vllm-facts" / "vllm-9.9.9.json").read_text())
+        from_wheel = extract(wheel)
+        assert {k: v for k, v in stored.items() if k != "source"} == {k: v for k, v in from_wheel.items() if k != "source"}
+        plain = inventory(project, "plain", {})  # the stand-in's own image holds no vllm package: said, not a traceback
+        refused = subprocess.run(
+            [sys.executable, "-m", "instinct_fleet", "vllm-facts", "9.9.8", "--from-host", "sim-gpu-1", "--inventory", plain],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert refused.returncode == 2 and "no vllm package in this image's python3" in refused.stderr, refused.stderr[-2000:]
+    finally:
+        ssh(fleet, "sim-gpu-1", f"docker rmi -f {tag} >/dev/null")
