@@ -98,26 +98,19 @@ def test_vllm_facts_reads_the_vllm_inside_a_hosts_image(converged: Any, fleet: d
         project = tmp_path / "infra"
         project.mkdir()
         (project / "group_data").symlink_to(ROOT / "group_data")
-        dev = inventory(project, "dev", {}, {"sim-gpu-1": {"vllm_image": tag}})
-        done = subprocess.run(
-            [sys.executable, "-m", "instinct_fleet", "vllm-facts", "9.9.9", "--from-host", "sim-gpu-1", "--inventory", dev],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+
+        def facts(version: str, inventory_path: str) -> subprocess.CompletedProcess[str]:
+            argv = ["vllm-facts", version, "--from-host", "sim-gpu-1", "--inventory", inventory_path]
+            return subprocess.run(
+                [sys.executable, "-m", "instinct_fleet", *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300
+            )
+
+        done = facts("9.9.9", inventory(project, "dev", {}, {"sim-gpu-1": {"vllm_image": tag}}))
         assert done.returncode == 0, done.stderr[-3000:]
         stored = json.loads((project / "vllm-facts" / "vllm-9.9.9.json").read_text())
         from_wheel = extract(wheel)
         assert {k: v for k, v in stored.items() if k != "source"} == {k: v for k, v in from_wheel.items() if k != "source"}
-        plain = inventory(project, "plain", {})  # the stand-in's own image holds no vllm package: said, not a traceback
-        refused = subprocess.run(
-            [sys.executable, "-m", "instinct_fleet", "vllm-facts", "9.9.8", "--from-host", "sim-gpu-1", "--inventory", plain],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        refused = facts("9.9.8", inventory(project, "plain", {}))  # the stand-in's own image has no vllm package: said
         assert refused.returncode == 2 and "no vllm package in this image's python3" in refused.stderr, refused.stderr[-2000:]
     finally:
         ssh(fleet, "sim-gpu-1", f"docker rmi -f {tag} >/dev/null")
