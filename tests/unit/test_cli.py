@@ -366,7 +366,7 @@ def _inventory_commands() -> dict[str, list[str]]:
     return {
         name: needs.get(name, [])
         for name, sub in subparsers.choices.items()  # type: ignore[union-attr]
-        if any(a.dest == "inventory" for a in sub._actions)
+        if any(a.dest == "inventory" and not a.option_strings for a in sub._actions)  # vllm-facts' --inventory is optional
     }
 
 
