@@ -938,9 +938,10 @@ buffer = io.BytesIO()
 with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
     for folder, _, files in os.walk(root):
         for name in files:
-            if name.endswith(".py"):
+            if name.endswith(".py"):  # a fixed date: an image's files may carry none (mtime 0), which zip cannot hold
                 path = os.path.join(folder, name)
-                zf.write(path, os.path.join("vllm", os.path.relpath(path, root)))
+                with open(path, "rb") as handle:
+                    zf.writestr(zipfile.ZipInfo(os.path.join("vllm", os.path.relpath(path, root)), (1980, 1, 1, 0, 0, 0)), handle.read())
 print("version", importlib.metadata.version("vllm"))
 print(base64.b64encode(buffer.getvalue()).decode())
 """

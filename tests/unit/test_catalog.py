@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -182,6 +183,8 @@ def _site_with_vllm(tmp_path: Path) -> Path:
     site = tmp_path / "site"
     with zipfile.ZipFile(synthetic_wheel(tmp_path)) as zf:
         zf.extractall(site)
+    for path in site.rglob("*.py"):  # as a reproducible image build leaves them: no date (mtime 0, before zip's 1980)
+        os.utime(path, (0, 0))
     return site
 
 
