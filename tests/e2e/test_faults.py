@@ -100,7 +100,9 @@ def test_an_instance_that_never_becomes_healthy_fails_its_host_alone(
     monkeypatch.delenv("INSTINCT_FLEET_PROGRESS_INTERVAL")
     assert "sim-gpu-1" in run.results["failed_hosts"]
     # Every few seconds a line, with the phase the unit's journal shows (the stand-in logs vLLM's own start-up lines).
-    waits = re.findall(r"waiting: sim-gpu-1 vllm-main.service: health gate on :\d+(?: \(([^)]*)\))?, \d+s so far, at most \d+s left", run.stderr)
+    waits = re.findall(
+        r"waiting: sim-gpu-1 vllm-main.service: health gate on :\d+(?: \(([^)]*)\))?, \d+s so far, at most \d+s left", run.stderr
+    )
     assert waits and {"starting the API server", "capturing CUDA/HIP graphs"} & set(waits), run.stderr[-3000:]
     assert run.status("sim-gpu-1") == {"failed"} and "no answer within 15s (health_timeout)" in run.why("sim-gpu-1"), run.roll
     assert "last journal lines" in run.stderr
