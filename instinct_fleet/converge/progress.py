@@ -159,12 +159,12 @@ class Board:
             return grid
 
         with Live(table(), console=Console(file=self.out), refresh_per_second=1, transient=True) as live:
-            ticks = 0
+            ticks, asking = 0, None
             while self.waits:
                 gevent.sleep(1)
                 ticks += 1
-                if ticks % 5 == 0:  # the hosts are asked every 5 s, the clock redrawn every second
-                    self.refresh()
+                if ticks % 5 == 0 and (asking is None or asking.ready()):  # the hosts every 5 s, beside the clock's redraw
+                    asking = gevent.spawn(self.refresh)
                 live.update(table())
 
     def stop(self) -> None:

@@ -106,12 +106,12 @@ def unread_group_data(inventory: Any, sources: Sources) -> list[Finding]:
     no host, silently. pyinfra keeps such a file's data as a group without hosts."""
     found = []
     elsewhere = sibling_groups(sources)
+    groups = sorted({g for h in inventory for g in h.groups} - {"all"})
     for group, (members, data) in sorted(getattr(inventory, "instinct_fleet_groups", {}).items()):
         if members or not data or group in elsewhere:
             continue
         files = [directory / f"{group}.py" for directory in sources.group_dirs if (directory / f"{group}.py").is_file()]
         for path in files:
-            groups = sorted({g for h in inventory for g in h.groups} - {"all"})
             close = difflib.get_close_matches(group, groups, n=1)
             hint = f"; did you mean group_data/{close[0]}.py?" if close else f"; its groups are {', '.join(groups)}"
             found.append(

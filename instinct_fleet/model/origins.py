@@ -34,14 +34,17 @@ def _assignments(path: Path) -> dict[str, int]:
     return lines
 
 
-def _first_string(path: Path, text: str) -> int | None:
-    """The line of the first string literal ``text`` in a Python file: where the inventory names a host."""
+def _strings(path: Path) -> dict[str, int]:
+    """The line of the first occurrence of each string literal in a Python file: where the inventory names a host."""
     try:
         tree = ast.parse(path.read_text(), str(path))
     except (OSError, SyntaxError, ValueError):
-        return None
-    found = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value == text]
-    return min(found) if found else None
+        return {}
+    lines: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            lines[node.value] = min(lines.get(node.value, node.lineno), node.lineno)
+    return lines
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,8 @@ class Sources:
     project: Path
     inventory: Path | None
     group_dirs: tuple[Path, ...]
-    _lines: dict[Path, dict[str, int]] = field(default_factory=dict, compare=False, repr=False)
+    _lines: dict[Path, dict[str, int]] = field(default_factory=dict, compare=False, repr=False)  # each file read once
+    _literals: dict[Path, dict[str, int]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, project: Path, inventory: Path | None) -> Sources:
@@ -96,7 +100,9 @@ class Sources:
         """The inventory, at the line that names ``name`` (a host or a group) when it can be found."""
         line = None
         if self.inventory is not None and name is not None:
-            line = self._line(self.inventory, name) or _first_string(self.inventory, name)
+            if self.inventory not in self._literals:
+                self._literals[self.inventory] = _strings(self.inventory)
+            line = self._line(self.inventory, name) or self._literals[self.inventory].get(name)
         return f"{self.inventory_text} line {line}" if line else self.inventory_text
 
 
