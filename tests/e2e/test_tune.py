@@ -26,9 +26,12 @@ HOSTS = ("sim-gpu-1", "sim-gpu-2")
 LIMIT = "sim-gpu-*"
 # The model's constants for this sweep: a fast prefill with a heavy fixed cost per step, so the budget shows in TTFT.
 # Slow tokens keep the stand-in's event rate low: two hosts benchmark at once on the test machine's two cores.
-# Modelled steps: 15 ms with 4 sequences running, 50 ms with 32; the SLO lies between them.
+# Modelled steps: 15 ms with 4 sequences running, 50 ms with 32; the SLO lies between them. A prompt of 1024 tokens
+# costs 5 ms of prefill plus its share of a 0.4 s step: 50 ms with a budget of 8192, 12.5 ms with 32768, so the median
+# TTFT of 32 queued prompts differs by about 0.6 s, far above what a loaded machine adds (0.1 s steps gave 0.15 s,
+# which a machine at load 12 turned around once in a clean-clone run).
 SLO_TPOT_MS = 25
-KNOBS = {"STANDIN_TOKENS_PER_SECOND": "100", "STANDIN_PREFILL_TOKENS_PER_SECOND": "200000", "STANDIN_STEP_SECONDS": "0.1"}
+KNOBS = {"STANDIN_TOKENS_PER_SECOND": "100", "STANDIN_PREFILL_TOKENS_PER_SECOND": "200000", "STANDIN_STEP_SECONDS": "0.4"}
 PROFILE = {"dataset": "random", "input_len": 1024, "output_len": 32, "num_prompts": 32, "concurrency": [32]}
 SWEEP = [
     "--instance",
