@@ -19,11 +19,18 @@ from pathlib import Path
 from typing import Any
 
 
+def _tree(path: Path) -> ast.Module | None:
+    """A Python file of the project, parsed; None when it cannot be read (pyinfra's own loader says why)."""
+    try:
+        return ast.parse(path.read_text(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
 def _assignments(path: Path) -> dict[str, int]:
     """The line of each top-level name a Python file assigns (the last assignment, which is the value pyinfra keeps)."""
-    try:
-        tree = ast.parse(path.read_text(), str(path))
-    except (OSError, SyntaxError, ValueError):
+    tree = _tree(path)
+    if tree is None:
         return {}
     lines: dict[str, int] = {}
     for node in tree.body:
@@ -36,9 +43,8 @@ def _assignments(path: Path) -> dict[str, int]:
 
 def _strings(path: Path) -> dict[str, int]:
     """The line of the first occurrence of each string literal in a Python file: where the inventory names a host."""
-    try:
-        tree = ast.parse(path.read_text(), str(path))
-    except (OSError, SyntaxError, ValueError):
+    tree = _tree(path)
+    if tree is None:
         return {}
     lines: dict[str, int] = {}
     for node in ast.walk(tree):
