@@ -627,9 +627,10 @@ def cmd_tune(opts: argparse.Namespace) -> int:
         raise UsageError(f"{exc}; no host was contacted") from exc
     specs = {str(spec.host): spec for spec, _ in planned if str(spec.host) in checked.hosts}
     queues = sweeps.assign(list(checked.points), checked.hosts)
-    if all(p.done_key(host) in results.done() for host, queue in queues.items() for p in queue):
+    done = results.done()
+    if all(p.done_key(host) in done for host, queue in queues.items() for p in queue):
         raise UsageError(f"{directory} measured every point of its sweep already: nothing to do; its report is {directory / 'tune.md'}")
-    print(sweeps.plan_text(checked, definition, specs, results.done()), flush=True)
+    print(sweeps.plan_text(checked, definition, specs, done), flush=True)
     if opts.dry:
         return EXIT_OK
     if not opts.resume:

@@ -148,12 +148,8 @@ def healthy(
     anchors = health.log_anchors(formats)
     sudo = {k: v for k, v in (host.current_op_global_arguments or {}).items() if k.startswith(("_sudo", "_su_", "_doas"))}
     this = host.state.inventory.get_host(host.name)  # the Host itself: pyinfra's `host` is set only in this greenlet
-
-    def phase() -> str | None:  # this start's phase, from the unit's journal, on a channel of its own
-        text = progress.stdout_of(this, health.startup_script(unit, anchors), 15, **sudo)
-        return None if text is None else health.phase_now(text, formats)
-
-    with progress.of_run(host.state).waiting(f"{host.name} {unit}", f"health gate on :{port}", timeout, phase if formats else None):
+    phase = health.phase_probe(lambda command: progress.stdout_of(this, command, 15, **sudo), unit, formats)  # its own channel
+    with progress.of_run(host.state).waiting(f"{host.name} {unit}", f"health gate on :{port}", timeout, phase):
         result = host.get_fact(
             InstanceHealth,
             unit=unit,

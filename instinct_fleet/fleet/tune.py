@@ -142,14 +142,13 @@ class HostTuner:
             done = self.runner.run(self.name, restart, limit)
         if done.error is not None or not done.ok:
             return f"restart failed: {done.error or (done.stderr or done.stdout).strip()[-500:]}", []
-        formats = svc.table.startup_log if svc.table is not None else {}
-        anchors = health.log_anchors(formats)
 
-        def phase() -> str | None:  # this start's phase, from the unit's journal, beside the gate's own command
-            seen = self.runner.run(self.name, health.startup_script(paths.service(self.unit), anchors), 15)
-            return health.phase_now(seen.stdout, formats) if seen.ok else None
+        def read(command: str) -> str | None:  # beside the gate's own command
+            seen = self.runner.run(self.name, command, 15)
+            return seen.stdout if seen.ok else None
 
-        with self.board.waiting(self.name, f"{why}: health gate on :{svc.port}", v.health_timeout, phase if formats else None):
+        phase = health.phase_probe(read, paths.service(self.unit), svc.table.startup_log if svc.table is not None else {})
+        with self.board.waiting(self.name, f"{why}: health gate on :{svc.port}", v.health_timeout, phase):
             waited = self.runner.run(
                 self.name,
                 health.wait_script(

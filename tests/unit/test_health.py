@@ -262,3 +262,23 @@ def test_the_progress_probe_runs_the_gates_own_start_reading() -> None:
     script = health.startup_script("vllm-main.service", ("Model loading took",))
     assert script in health.wait_script("vllm-main.service", 8080, "m", 60, anchors=("Model loading took",))
     assert script.startswith(f"echo '{health.MARK}startup'") and "-e 'Model loading took'" in script
+
+
+def test_a_waits_probe_reads_this_start_through_the_hosts_runner() -> None:
+    """phase_probe: the gate's own start reading, sent through whichever runner the wait has (pyinfra's Host in a
+    deploy, remote.Hosts in tune); no answer is no phase, and no formats is no probe."""
+    from instinct_fleet.model import knowledge
+
+    formats = knowledge.load("0.22.0").startup_log
+    asked: list[str] = []
+
+    def read(command: str) -> str | None:
+        asked.append(command)
+        return f"{health.MARK}startup\nelapsed 2.0\n"
+
+    probe = health.phase_probe(read, "vllm-main.service", formats)
+    assert probe is not None and probe() == "loading the model"
+    assert asked == [health.startup_script("vllm-main.service", health.log_anchors(formats))]
+    silent = health.phase_probe(lambda _command: None, "vllm-main.service", formats)
+    assert silent is not None and silent() is None
+    assert health.phase_probe(read, "vllm-main.service", {}) is None
