@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 MARK = "@@health:"
@@ -186,6 +187,20 @@ def startup_script(unit: str, anchors: tuple[str, ...]) -> str:
             else ""
         )
     )
+
+
+def phase_probe(read: Callable[[str], str | None], unit: str, formats: dict[str, tuple[str, ...]]) -> Callable[[], str | None] | None:
+    """What a wait on ``unit``'s start asks its host (progress.Board): :func:`startup_script`'s output, through ``read``
+    (a command's stdout on the host, None when it fails), as :func:`phase_now`. None without the formats to read it by."""
+    if not formats:
+        return None
+    script = startup_script(unit, log_anchors(formats))
+
+    def phase() -> str | None:
+        text = read(script)
+        return None if text is None else phase_now(text, formats)
+
+    return phase
 
 
 def phase_now(text: str, formats: dict[str, tuple[str, ...]]) -> str | None:
