@@ -278,6 +278,35 @@ canary_alpha = 0.001
 # as a regression.
 canary_inconclusive = "proceed"
 
+# Every canary also asks the accuracy probe of each canary instance, before the change and after
+# its gate: greedy answers (temperature 0, seed 0) through the OpenAI API, checked item by item;
+# a paired loss beyond `canary_probe_floor` and `canary_probe_alpha` is a failed batch, as a
+# speed regression is. `False`: speed only.
+canary_accuracy = True
+
+# Your own golden prompts: a JSONL file on the control machine (relative to the project), one
+# `{"prompt": ..., "answer": "42"}` (the last number of the reply must equal it) or `{"prompt":
+# ..., "pattern": "regex"}` per line; `None`: the built-in set of 250 arithmetic items
+# (instinct_fleet/model/probe.py).
+canary_probe = None
+
+# Items of the probe asked on each side of the change (the first of the set; all of them when
+# the set is smaller).
+canary_probe_size = 200
+
+# Points of accuracy (percent of the items) the probe may lose before the loss can count,
+# whatever its significance.
+canary_probe_floor = 2.0
+
+# Significance level of the probe's paired test: an exact one-sided McNemar test on the items
+# right before and wrong after against the reverse. A loss beyond the floor but not significant
+# is inconclusive (`canary_inconclusive`).
+canary_probe_alpha = 0.01
+
+# `max_tokens` of each probe request: enough for the model to reach its final number (a
+# reasoning model thinks first); a reply cut short is simply wrong on both sides.
+canary_probe_max_tokens = 512
+
 # Seconds a stopping instance gets to finish in-flight requests: vLLM's `--shutdown-timeout`
 # where the pinned version has it, and the `docker stop` grace (plus 30 s) in any case.
 rolling_drain_timeout = 60

@@ -537,6 +537,8 @@ def cmd_bench(opts: argparse.Namespace) -> int:
         if opts.client not in everyone:
             raise UsageError(f"--client {opts.client!r} is not a host of {opts.inventory}")
         client = everyone[opts.client]
+    if opts.accuracy:
+        return _bench_accuracy(opts, specs)
     todo: list[workload.Job] = []
     try:
         concurrency = workload.concurrencies(opts.concurrency)
@@ -580,6 +582,43 @@ def cmd_bench(opts: argparse.Namespace) -> int:
     written = sum(o.saved for o in outcomes)
     print(f"{written} result file(s) in {out_dir}; next: instinct-fleet report {out_dir}")
     return EXIT_INVALID if failed or refused else EXIT_OK
+
+
+def _bench_accuracy(opts: argparse.Namespace, specs: list[HostSpec]) -> int:
+    """``bench --accuracy``: the accuracy probe alone (the canary's, instinct_fleet/fleet/accuracy.py) on the chosen
+    instances, refused as ``bench`` refuses them; answers under ``--output``, read by ``report``."""
+    from instinct_fleet.fleet import accuracy
+    from instinct_fleet.model import probe
+
+    pairs = [(spec, svc) for spec in specs for svc in spec.serves if not opts.instance or fnmatch.fnmatch(svc.name, opts.instance)]
+    if not pairs:
+        raise UsageError("no vLLM instance matches --limit and --instance")
+    hosts = remote.Hosts(opts.inventory, str(_project_dir(opts)))
+    rows = {(r.host, r.instance): r for r in _read_status(hosts, list({str(s.host): s for s, _ in pairs}.values()))}
+    ready = []
+    for spec, svc in pairs:
+        row = rows[(str(spec.host), svc.name)]
+        why = f"a roll is in progress on {spec.host} ({row.rolling})" if row.rolling else row.problem()
+        if why:
+            print(f"{spec.host}/{svc.name}: refused, {why}", file=sys.stderr)
+        else:
+            ready.append((spec, svc))
+    if not ready:
+        print("nothing to probe", file=sys.stderr)
+        return EXIT_INVALID
+    v = ready[0][0].vars  # canary_probe and its size: one value for the fleet (rolling-fleet)
+    items, _ = probe.items(ready[0][0].local(v.canary_probe) if v.canary_probe else None, v.canary_probe_size)  # validated
+    out_dir = Path(opts.output) / (datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-probe")
+    print(
+        f"asking the accuracy probe ({len(items)} items, {v.canary_probe or 'built-in'}) of {len(ready)} instance(s); answers in {out_dir}",
+        flush=True,
+    )
+    asked = accuracy.ask_all(hosts, ready, items, v.canary_probe or "built-in", out_dir, lambda line: print(line, flush=True))
+    for a in asked:
+        if a.problem:
+            print(f"{a.label}: {a.problem}", file=sys.stderr)
+    print(f"{sum(a.path is not None for a in asked)} probe file(s) in {out_dir}; next: instinct-fleet report {out_dir}")
+    return EXIT_INVALID if any(a.problem for a in asked) or len(ready) < len(pairs) else EXIT_OK
 
 
 def cmd_tune(opts: argparse.Namespace) -> int:
@@ -856,6 +895,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench_p.add_argument("--concurrency", help="override the profile's concurrencies: comma-separated, e.g. 1,8")
     bench_p.add_argument("--warmup", type=int, default=0, help="requests sent before each run, their results discarded (default 0: none)")
     bench_p.add_argument("--output", default="results", help="results root (default ./results)")
+    bench_p.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="ask the canary's accuracy probe alone (canary_probe, canary_probe_size) instead of a benchmark",
+    )
     bench_p.set_defaults(func=cmd_bench)
 
     tune_p = sub.add_parser(

@@ -22,14 +22,14 @@ The runs are stored as ``bench`` stores its runs, under
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from instinct_fleet.fleet import bench, noise
-from instinct_fleet.model import workload
+from instinct_fleet.fleet import accuracy, bench, noise
+from instinct_fleet.model import probe, workload
 from instinct_fleet.model.defaults import FleetVars
 from instinct_fleet.model.spec import HostSpec, ServiceSpec
 
@@ -59,20 +59,35 @@ class Rule:
     floors: Mapping[str, float]  # canary_floors
     alpha: float  # canary_alpha
     inconclusive: Literal["proceed", "rollback"]  # canary_inconclusive
+    probe_floor: float = 2.0  # canary_probe_floor
+    probe_alpha: float = 0.01  # canary_probe_alpha
 
     @classmethod
     def of(cls, v: FleetVars) -> Rule:
-        return cls(v.canary_max_regression, v.canary_floors.model_dump(), v.canary_alpha, v.canary_inconclusive)
+        return cls(
+            v.canary_max_regression,
+            v.canary_floors.model_dump(),
+            v.canary_alpha,
+            v.canary_inconclusive,
+            v.canary_probe_floor,
+            v.canary_probe_alpha,
+        )
 
     def compare(self, instance: str, before: list[dict[str, Any]], after: list[dict[str, Any]]) -> Comparison:
         return Comparison(instance, noise.compare(before, after, self.limit, self.floors, self.alpha))
 
-    def problem(self, found: Comparison) -> str | None:
-        """Why the canary fails (None: it passes, or is inconclusive and the roll proceeds)."""
-        outcome = found.verdict.outcome
+    def compare_answers(
+        self, instance: str, items: Sequence[probe.Item], before: Sequence[accuracy.Answer], after: Sequence[accuracy.Answer]
+    ) -> accuracy.Verdict:
+        return accuracy.compare(instance, items, before, after, self.probe_floor, self.probe_alpha)
+
+    def problem(self, found: Comparison | accuracy.Verdict) -> str | None:
+        """Why the canary fails (None: it passes, or is inconclusive and the roll proceeds), on speed or on answers."""
+        outcome = found.verdict.outcome if isinstance(found, Comparison) else found.outcome
         if outcome == "passed" or (outcome == "inconclusive" and self.inconclusive == "proceed"):
             return None
-        return f"canary {outcome}" + (" (canary_inconclusive = rollback)" if outcome == "inconclusive" else "") + f": {found.evidence()}"
+        evidence = found.evidence() if isinstance(found, Comparison) else f"{found.instance}: {found.evidence()}"
+        return f"canary {outcome}" + (" (canary_inconclusive = rollback)" if outcome == "inconclusive" else "") + f": {evidence}"
 
 
 @dataclass(frozen=True)

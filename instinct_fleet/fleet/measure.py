@@ -4,7 +4,7 @@ measures a canary's instances before the change and after its gate (instinct_fle
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +14,9 @@ from pyinfra.api.operation import operation
 from pyinfra.context import host
 
 from instinct_fleet.converge.operations import failure
-from instinct_fleet.fleet import bench, canary, report
+from instinct_fleet.fleet import accuracy, bench, canary, report
 from instinct_fleet.model import workload
+from instinct_fleet.model.probe import Item
 
 
 class BenchRun(FactBase[tuple[dict[str, Any] | None, str]]):
@@ -37,11 +38,18 @@ def canary_measured(
     runs: list[tuple[workload.Job, int]],
     measure: Callable[[str, str, str, list[dict[str, Any]]], str | None],
     hold: Callable[[str, str], None] | None = None,
+    asks: Sequence[tuple[str, str]] = (),
+    items: Sequence[Item] = (),
+    probe: Callable[[str, str, str, Sequence[Item], list[accuracy.Answer]], str | None] | None = None,
+    source: str = "",
+    max_tokens: int = 0,
 ) -> Generator[str, None, None]:
-    """Benchmark the canary's instances (``phase``: "before" the stop, "after" the gate), store the runs under
-    results/ as ``bench`` does, and hand them to ``measure``. Whatever stops the canary from passing (a
-    benchmark that failed, requests that failed, a regression) is held for the rollback (``hold``: after the
-    change, with rolling_on_failure rollback) or fails the host. Changes nothing, so it never counts as a change."""
+    """Benchmark the canary's instances (``phase``: "before" the stop, "after" the gate), then ask each the accuracy
+    probe (``asks``: its name and accuracy.command, ``items``), store the runs and the answers under results/ as
+    ``bench`` does, and hand them to ``measure`` and ``probe``. Whatever stops the canary from passing (a
+    benchmark or a probe that failed, requests that failed, a regression of speed or answers) is held for the
+    rollback (``hold``: after the change, with rolling_on_failure rollback) or fails the host. Changes nothing,
+    so it never counts as a change."""
     if not host.state.is_executing:
         return
     folder = Path(host.state.cwd or os.getcwd()) / canary.RESULTS / canary.stamp(phase)
@@ -63,6 +71,20 @@ def canary_measured(
     if problem is None:
         found = [p for name, runs_of in by_instance.items() if (p := measure(host.name, phase, name, runs_of)) is not None]
         problem = "; ".join(found) or None
+    for instance, script in asks if problem is None and probe is not None else ():
+        answers, tail = host.get_fact(ProbeRun, script=script, expected=len(items))
+        if answers is None or len(answers) != len(items):
+            problem = f"canary: {instance}: the accuracy probe's client failed {phase} the change: {tail or 'no output'}"
+            break
+        saved = accuracy.save(folder / host.name / instance, accuracy.record(items, answers, source, max_tokens))
+        wrong = accuracy.failed(answers)
+        if wrong is not None:
+            problem = f"canary: {instance}: {wrong} {phase} the change (the answers are kept in {saved})"
+            break
+        assert probe is not None
+        problem = probe(host.name, phase, instance, items, answers)
+        if problem is not None:
+            break
     if problem is None:
         host.noop(f"canary measured {phase} the change: {folder}")
     elif hold is not None:
@@ -71,3 +93,13 @@ def canary_measured(
         host.noop("canary failed: its batch rolls back")
     else:
         yield failure(problem)
+
+
+class ProbeRun(FactBase[tuple[list[accuracy.Answer] | None, str]]):
+    """The accuracy probe asked of one instance (accuracy.command): its answers, or None and the output's last lines."""
+
+    def command(self, script: str, expected: int) -> str:
+        return f": probe of {int(expected)} items; ( {script} ) 2>&1; true"
+
+    def process(self, output: list[str]) -> tuple[list[accuracy.Answer] | None, str]:
+        return accuracy.answers_of("\n".join(output)), " | ".join(line for line in output[-3:] if line.strip())

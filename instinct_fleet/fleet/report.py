@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet.fleet import noise
+from instinct_fleet.fleet import accuracy, noise
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p99")
@@ -177,8 +177,8 @@ def load(results: Path) -> list[Run]:
         raise ReportError(f"{results} is not a directory of benchmark results")
     runs = []
     for path in sorted(results.rglob("*.json")):
-        if path.name == "config.json":
-            continue  # the rendered config bench stores beside the results
+        if path.name in ("config.json", accuracy.PROBE_FILE):
+            continue  # the rendered config bench stores beside the results, and a probe's answers (accuracy.load)
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
@@ -189,8 +189,6 @@ def load(results: Path) -> list[Run]:
         if len(parts) < 3:
             raise ReportError(f"{path}: expected <host>/<instance>/<result>.json under {results}")
         runs.append(Run(parts[-3], parts[-2], path, data, _config(path.parent / "config.json")))
-    if not runs:
-        raise ReportError(f"no vLLM result files (--save-result JSON) under {results}")
     return runs
 
 
@@ -397,6 +395,14 @@ def plots(runs: list[Run], out: Path) -> list[Path]:
 def write(results: Path) -> tuple[Path, str]:
     """Write report.md and the plots into ``results``; return the report's path and the terminal table."""
     runs = load(results)
+    try:
+        probes = accuracy.load(results)
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
+    if not runs and not probes:
+        raise ReportError(f"no vLLM result files (--save-result JSON) and no accuracy probes ({accuracy.PROBE_FILE}) under {results}")
+    if not runs:
+        return _probes_only(results, probes)
     images = plots([r for r in runs if not r.failed], results)  # a run that lost requests would flatter its line
     flagged = outliers(runs)
     lines = [
@@ -459,6 +465,8 @@ def write(results: Path) -> tuple[Path, str]:
         ]
     else:
         lines.append(f"None: no instance is more than {OUTLIER_BELOW:.0%} below the median of its peers.")
+    if probes:
+        lines += ["", "## Accuracy probe", "", table(accuracy.rows(probes), markdown=True)]
     lines += ["", "## Plots", "", *[f"![{p.stem}]({p.name})" for p in images], ""]
     report = results / "report.md"
     report.write_text("\n".join(lines))
@@ -470,4 +478,20 @@ def write(results: Path) -> tuple[Path, str]:
             f"{o.run.host}/{o.run.instance} ({o.value:.1f} vs median {o.peers:.1f}{'' if o.confirmed else ', unconfirmed'})"
             for o in flagged
         )
+    if probes:
+        terminal += "\n\n" + table(accuracy.rows(probes), markdown=False)
     return report, terminal
+
+
+def _probes_only(results: Path, probes: list[tuple[str, str, dict[str, Any]]]) -> tuple[Path, str]:
+    """The report of a directory that holds accuracy probes only (``bench --accuracy``)."""
+    report = results / "report.md"
+    lines = [f"# Accuracy probe: {results.name}", "", ACCURACY_NOTE, "", table(accuracy.rows(probes), markdown=True), ""]
+    report.write_text("\n".join(lines))
+    return report, table(accuracy.rows(probes), markdown=False)
+
+
+ACCURACY_NOTE = (
+    "Each item's reply is right when its last number equals the item's answer (or its pattern is found in it); "
+    "greedy decoding, so the same configuration answers the same way (instinct_fleet/model/probe.py)."
+)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,9 +29,10 @@ from instinct_fleet.converge.generations import GenerationPlan
 from instinct_fleet.converge.health import Startup
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.state import content_differs
-from instinct_fleet.fleet import canary, spread
+from instinct_fleet.fleet import accuracy, canary, spread
 from instinct_fleet.fleet.spread import Carried, Spread
 from instinct_fleet.model import paths
+from instinct_fleet.model.probe import Item
 
 Kind = Literal["unchanged", "start", "restart"]
 # The file the deploy writes its roll summary to, as JSON, when set (``instinct-fleet deploy --json`` sets it).
@@ -152,6 +153,9 @@ class Roll:
     canary_rule: canary.Rule | None = None
     measured: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     compared: dict[str, list[canary.Comparison]] = field(default_factory=dict)
+    # The accuracy probe's answers per host and instance and phase, and its verdicts per host.
+    probed: dict[tuple[str, str], dict[str, list[accuracy.Answer]]] = field(default_factory=dict)
+    answered: dict[str, list[accuracy.Verdict]] = field(default_factory=dict)
     turns: dict[str, Turn] = field(default_factory=dict)  # per host that passed preflight: its part in the roll
     # Per host and serving unit: its start in this roll, from the health gate (how long, cold or warm, the phases).
     starts: dict[tuple[str, str], Startup] = field(default_factory=dict)
@@ -200,6 +204,25 @@ class Roll:
                 f"canary {found.verdict.outcome}"
                 + (", proceeding" if found.verdict.outcome == "inconclusive" else "")
                 + f": {found.evidence()}",
+            )
+        return problem
+
+    def probe(self, host: str, phase: str, instance: str, items: Sequence[Item], answers: list[accuracy.Answer]) -> str | None:
+        """Record one instance's probe answers; after the change, why its answers fail the canary (None: they pass,
+        or are inconclusive and the roll proceeds, which the summary says)."""
+        self.probed.setdefault((host, instance), {})[phase] = answers
+        before = self.probed[(host, instance)].get("before")
+        if phase != "after" or before is None or self.canary_rule is None:
+            return None
+        found = self.canary_rule.compare_answers(instance, items, before, answers)
+        self.answered.setdefault(host, []).append(found)
+        problem = self.canary_rule.problem(found)
+        if problem is None:
+            self.note(
+                host,
+                f"canary {found.outcome}"
+                + (", proceeding" if found.outcome == "inconclusive" else "")
+                + f": {instance}: {found.evidence()}",
             )
         return problem
 
@@ -303,6 +326,7 @@ class Roll:
                         "status": "not-rolled" if left else status,
                         "why": WARM_LEFT if left else why,
                         "canary": [c.as_json() for c in self.compared.get(host, [])],
+                        "accuracy": [v.as_json() for v in self.answered.get(host, [])],
                         "start": start.as_json() if (start := self.starts.get((host, paths.service(instance)))) else None,
                         "cache": self.carried.notes.get(host, []),
                     }

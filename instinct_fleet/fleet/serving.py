@@ -19,9 +19,9 @@ from pyinfra.operations.util import any_changed
 
 from instinct_fleet.converge import apply, health, operations
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet import canary, measure, spread
+from instinct_fleet.fleet import accuracy, canary, measure, spread
 from instinct_fleet.fleet.run import FleetPlan
-from instinct_fleet.model import paths, workload
+from instinct_fleet.model import paths, probe, workload
 from instinct_fleet.model.defaults import Hook
 
 
@@ -78,14 +78,22 @@ def _canary(plan: HostPlan, fleet: FleetPlan, phase: str, gate: Callable[[], boo
     profile = plan.spec.vars.canary_profile
     assert profile is not None  # validate_canary and plan_roll: a canary host has a profile
     runs = [run for svc in plan.serves for run in canary.runs(plan.spec, svc, profile)]
+    v = plan.spec.vars
+    items, _ = probe.items(plan.spec.local(v.canary_probe) if v.canary_probe else None, v.canary_probe_size)  # validated
+    asks = [(svc.name, accuracy.command(plan.spec, svc, items, canary.stamp(phase))) for svc in plan.serves] if v.canary_accuracy else []
     measure.canary_measured(
-        name=f"Canary: {profile} {phase} the change",
+        name=f"Canary: {profile} {phase} the change" + (", and the accuracy probe" if asks else ""),
         phase=phase,
         runs=runs,
         measure=fleet.roll.measure,
         hold=hold,
+        asks=asks,
+        items=items,
+        probe=fleet.roll.probe,
+        source=v.canary_probe or "built-in",
+        max_tokens=v.canary_probe_max_tokens,
         _if=gate,
-        _timeout=workload.time_limit([job for job, _ in runs]) * len(runs),
+        _timeout=workload.time_limit([job for job, _ in runs]) * len(runs) + accuracy.time_limit(len(items)) * len(asks),
     )
 
 

@@ -635,6 +635,30 @@ class FleetVars(_Strict):
         default="proceed",
         description='What a canary does whose figures moved beyond `canary_max_regression` and `canary_floors` but not beyond the noise: `"proceed"` rolls on and says so in the summary; `"rollback"` treats it as a regression.',
     )
+    canary_accuracy: StrictBool = Field(
+        default=True,
+        description="Every canary also asks the accuracy probe of each canary instance, before the change and after its gate: greedy answers (temperature 0, seed 0) through the OpenAI API, checked item by item; a paired loss beyond `canary_probe_floor` and `canary_probe_alpha` is a failed batch, as a speed regression is. `False`: speed only.",
+    )
+    canary_probe: StrictStr | None = Field(
+        default=None,
+        description='Your own golden prompts: a JSONL file on the control machine (relative to the project), one `{"prompt": ..., "answer": "42"}` (the last number of the reply must equal it) or `{"prompt": ..., "pattern": "regex"}` per line; `None`: the built-in set of 250 arithmetic items (instinct_fleet/model/probe.py).',
+    )
+    canary_probe_size: Annotated[StrictInt, Field(ge=1)] = Field(
+        default=200,
+        description="Items of the probe asked on each side of the change (the first of the set; all of them when the set is smaller).",
+    )
+    canary_probe_floor: Annotated[float, Field(ge=0)] = Field(
+        default=2.0,
+        description="Points of accuracy (percent of the items) the probe may lose before the loss can count, whatever its significance.",
+    )
+    canary_probe_alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
+        default=0.01,
+        description="Significance level of the probe's paired test: an exact one-sided McNemar test on the items right before and wrong after against the reverse. A loss beyond the floor but not significant is inconclusive (`canary_inconclusive`).",
+    )
+    canary_probe_max_tokens: Annotated[StrictInt, Field(ge=1)] = Field(
+        default=512,
+        description="`max_tokens` of each probe request: enough for the model to reach its final number (a reasoning model thinks first); a reply cut short is simply wrong on both sides.",
+    )
     rolling_drain_timeout: Annotated[StrictInt, Field(ge=0)] = Field(
         default=60,
         description="Seconds a stopping instance gets to finish in-flight requests: vLLM's `--shutdown-timeout` where the pinned version has it, and the `docker stop` grace (plus 30 s) in any case.",

@@ -178,12 +178,17 @@ _RULES = (
     Rule(
         "rolling-fleet",
         "error",
-        "`rolling_batch`, `rolling_max_failures`, `rolling_on_failure` and the canary's settings (`canary_profile`, `canary_max_regression`, `canary_floors`, `canary_runs`, `canary_warmup`, `canary_alpha`, `canary_inconclusive`) pace and judge one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",
+        "`rolling_batch`, `rolling_max_failures`, `rolling_on_failure` and the canary's settings (every `canary_*` variable: its profile, runs and verdict, and its accuracy probe) pace and judge one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",
     ),
     Rule(
         "canary-profile",
         "error",
         "`canary_profile` must name a bench profile (built-in or in `bench_profiles`) that every instance of the host can run: a random prompt plus its output must fit the instance's `--max-model-len`, as `instinct-fleet bench` requires.",
+    ),
+    Rule(
+        "canary-probe",
+        "error",
+        "`canary_probe` is read on the control machine and asked of the canary: each line one JSON object with a `prompt` and exactly one of `answer` (a number) or `pattern` (a regular expression), at least one item; a probe that cannot be scored would pass or fail every change.",
     ),
     Rule(
         "unsafe-value",

@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 
 from pydantic import BaseModel
 
-from instinct_fleet.model import knowledge, secrets, startup, workload
+from instinct_fleet.model import knowledge, probe, secrets, startup, workload
 from instinct_fleet.model.crosscheck import member, unpinned_image, validate_crossings
 from instinct_fleet.model.defaults import default_image, image_tag, tag_version
 from instinct_fleet.model.inputs import validate_inputs
@@ -519,6 +519,12 @@ ROLLING_FLEET_KEYS = (
     "canary_warmup",
     "canary_alpha",
     "canary_inconclusive",
+    "canary_accuracy",
+    "canary_probe",
+    "canary_probe_size",
+    "canary_probe_floor",
+    "canary_probe_alpha",
+    "canary_probe_max_tokens",
 )
 
 
@@ -546,17 +552,19 @@ def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
 
 
 def validate_canary(spec: HostSpec) -> list[Finding]:
-    """``canary_profile`` names a profile every instance of this host can run (workload.jobs' own refusals)."""
-    name = spec.vars.canary_profile
-    if name is None:
-        return []
+    """``canary_profile`` names a profile every instance of this host can run (workload.jobs' own refusals), and the
+    accuracy probe (the canary's, and ``bench --accuracy``'s) can be scored (probe.read's refusals)."""
     found = []
-    for svc in spec.serves:
-        try:
-            workload.jobs(spec, svc, name, None, None)
-        except workload.BenchRequestError as exc:
-            found.append(finding("canary-profile", spec.host, "canary_profile", str(exc)))
-            break
+    name = spec.vars.canary_profile
+    try:
+        for svc in spec.serves if name is not None else ():
+            workload.jobs(spec, svc, str(name), None, None)
+    except workload.BenchRequestError as exc:
+        found.append(finding("canary-profile", spec.host, "canary_profile", str(exc)))
+    if spec.vars.canary_probe is not None:
+        _, wrong = probe.items(spec.local(spec.vars.canary_probe), spec.vars.canary_probe_size)
+        if wrong is not None:
+            found.append(finding("canary-probe", spec.host, "canary_probe", wrong))
     return found
 
 

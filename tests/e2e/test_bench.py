@@ -69,3 +69,22 @@ def test_bench_refuses_a_host_whose_roll_is_in_progress(converged: Run, fleet: d
     assert not list(tmp_path.iterdir())
     cleared = deploy().changed_ops()  # a marker left behind by a roll that failed goes once the host is whole
     assert cleared == {("sim-gpu-2", "Roll: done on this host")}, cleared
+
+
+def test_bench_accuracy_asks_the_probe_alone_and_report_reads_the_answers(converged: Run, tmp_path: Path) -> None:
+    """sim-gpu-2's instances need the API key (inventories/local.py): the probe's client sends it as bench does."""
+    started = time.monotonic()
+    done = cli("bench", INVENTORY, "--accuracy", "--limit", "sim-gpu-*", "--output", str(tmp_path))
+    seconds = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    (stamp,) = tmp_path.iterdir()
+    assert stamp.name.endswith("-probe") and "asking the accuracy probe (200 items, built-in) of 4 instance(s)" in done.stdout
+    for host, instance in sorted(INSTANCES - {("sim-c1", "llama-405b")}):
+        stored = json.loads((stamp / host / instance / "probe.json").read_text())
+        assert stored["probe"]["items"] == 200 and 170 <= stored["probe"]["right"] <= 196, (host, instance, stored["probe"])
+        assert all(a["error"] is None and a["text"] for a in stored["answers"])
+        assert f"{host}/{instance}: probe accuracy " in done.stdout
+    report = cli("report", str(stamp))
+    assert report.returncode == 0 and "accuracy" in report.stdout, report.stderr
+    assert "| sim-gpu-2 | oss | 200 |" in (stamp / "report.md").read_text()
+    FIGURES.append(f"bench --accuracy, 200 built-in items on 4 instances of 2 hosts: {seconds:.0f}s")

@@ -48,13 +48,14 @@ CANARY = {
 }
 
 
-def test_a_canary_that_regresses_or_loses_requests_is_rolled_back_and_a_harmless_change_rolls_on(
+def test_a_canary_that_regresses_loses_requests_or_answers_wrong_is_rolled_back_and_a_harmless_change_rolls_on(
     baseline: str, fleet: dict[str, Any], tmp_path: Path
 ) -> None:
     """The canary (the smallest serving unit, sim-gpu-1) is benchmarked before it stops and after its gate, with
     the default warm-up, runs and verdict; a quarter of the decode speed is caught and rolled back, so is a faster
     change that loses requests, and a harmless change (a --max-num-seqs the canary's 4 concurrent requests never
-    reach) rolls through the whole fleet (sim-gpu-2 sets its own vllm_env)."""
+    reach) rolls through the whole fleet (sim-gpu-2 sets its own vllm_env). Every canary also asks the accuracy
+    probe: a change that corrupts the replies at full speed is caught by it alone."""
     files = serving_files(fleet)
     slower = inventory(tmp_path, "slower", {**BASELINE, **CANARY, "vllm_env": {"STANDIN_TOKENS_PER_SECOND": "100"}})
     with Probe(fleet, hz=5) as probe, Load(router_url(fleet), key=fleet["api_key"]) as load:
@@ -85,6 +86,23 @@ def test_a_canary_that_regresses_or_loses_requests_is_rolled_back_and_a_harmless
     assert "canary: 4 of 16 requests failed (Internal Server Error) after the change" in lossy.why("sim-gpu-1"), lossy.roll
     assert serving_files(fleet) == files
 
+    # As fast, but every reply degenerates into digits from its sixth word on (ROCm/aiter#4855): only the accuracy
+    # probe sees it, and the canary goes back before the roll reaches a second host.
+    corrupt = deploy(inventory=inventory(tmp_path, "corrupt", {**BASELINE, **CANARY, "vllm_env": {"STANDIN_CORRUPT": "6"}}))
+    assert corrupt.rc != 0 and "Traceback" not in corrupt.stderr
+    assert corrupt.status("sim-gpu-1") == {"rolled-back"}, corrupt.roll
+    why = corrupt.why("sim-gpu-1")
+    assert "canary regressed: main: probe accuracy " in why and "items right before and wrong after" in why and "McNemar p=" in why, why
+    for host in ("sim-gpu-2", "sim-c1", "sim-c2"):
+        assert corrupt.status(host) == {"not-rolled"}, corrupt.roll
+    (judged, *_) = [row["accuracy"] for row in corrupt.roll if row["host"] == "sim-gpu-1"]
+    wrong = next(v for v in judged if v["instance"] == "main")
+    assert wrong["outcome"] == "regressed" and wrong["items"] == 200 and wrong["accuracy"][0] >= 80 > 20 >= wrong["accuracy"][1], wrong
+    assert [c["outcome"] for row in corrupt.roll for c in row["canary"]] and all(
+        c["outcome"] != "regressed" for row in corrupt.roll for c in row["canary"]
+    ), corrupt.roll  # its speed passed: the answers alone stopped it
+    assert serving_files(fleet) == files
+
     harmless = {**BASELINE, **CANARY, "vllm_args": {FLAG: 200}}
     rolled = deploy(inventory=inventory(tmp_path, "harmless", harmless))
     assert rolled.results["failed_hosts"] == ["sim-nogpu"], rolled.stderr[-3000:]
@@ -93,6 +111,8 @@ def test_a_canary_that_regresses_or_loses_requests_is_rolled_back_and_a_harmless
     assert {row["batch"] for row in rolled.roll if row["host"] == "sim-gpu-1"} == {1}  # the canary rolls alone, first
     verdicts = [c for row in rolled.roll for c in row["canary"]]
     assert verdicts and all(c["outcome"] != "regressed" and not c["regressions"] for c in verdicts), verdicts
+    answered = [v for row in rolled.roll for v in row["accuracy"]]
+    assert answered and all(v["outcome"] != "regressed" and v["accuracy"][0] >= 80 for v in answered), answered
     # Every run of both measurements is stored as bench stores its runs, and report reads them with their spread.
     stored = sorted((ROOT / "results").glob("*-canary-*"))[-4:]
     assert [p.name.rsplit("-", 1)[-1] for p in stored] == ["before", "after", "before", "after"]
@@ -105,6 +125,8 @@ def test_a_canary_that_regresses_or_loses_requests_is_rolled_back_and_a_harmless
         f"({main['before']['output_throughput']:.0f} -> {main['after']['output_throughput']:.0f} output tok/s, "
         f"median TPOT {main['before']['median_tpot_ms']:.2f} -> {main['after']['median_tpot_ms']:.2f} ms, 3 runs a side), lowest capacity "
         f"{probe.worst()}/{len(UNITS)} units; a faster change that lost 4 of 16 requests rolled back in {lossy.seconds:.0f} s; "
+        f"a change that corrupted every reply from its sixth word on rolled back in {corrupt.seconds:.0f} s (probe accuracy "
+        f"{wrong['accuracy'][0]:.1f}% -> {wrong['accuracy'][1]:.1f}%, {wrong['lost']} items lost, {wrong['gained']} gained); "
         f"a harmless change rolled through in {rolled.seconds:.0f} s"
     )
 

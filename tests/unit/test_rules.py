@@ -44,6 +44,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "flag-removed": ({"vllm_args": {"num-scheduler-steps": 15}}, {"vllm_args": {"async-scheduling": True}}),
     "flag-not-boolean": ({"vllm_args": {"max-model-len": True}}, {"vllm_args": {"max-model-len": 4096}}),
     "canary-profile": ({"canary_profile": "seed-001-gpt-oss", "vllm_args": {"max-model-len": 4096}}, {"canary_profile": "latency"}),
+    "canary-probe": (
+        {"canary_probe": str(ROOT / "tests" / "fixtures" / "probe-no-answer.jsonl")},
+        {"canary_probe": str(ROOT / "tests" / "fixtures" / "probe-golden.jsonl")},
+    ),
     "managed-key": ({"vllm_args": {"port": 9000}}, {"vllm_instances": [{"name": "main", "port": 9000}]}),
     "aiter-subflag-inert": (
         {"vllm_env": {"VLLM_ROCM_USE_AITER": "0"}},

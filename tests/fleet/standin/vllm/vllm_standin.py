@@ -33,7 +33,8 @@ server exits, as vLLM does when its engine dies at the first forward pass),
 STANDIN_FAIL_EVERY=N (every Nth streamed completion gets a 500 before it takes a place in
 the batch, so the rest run faster: a configuration that loses requests under load),
 STANDIN_COMPILE_S (a cold start's compile time, skipped on a hit in VLLM_CACHE_ROOT; see
-``compile_or_reuse``), and the
+``compile_or_reuse``), STANDIN_CORRUPT=N (from the Nth word of a reply on, degenerate digits,
+as AITER's fused all-reduce wrote them in ROCm/aiter#4855: see :func:`answer_words`), and the
 speed model's constants (STANDIN_TOKENS_PER_SECOND and the others named in :class:`Engine`).
 """
 
@@ -558,9 +559,86 @@ def rate(name: str, default: float) -> float:
     return max(1e-3, float(os.environ.get(name, default)))
 
 
-def completion_text(prompt: str, max_tokens: int) -> str:
-    words = f"[stand-in for {State.model}] echo: {prompt}".split()
-    return " " + " ".join(words[: max(1, max_tokens)])
+def completion_text(prompt: str, max_tokens: int, config: str | None = None) -> str:
+    """A whole reply: a probe item's answer (``config``: the fingerprint it depends on, computed when not given), or an
+    echo of the prompt."""
+    words = answer_words(prompt, fingerprint() if config is None else config) or f"[stand-in for {State.model}] echo: {prompt}".split()
+    return " " + " ".join(corrupted(words)[: max(1, max_tokens)])
+
+
+# The accuracy probe's items (instinct_fleet/model/probe.py): "Compute <expression>. Reply with ...".
+PROBE_ITEM = re.compile(r"^Compute ([0-9+\-*() ]+)\. Reply with the final result")
+ALWAYS_WRONG = 7  # percent of the items this "model" gets wrong in every configuration
+CONFIG_WRONG = 3  # percent more, drawn again for each configuration (a harmless change flips a few items)
+
+
+def fingerprint() -> str:
+    """The configuration a reply depends on: the serve flags and the engine's environment (not STANDIN_CORRUPT, which
+    stands for a broken kernel, not a setting)."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "STANDIN_")) and k != "STANDIN_CORRUPT"}
+    return json.dumps([State.model, State.args, env], sort_keys=True, default=str)
+
+
+def chance(*parts: str) -> int:
+    """A stable draw in 0..99 from text (sha256: similar prompts draw independently, unlike crc32)."""
+    return int.from_bytes(hashlib.sha256("\0".join(parts).encode()).digest()[:8], "big") % 100
+
+
+def answer_words(prompt: str, config: str) -> list[str]:
+    """A probe item's reply, greedy and imperfect like a model's: right for about 90 items in 100, deterministically
+    per item and configuration (ALWAYS_WRONG, CONFIG_WRONG); a wrong reply is off by a small amount. Empty for any
+    other prompt."""
+    found = PROBE_ITEM.match(prompt)
+    if not found:
+        return []
+    expression = found.group(1)
+    value = evaluate(expression)
+    if chance(prompt) < ALWAYS_WRONG or chance(config, prompt) < CONFIG_WRONG:
+        value += 1 + chance("off by", prompt) % 9
+    return f"Working it out step by step: {expression} comes to {value}. The final result is:\n{value}".split(" ")
+
+
+def evaluate(expression: str) -> int:
+    """The integer value of a probe item's expression (+, -, *, parentheses), without eval."""
+    tokens = re.findall(r"\d+|[-+*()]", expression)
+    position = 0
+
+    def atom() -> int:
+        nonlocal position
+        token = tokens[position]
+        position += 1
+        if token == "(":
+            value = total()
+            position += 1  # ")"
+            return value
+        return int(token)
+
+    def product() -> int:
+        nonlocal position
+        value = atom()
+        while position < len(tokens) and tokens[position] == "*":
+            position += 1
+            value *= atom()
+        return value
+
+    def total() -> int:
+        nonlocal position
+        value = product()
+        while position < len(tokens) and tokens[position] in "+-":
+            sign = tokens[position]
+            position += 1
+            value = value + product() if sign == "+" else value - product()
+        return value
+
+    return total()
+
+
+def corrupted(words: list[str]) -> list[str]:
+    """STANDIN_CORRUPT=N: from the Nth word on, a run of one repeated digit, as a corrupting kernel writes it."""
+    start = int(os.environ.get("STANDIN_CORRUPT", "0") or 0)
+    if start <= 0:
+        return words
+    return words[: start - 1] + ["7" * (1 + i % 3) for i in range(len(words) - start + 1)]
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -677,6 +755,10 @@ class Handler(BaseHTTPRequestHandler):
         else:
             choice = {"index": 0, "message": {"role": "assistant", "content": text.strip()}, "finish_reason": "length"}
             kind = "chat.completion"
+            if body.get("logprobs"):  # vLLM's ChatCompletionLogProbs: one entry per generated token
+                choice["logprobs"] = {
+                    "content": [{"token": w, "logprob": 0.0, "bytes": list(w.encode()), "top_logprobs": []} for w in text.split()]
+                }
         self.reply(
             200,
             {
