@@ -237,7 +237,9 @@ def load(results: Path) -> list[tuple[str, str, dict[str, Any]]]:
         head = data.get("probe") if isinstance(data, dict) else None
         parts = path.relative_to(results).parts
         if not isinstance(head, dict) or not isinstance(head.get("items"), int) or not isinstance(head.get("right"), int) or len(parts) < 3:
-            raise ValueError(f"{path} is not a probe file: expected <host>/<instance>/{PROBE_FILE} with its probe's items and right answers")
+            raise ValueError(
+                f"{path} is not a probe file: expected <host>/<instance>/{PROBE_FILE} with its probe's items and right answers"
+            )
         found.append((parts[-3], parts[-2], data))
     return found
 

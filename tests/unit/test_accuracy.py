@@ -336,7 +336,9 @@ def test_bench_accuracy_stores_each_instance_and_names_a_host_whose_client_faile
     items = probe.builtin()[:3]
     good = f"{accuracy.MARK}\n" + json.dumps([{"text": f"= {i.answer}", "tokens": ["="]} for i in items])
     said: list[str] = []
-    asked = accuracy.ask_all(Probing({"h1": good}), [(spec, spec.serves[0]), (other, other.serves[0])], items, "built-in", tmp_path / "T", said.append)
+    asked = accuracy.ask_all(
+        Probing({"h1": good}), [(spec, spec.serves[0]), (other, other.serves[0])], items, "built-in", tmp_path / "T", said.append
+    )
     by = {a.label: a for a in asked}
     assert by["h1/main"].problem is None and by["h1/main"].path == tmp_path / "T" / "h1" / "main" / accuracy.PROBE_FILE
     assert by["h2/main"].path is None and by["h2/main"].problem == "the probe's client failed: boom on stderr"
@@ -354,3 +356,21 @@ def test_an_interrupted_probe_removes_its_containers(tmp_path: Path) -> None:
         accuracy.ask_all(runner, [(spec, spec.serves[0])], probe.builtin()[:2], "built-in", tmp_path / "T", said.append)
     assert runner.commands[-1] == ("h1", stop_command("T")) and said == ["SIGINT: stopping the probe containers on h1"]
     assert not (tmp_path / "T").exists()
+
+
+def test_the_roll_judges_each_instance_s_answers_after_the_change_and_reports_them() -> None:
+    from instinct_fleet.fleet.roll import Roll, ServingUnit, batches
+
+    fleet = [ServingUnit("a", ("a",), "restart"), ServingUnit("b", ("b",), "restart")]
+    r = Roll(fleet, batches(fleet, 1), 0, canary_rule=canary.Rule(10, {}, 0.001, "proceed", 2.0, 0.01), canary_host="a")
+    right = _answers([True] * 180 + [False] * 20)
+    assert r.probe("a", "before", "main", ITEMS, right) is None  # nothing to compare yet
+    assert r.probe("a", "after", "main", ITEMS, right) is None and r.reasons["a"][-1].startswith(
+        "canary passed: main: probe accuracy 90.0% -> 90.0%"
+    )
+    broken = _answers([False] * 200)
+    r.probe("a", "before", "side", ITEMS, right)
+    problem = r.probe("a", "after", "side", ITEMS, broken)
+    assert problem is not None and problem.startswith("canary regressed: side: probe accuracy 90.0% -> 0.0% (-90.0 points): 180 items")
+    (row, *_) = r.summary({"a": ("main", "side")}, set())
+    assert [v["outcome"] for v in row["accuracy"]] == ["passed", "regressed"] and row["accuracy"][1]["lost"] == 180
