@@ -17,6 +17,11 @@ value per model and sees smaller losses. A loss counts when both hold:
 Beyond the floor but not significant is *inconclusive* (``canary_inconclusive`` decides, as for speed). The
 greedy agreement (items whose first AGREEMENT_TOKENS tokens equal the baseline's) is reported beside it: a
 harmless change of kernels moves a few greedy paths, a corrupting one moves most.
+
+What it costs on an MI300X is its decode: the items in waves of CONCURRENCY, each reply at most
+``canary_probe_max_tokens`` tokens long. gpt-oss-120b ran at a median TPOT of 15.85 ms at concurrency 8 (001:94);
+TPOT grows with the batch, so a wave of 512-token replies takes 8 s or more, and the default probe (7 waves)
+about a minute a side at most (benchmarks/correctness.py computes it).
 """
 
 from __future__ import annotations
