@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from itertools import product
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
@@ -374,3 +375,84 @@ def test_the_roll_judges_each_instance_s_answers_after_the_change_and_reports_th
     assert problem is not None and problem.startswith("canary regressed: side: probe accuracy 90.0% -> 0.0% (-90.0 points): 180 items")
     (row, *_) = r.summary({"a": ("main", "side")}, set())
     assert [v["outcome"] for v in row["accuracy"]] == ["passed", "regressed"] and row["accuracy"][1]["lost"] == 180
+
+
+class CanaryHost:
+    """pyinfra's ``host`` for the canary operation's body: its facts answered from memory, its notes kept."""
+
+    name = "h1"
+    print_prefix = "[h1] "
+
+    def __init__(self, cwd: Path, answers: list[Answer] | None) -> None:
+        self.state = SimpleNamespace(is_executing=True, cwd=str(cwd))
+        self.answers, self.noted = answers, []  # type: ignore[var-annotated]
+        self.run = json.loads((Path(__file__).parents[1] / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json").read_text())
+
+    def get_fact(self, fact: Any, **arguments: Any) -> Any:
+        from instinct_fleet.fleet.measure import BenchRun, ProbeRun
+
+        if fact is BenchRun:
+            return self.run, ""
+        assert fact is ProbeRun and arguments["expected"] == len(ITEMS)
+        return self.answers, "docker: Error response from daemon: no such image"
+
+    def noop(self, message: str) -> None:
+        self.noted.append(message)
+
+
+@pytest.mark.parametrize(
+    ("after", "held"),
+    [
+        (_answers([True] * 180 + [False] * 20), None),
+        (_answers([False] * 200), "canary regressed: main: probe accuracy 90.0% -> 0.0% (-90.0 points): 180 items right before"),
+        (
+            [Answer(error="HTTP 500: engine dead")] * 200,
+            "canary: main: 200 of 200 probe requests failed (the first: HTTP 500: engine dead) after the change",
+        ),
+        (None, "canary: main: the accuracy probe's client failed after the change: docker: Error response from daemon: no such image"),
+        (_answers([True] * 10), "canary: main: the accuracy probe's client failed after the change"),  # 10 answers for 200 items
+    ],
+)
+def test_the_canary_operation_asks_the_probe_after_its_runs_and_holds_what_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, after: list[Answer] | None, held: str | None
+) -> None:
+    from instinct_fleet.fleet import measure
+    from instinct_fleet.fleet.roll import Roll, ServingUnit, batches
+    from instinct_fleet.model import workload
+
+    spec, _ = check({})
+    fleet = [ServingUnit("h1", ("h1",), "restart")]
+    r = Roll(fleet, batches(fleet, 1), 0, canary_rule=canary.Rule(1000, {}, 0.001, "proceed", 2.0, 0.01), canary_host="h1")
+    r.probe("h1", "before", "main", ITEMS, _answers([True] * 180 + [False] * 20))
+    runs = [(job, 0) for job in workload.jobs(spec, spec.serves[0], "latency", None, None)]
+    holds: list[tuple[str, str]] = []
+    fake = CanaryHost(tmp_path, after)
+    monkeypatch.setattr(measure, "host", fake)
+    inner = measure.canary_measured._inner  # type: ignore[attr-defined]
+    commands = list(
+        inner(
+            phase="after",
+            runs=runs,
+            measure=lambda *_: None,
+            hold=lambda h, why: holds.append((h, why)),
+            asks=[("main", "S")],
+            items=ITEMS,
+            probe=r.probe,
+            source="built-in",
+            max_tokens=64,
+        )
+    )
+    assert commands == []  # it changes nothing: judged, held or noted
+    if held is None:
+        assert holds == [] and fake.noted[-1].startswith("canary measured after the change")
+    else:
+        assert len(holds) == 1 and holds[0][0] == "h1" and holds[0][1].startswith(held), holds
+    stored = list(tmp_path.glob("results/*-canary-after/h1/main/probe.json"))
+    assert len(stored) == (0 if after is None or len(after) != len(ITEMS) else 1)
+    if stored:
+        assert json.loads(stored[0].read_text())["probe"] == {
+            "source": "built-in",
+            "items": 200,
+            "right": sum(accuracy.scored(ITEMS, after or [])),
+            "max_tokens": 64,
+        }
