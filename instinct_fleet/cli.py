@@ -556,13 +556,9 @@ def cmd_bench(opts: argparse.Namespace) -> int:
     refused = []
     ready = []
     for job in todo:
-        row = rows[(str(job.spec.host), job.svc.name)]
-        if row.rolling:
-            refused.append(
-                f"{job.label()}: refused, a roll is in progress on {job.spec.host} ({row.rolling}); wait for the deploy, or deploy again if it failed"
-            )
-        elif row.problem():
-            refused.append(f"{job.label()}: refused, the instance is not serving: {row.problem()}")
+        why = _refused(rows[(str(job.spec.host), job.svc.name)])
+        if why:
+            refused.append(f"{job.label()}: refused, {why}")
         else:
             ready.append(job)
     for line in dict.fromkeys(refused):
@@ -584,6 +580,13 @@ def cmd_bench(opts: argparse.Namespace) -> int:
     return EXIT_INVALID if failed or refused else EXIT_OK
 
 
+def _refused(row: status.Row) -> str | None:
+    """Why ``bench`` leaves an instance alone (its status row): a roll in progress on its host, or it is not serving."""
+    if row.rolling:
+        return f"a roll is in progress on {row.host} ({row.rolling}); wait for the deploy, or deploy again if it failed"
+    return f"the instance is not serving: {row.problem()}" if row.problem() else None
+
+
 def _bench_accuracy(opts: argparse.Namespace, specs: list[HostSpec]) -> int:
     """``bench --accuracy``: the accuracy probe alone (the canary's, instinct_fleet/fleet/accuracy.py) on the chosen
     instances, refused as ``bench`` refuses them; answers under ``--output``, read by ``report``."""
@@ -597,8 +600,7 @@ def _bench_accuracy(opts: argparse.Namespace, specs: list[HostSpec]) -> int:
     rows = {(r.host, r.instance): r for r in _read_status(hosts, list({str(s.host): s for s, _ in pairs}.values()))}
     ready = []
     for spec, svc in pairs:
-        row = rows[(str(spec.host), svc.name)]
-        why = f"a roll is in progress on {spec.host} ({row.rolling})" if row.rolling else row.problem()
+        why = _refused(rows[(str(spec.host), svc.name)])
         if why:
             print(f"{spec.host}/{svc.name}: refused, {why}", file=sys.stderr)
         else:

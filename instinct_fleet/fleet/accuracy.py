@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from instinct_fleet.fleet import remote
 from instinct_fleet.model import paths, render
 from instinct_fleet.model.probe import Item
 from instinct_fleet.model.spec import HostSpec, ServiceSpec
@@ -106,13 +107,7 @@ def time_limit(items: int) -> int:
 
 def answers_of(stdout: str) -> list[Answer] | None:
     """The client's answers, one per item asked; None when its output holds none (it failed before answering)."""
-    _, found, text = stdout.rpartition(f"{MARK}\n")
-    if not found:
-        return None
-    try:
-        raw = json.loads(text)
-    except ValueError:
-        return None
+    raw = remote.json_after(stdout, MARK)
     if not isinstance(raw, list) or not all(isinstance(a, dict) for a in raw):
         return None
     return [Answer(str(a.get("text", "")), tuple(str(t) for t in a.get("tokens") or ()), a.get("error")) for a in raw]
@@ -275,8 +270,7 @@ def ask_all(
     """``instinct-fleet bench --accuracy``: ask the probe of every instance in ``todo`` (a host's instances one after
     another, hosts at once, ``hosts``: remote.Hosts), and store each instance's answers under ``out_dir`` as a
     canary stores them; an interrupt removes the probe containers it left on the hosts."""
-    from instinct_fleet.fleet import interrupts
-    from instinct_fleet.fleet.bench import stop_command
+    from instinct_fleet.fleet import bench  # bench reads report, which reads this module
 
     stamp = out_dir.name
     queues: dict[str, list[tuple[HostSpec, ServiceSpec]]] = {}
@@ -296,12 +290,5 @@ def ask_all(
         say(f"    {label}: probe accuracy {head['right'] / head['items'] * 100:.1f}% ({head['right']} of {head['items']} right)")
         return Asked(label, path, failed(answers))
 
-    try:
-        with interrupts.raised_in_main():
-            done = hosts.each(queues, lambda where, pairs: [one(where, spec, svc) for spec, svc in pairs])
-    except interrupts.Interrupted as exc:
-        with interrupts.ignored():
-            say(f"{exc.name}: stopping the probe containers on {', '.join(queues)}")
-            hosts.each(queues, lambda where, _pairs: hosts.run(where, stop_command(stamp), 60))
-        raise
+    done = bench.each_host(hosts, queues, lambda where, pairs: [one(where, spec, svc) for spec, svc in pairs], stamp, say, "probe")
     return [asked for results in done.values() for asked in results]

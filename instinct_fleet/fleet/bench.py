@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from instinct_fleet.fleet import interrupts, report
+from instinct_fleet.fleet import interrupts, remote, report
 from instinct_fleet.model import paths, render
 from instinct_fleet.model.spec import HostSpec
 from instinct_fleet.model.workload import METRIC_PERCENTILES, PERCENTILE_METRICS, Job
@@ -117,13 +117,7 @@ def stop_command(stamp: str) -> str:
 
 def result_of(stdout: str) -> dict[str, Any] | None:
     """vLLM's result JSON, printed after the benchmark's own report and a marker line."""
-    _, found, text = stdout.rpartition(f"\n{RESULT_MARK}\n")
-    if not found:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
+    data = remote.json_after(stdout, RESULT_MARK)
     return data if isinstance(data, dict) else None
 
 
@@ -254,13 +248,22 @@ def run(
 
     beat = gevent.spawn(heartbeat)
     try:
-        with interrupts.raised_in_main():
-            done = hosts.each(queues, queue)
-    except interrupts.Interrupted as exc:
-        with interrupts.ignored():
-            say(f"{exc.name}: stopping the benchmark containers on {', '.join(queues)}")
-            hosts.each(queues, lambda where, _jobs: hosts.run(where, stop_command(stamp), 60))
-        raise
+        done = each_host(hosts, queues, queue, stamp, say, "benchmark")
     finally:
         beat.kill()
     return [o for outcomes in done.values() for o in outcomes]
+
+
+def each_host(
+    hosts: Runner, queues: dict[str, Any], work: Callable[[str, Any], Any], stamp: str, say: Callable[[str], None], what: str
+) -> dict[str, Any]:
+    """``work(host, queue)`` on every host at once (``hosts.each``); on SIGINT or SIGTERM the containers of the run
+    ``stamp`` are removed from every host, since they outlive the command on the host, and the interrupt goes on."""
+    try:
+        with interrupts.raised_in_main():
+            return hosts.each(queues, work)
+    except interrupts.Interrupted as exc:
+        with interrupts.ignored():
+            say(f"{exc.name}: stopping the {what} containers on {', '.join(queues)}")
+            hosts.each(queues, lambda where, _queue: hosts.run(where, stop_command(stamp), 60))
+        raise

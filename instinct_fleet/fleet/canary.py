@@ -81,13 +81,18 @@ class Rule:
     ) -> accuracy.Verdict:
         return accuracy.compare(instance, items, before, after, self.probe_floor, self.probe_alpha)
 
-    def problem(self, found: Comparison | accuracy.Verdict) -> str | None:
-        """Why the canary fails (None: it passes, or is inconclusive and the roll proceeds), on speed or on answers."""
+    def judged(self, found: Comparison | accuracy.Verdict) -> tuple[str | None, str]:
+        """(why the canary fails, None when it passes or is inconclusive and the roll proceeds; the summary's line
+        for a canary that did not fail), on speed or on answers."""
         outcome = found.verdict.outcome if isinstance(found, Comparison) else found.outcome
-        if outcome == "passed" or (outcome == "inconclusive" and self.inconclusive == "proceed"):
-            return None
         evidence = found.evidence() if isinstance(found, Comparison) else f"{found.instance}: {found.evidence()}"
-        return f"canary {outcome}" + (" (canary_inconclusive = rollback)" if outcome == "inconclusive" else "") + f": {evidence}"
+        if outcome == "passed" or (outcome == "inconclusive" and self.inconclusive == "proceed"):
+            return None, f"canary {outcome}" + (", proceeding" if outcome == "inconclusive" else "") + f": {evidence}"
+        return f"canary {outcome}" + (" (canary_inconclusive = rollback)" if outcome == "inconclusive" else "") + f": {evidence}", ""
+
+    def problem(self, found: Comparison | accuracy.Verdict) -> str | None:
+        """Why the canary fails (None: it passes, or is inconclusive and the roll proceeds)."""
+        return self.judged(found)[0]
 
 
 @dataclass(frozen=True)

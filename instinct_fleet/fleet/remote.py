@@ -9,6 +9,7 @@ A host that cannot be reached, or whose command outlives ``timeout``, gives a
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,3 +87,15 @@ class Hosts:
             gevent.killall(list(jobs.values()))
             raise
         return {name: job.value for name, job in jobs.items()}
+
+
+def json_after(stdout: str, mark: str) -> Any:
+    """The JSON a command printed after its last ``mark`` line (a benchmark's result, a probe's answers), whatever it
+    printed before; None when there is no such line or what follows does not parse."""
+    _, found, text = ("\n" + stdout).rpartition(f"\n{mark}\n")
+    if not found:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

@@ -197,15 +197,7 @@ class Roll:
             return None
         found = self.canary_rule.compare(instance, before, runs)
         self.compared.setdefault(host, []).append(found)
-        problem = self.canary_rule.problem(found)
-        if problem is None:
-            self.note(
-                host,
-                f"canary {found.verdict.outcome}"
-                + (", proceeding" if found.verdict.outcome == "inconclusive" else "")
-                + f": {found.evidence()}",
-            )
-        return problem
+        return self._judged(host, found)
 
     def probe(self, host: str, phase: str, instance: str, items: Sequence[Item], answers: list[accuracy.Answer]) -> str | None:
         """Record one instance's probe answers; after the change, why its answers fail the canary (None: they pass,
@@ -216,14 +208,14 @@ class Roll:
             return None
         found = self.canary_rule.compare_answers(instance, items, before, answers)
         self.answered.setdefault(host, []).append(found)
-        problem = self.canary_rule.problem(found)
+        return self._judged(host, found)
+
+    def _judged(self, host: str, found: canary.Comparison | accuracy.Verdict) -> str | None:
+        """Why a canary comparison fails the host's batch, or None with its line noted for the summary."""
+        assert self.canary_rule is not None  # the callers compared with it
+        problem, line = self.canary_rule.judged(found)
         if problem is None:
-            self.note(
-                host,
-                f"canary {found.outcome}"
-                + (", proceeding" if found.outcome == "inconclusive" else "")
-                + f": {instance}: {found.evidence()}",
-            )
+            self.note(host, line)
         return problem
 
     def started(self, host: str, unit: str, start: Startup) -> None:
