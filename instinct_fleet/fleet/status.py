@@ -20,21 +20,21 @@ from typing import Any
 
 from instinct_fleet.converge import health
 from instinct_fleet.converge.preflight import sections
-from instinct_fleet.model import paths, render
+from instinct_fleet.model import knowledge, paths, render
 from instinct_fleet.model.pools import Pool
 from instinct_fleet.model.spec import HostSpec
 
 MARK = "@@instinct-fleet-status "
-# vLLM's own metric names (vllm/v1/metrics/loggers.py). vllm:gpu_cache_usage_perc was renamed
-# vllm:kv_cache_usage_perc in 0.9.1 (vllm-project/vllm#18354) and removed in 0.12 (#29330).
-KV_RENAMED_IN = (0, 9, 1)
+# vLLM's own metric names (vllm/v1/metrics/loggers.py). The KV-cache usage gauge was vllm:gpu_cache_usage_perc
+# until 0.9.1 renamed it (vllm-project/vllm#18354); which one the pinned version has is read from its source.
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
 
-def kv_cache_metric(version: str) -> str:
-    """The KV-cache usage gauge of this vLLM version."""
-    numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
-    return "vllm:kv_cache_usage_perc" if numbers >= KV_RENAMED_IN else "vllm:gpu_cache_usage_perc"
+def kv_cache_metric(table: knowledge.VllmKnowledge | None) -> str | None:
+    """The KV-cache usage gauge the pinned vLLM creates (its extracted ``metrics``); None when its table names neither."""
+    metrics = table.metrics if table is not None else {}
+    return next((name for name in KV_CACHE if metrics.get(name) == "gauge"), None)
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def script(spec: HostSpec) -> str:
     parts = [f"printf '{MARK}roll\\n'; cat {paths.ROLL_MARKER} 2>/dev/null; true"]
     for svc in spec.serves:
         unit = paths.vllm_unit(svc.name)
-        metrics = "|".join(re.escape(m) for m in (RUNNING, WAITING, kv_cache_metric(svc.version)))
+        metrics = "|".join(re.escape(m) for m in (RUNNING, WAITING, kv_cache_metric(svc.table)) if m is not None)
         parts.append(
             f"printf '{MARK}instance {unit}\\n'; systemctl show -p ActiveState --value {unit}.service; "
             f"if {health.serving(svc.port, render.served_model(svc), spec.vars.vllm_api_key_path, generates=render.generates(svc))}; then echo 'health ok'; "
@@ -161,7 +161,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
                 port=svc.port,
                 running=_metric(lines, RUNNING, sum),
                 waiting=_metric(lines, WAITING, sum),
-                kv_cache=_metric(lines, kv_cache_metric(svc.version), max),
+                kv_cache=_metric(lines, kv, max) if (kv := kv_cache_metric(svc.table)) else None,
                 rolling=rolling,
                 compile_cache=int(cache) if cache.isdigit() else None,
             )

@@ -731,6 +731,28 @@ def startup_log(modules: dict[str, str]) -> dict[str, list[str]]:
     return {phase: formats for phase, formats in found.items() if formats}
 
 
+# The Prometheus metric constructors of vLLM's V1 loggers (vllm/v1/metrics/loggers.py: ``self._gauge_cls(name=...)``,
+# prometheus_client's classes behind them) and the kind each makes.
+METRIC_KINDS = {"_gauge_cls": "gauge", "_counter_cls": "counter", "_histogram_cls": "histogram"}
+
+
+def prometheus_metrics(modules: dict[str, str]) -> dict[str, str]:
+    """Every ``vllm:`` metric this version's V1 metrics modules create, with its kind (gauge, counter, histogram), as
+    written in the source: prometheus_client exposes a counter with ``_total`` added and a histogram as ``_bucket``,
+    ``_count`` and ``_sum`` series."""
+    found: dict[str, str] = {}
+    for path in sorted(p for p in modules if p.startswith("vllm/v1/metrics/")):
+        if "_cls(" not in modules[path]:
+            continue
+        for node in ast.walk(ast.parse(modules[path])):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in METRIC_KINDS):
+                continue
+            name = next((k.value for k in node.keywords if k.arg == "name"), None)
+            if isinstance(name, ast.Constant) and isinstance(name.value, str) and name.value.startswith("vllm:"):
+                found[name.value] = METRIC_KINDS[node.func.attr]
+    return dict(sorted(found.items()))
+
+
 EXCLUSIVE = re.compile(r"^(\w+) and (\w+)\.(\w+) are mutually exclusive$")
 EXCLUSIVE_KEYS = re.compile(r"^\{\.\.\.\} and (--[\w-]+)\['\{\.\.\.\}'\] are mutually exclusive$")
 
@@ -878,6 +900,7 @@ def extract(wheel: Path) -> dict[str, object]:
             ],
             "scheduler_defaults": scheduler_defaults(modules["vllm/engine/arg_utils.py"]),
             "startup_log": startup_log(modules),
+            "metrics": prometheus_metrics(modules),
         }
 
 

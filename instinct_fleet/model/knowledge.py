@@ -153,6 +153,7 @@ class VllmKnowledge:
     exclusive: tuple[Exclusive, ...]
     scheduler_defaults: SchedulerDefaults | None
     startup_log: dict[str, tuple[str, ...]]  # phase -> the logger format strings vLLM writes for it
+    metrics: dict[str, str]  # every vllm: Prometheus metric its V1 loggers create -> gauge, counter or histogram
 
     def canonical_flag(self, name: str) -> str | None:
         """Return the long flag name (without dashes) for ``name``, or None if unknown.
@@ -290,6 +291,7 @@ def from_json(data: dict[str, Any]) -> VllmKnowledge:
         exclusive=tuple(Exclusive(**e) for e in data["exclusive"]),
         scheduler_defaults=_scheduler_defaults(data["scheduler_defaults"]),
         startup_log={phase: tuple(formats) for phase, formats in data["startup_log"].items()},
+        metrics=dict(data.get("metrics", {})),  # a project's table extracted before metrics were read has none
     )
 
 

@@ -212,6 +212,18 @@ def _script() -> ModuleType:
     return module
 
 
+# vLLM's V1 Prometheus logger as it creates its metrics (vllm/v1/metrics/loggers.py), and a name built at run time.
+LOGGERS = """
+class PrometheusStatLogger:
+    def __init__(self, labelnames):
+        running = self._gauge_cls(name="vllm:num_requests_running", documentation="...", labelnames=labelnames)
+        tokens = self._counter_cls(name="vllm:generation_tokens", documentation="...", labelnames=labelnames)
+        steps = self._histogram_cls(name="vllm:iteration_tokens_total", buckets=[1, 8], labelnames=labelnames)
+        other = self._gauge_cls(name=f"vllm:{labelnames[0]}", documentation="...")
+        foreign = self._counter_cls(name="ray_serve:requests", documentation="...")
+"""
+
+
 def synthetic_wheel(directory: Path, version: str = "9.9.9") -> Path:
     """A small vLLM wheel: the source files the extractor reads, and the metadata pip reads when it downloads one."""
     wheel = directory / f"vllm-{version}-cp38-abi3-manylinux_2_28_x86_64.whl"
@@ -221,6 +233,7 @@ def synthetic_wheel(directory: Path, version: str = "9.9.9") -> Path:
         zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\nTag: cp38-abi3-manylinux_2_28_x86_64\n")
         zf.writestr(f"{info}/RECORD", "")
         zf.writestr("vllm/envs.py", ENVS)
+        zf.writestr("vllm/v1/metrics/loggers.py", LOGGERS)
         zf.writestr("vllm/config/cache.py", CONFIG)
         zf.writestr("vllm/config/attention.py", REGISTRY)
         zf.writestr("vllm/_aiter_ops.py", AITER_OPS)
@@ -309,6 +322,12 @@ def test_extractor_on_a_synthetic_wheel(tmp_path: Path) -> None:
     assert data["mx_architectures"] == ["gfx95"]
     # A check is carried where the source raises its message: the concatenated f-string is matched, at its line.
     assert data["startup_checks"] == {"scheduler-batched-below-seqs": "vllm/config/scheduler.py:9"}
+    # The metrics as the source creates them, with their kinds; a name built at run time or not vllm's is not one.
+    assert data["metrics"] == {
+        "vllm:generation_tokens": "counter",
+        "vllm:iteration_tokens_total": "histogram",
+        "vllm:num_requests_running": "gauge",
+    }
 
 
 def test_start_up_checks_are_written_once_for_every_anchor() -> None:

@@ -25,13 +25,24 @@ from instinct_fleet.model.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
 from . import test_preflight as pf
 from .conftest import check, check_cluster, rules_of
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json"
 
 
-def test_kv_cache_metric_follows_the_version() -> None:
-    assert status.kv_cache_metric("0.22.0") == "vllm:kv_cache_usage_perc"
-    assert status.kv_cache_metric("0.9.1") == "vllm:kv_cache_usage_perc"
-    assert status.kv_cache_metric("0.8.5") == "vllm:gpu_cache_usage_perc"
+def test_the_metrics_status_reads_are_the_pinned_vllms() -> None:
+    """Read from each shipped version's source (extract.prometheus_metrics), not from memory: a table without the
+    renamed gauge gives the old one, one without either gives none (status shows no KV figure)."""
+    import dataclasses
+
+    from instinct_fleet.model import knowledge
+
+    for version in knowledge.supported_versions():
+        table = knowledge.load(version)
+        assert table.metrics[status.RUNNING] == table.metrics[status.WAITING] == "gauge", version
+        assert status.kv_cache_metric(table) == "vllm:kv_cache_usage_perc", version
+    old = dataclasses.replace(table, metrics={"vllm:gpu_cache_usage_perc": "gauge", status.RUNNING: "gauge"})
+    assert status.kv_cache_metric(old) == "vllm:gpu_cache_usage_perc"
+    assert status.kv_cache_metric(dataclasses.replace(table, metrics={})) is None and status.kv_cache_metric(None) is None
 
 
 def host_output(*sections: tuple[str, list[str]]) -> str:
@@ -332,3 +343,37 @@ def test_the_warm_up_runs_first_and_a_failed_one_ends_the_command_with_its_outpu
     else:
         assert done.returncode == 0 and log.read_text().split() == ["8", "16"], done.stderr
         assert "nobody should see" not in done.stdout and bench.result_of(done.stdout) == {"output_throughput": 700.0, "completed": 16}
+
+
+def test_the_stand_in_exposes_only_metrics_the_pinned_vllm_creates_and_of_their_kind() -> None:
+    """The fleet's stand-in stands for vLLM's /metrics in every end-to-end test (status, Prometheus, the router):
+    each series it types is one vLLM's source creates (a counter exposed with ``_total``, as prometheus_client does)."""
+    from unittest import mock
+
+    from instinct_fleet.model import knowledge
+
+    from . import consumers
+
+    module = consumers.standin()
+    with mock.patch.object(module.State, "args", {}), mock.patch.object(module.State, "served", "m"):
+        text = module.metrics_text()
+    typed = [line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE ")]
+    table = knowledge.load(consumers.STANDIN_VERSION).metrics
+    assert len(typed) >= 8
+    for name, kind in typed:
+        source = name.removesuffix("_total") if kind == "counter" else name
+        assert table.get(source) == kind, (name, kind, table.get(source))
+
+
+def test_the_readme_counts_each_versions_metrics_as_its_table_has_them() -> None:
+    from collections import Counter
+
+    from instinct_fleet.model import knowledge
+
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| Prometheus metrics"))
+    written = [cell.strip() for cell in row.strip("|").split("|")[2:]]
+    counted = []
+    for version in knowledge.supported_versions():
+        kinds = Counter(knowledge.load(version).metrics.values())
+        counted.append(f"{kinds['gauge']} / {kinds['counter']} / {kinds['histogram']}")
+    assert written == counted
