@@ -298,10 +298,11 @@ canary_probe_size = 200
 # whatever its significance.
 canary_probe_floor = 2.0
 
-# Significance level of the probe's paired test: an exact one-sided McNemar test on the items
-# right before and wrong after against the reverse. A loss beyond the floor but not significant
-# is inconclusive (`canary_inconclusive`).
-canary_probe_alpha = 0.01
+# Significance level of the probe's paired test for the whole canary, split evenly over its
+# instances (Bonferroni: each of two instances is judged at half of it): an exact one-sided
+# McNemar test on the items right before and wrong after against the reverse. A loss beyond the
+# floor but not significant is inconclusive (`canary_inconclusive`).
+canary_probe_alpha = 0.001
 
 # `max_tokens` of each probe request: enough for the model to reach its final number (a
 # reasoning model thinks first); a reply cut short is simply wrong on both sides.

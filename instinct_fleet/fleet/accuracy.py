@@ -12,7 +12,8 @@ value per model and sees smaller losses. A loss counts when both hold:
 
 - the accuracy fell by more than ``canary_probe_floor`` points;
 - an exact one-sided McNemar test on the discordant items (right before and wrong after, against the reverse) is
-  below ``canary_probe_alpha``: under no change each discordant item is as likely to go either way.
+  below ``canary_probe_alpha`` split over the canary's instances (Bonferroni): under no change each discordant
+  item is as likely to go either way, and the canary as a whole raises a false alarm at most that often.
 
 Beyond the floor but not significant is *inconclusive* (``canary_inconclusive`` decides, as for speed). The
 greedy agreement (items whose first AGREEMENT_TOKENS tokens equal the baseline's) is reported beside it: a

@@ -60,7 +60,7 @@ class Rule:
     alpha: float  # canary_alpha
     inconclusive: Literal["proceed", "rollback"]  # canary_inconclusive
     probe_floor: float = 2.0  # canary_probe_floor
-    probe_alpha: float = 0.01  # canary_probe_alpha
+    probe_alpha: float = 0.001  # canary_probe_alpha
 
     @classmethod
     def of(cls, v: FleetVars) -> Rule:
@@ -77,9 +77,16 @@ class Rule:
         return Comparison(instance, noise.compare(before, after, self.limit, self.floors, self.alpha))
 
     def compare_answers(
-        self, instance: str, items: Sequence[probe.Item], before: Sequence[accuracy.Answer], after: Sequence[accuracy.Answer]
+        self,
+        instance: str,
+        items: Sequence[probe.Item],
+        before: Sequence[accuracy.Answer],
+        after: Sequence[accuracy.Answer],
+        instances: int,
     ) -> accuracy.Verdict:
-        return accuracy.compare(instance, items, before, after, self.probe_floor, self.probe_alpha)
+        """The paired verdict on one of the canary's ``instances``: each is judged at ``probe_alpha / instances``, so
+        that the canary as a whole raises a false alarm at most ``probe_alpha`` of the time (Bonferroni)."""
+        return accuracy.compare(instance, items, before, after, self.probe_floor, self.probe_alpha / max(1, instances))
 
     def judged(self, found: Comparison | accuracy.Verdict) -> tuple[str | None, str]:
         """(why the canary fails, None when it passes or is inconclusive and the roll proceeds; the summary's line

@@ -40,7 +40,7 @@ def canary_measured(
     hold: Callable[[str, str], None] | None = None,
     asks: Sequence[tuple[str, str]] = (),
     items: Sequence[Item] = (),
-    probe: Callable[[str, str, str, Sequence[Item], list[accuracy.Answer]], str | None] | None = None,
+    probe: Callable[[str, str, str, Sequence[Item], list[accuracy.Answer], int], str | None] | None = None,
     source: str = "",
     max_tokens: int = 0,
 ) -> Generator[str, None, None]:
@@ -82,7 +82,7 @@ def canary_measured(
             problem = f"canary: {instance}: {wrong} {phase} the change (the answers are kept in {saved})"
             break
         assert probe is not None
-        problem = probe(host.name, phase, instance, items, answers)
+        problem = probe(host.name, phase, instance, items, answers, len(asks))
         if problem is not None:
             break
     if problem is None:

@@ -199,14 +199,16 @@ class Roll:
         self.compared.setdefault(host, []).append(found)
         return self._judged(host, found)
 
-    def probe(self, host: str, phase: str, instance: str, items: Sequence[Item], answers: list[accuracy.Answer]) -> str | None:
+    def probe(
+        self, host: str, phase: str, instance: str, items: Sequence[Item], answers: list[accuracy.Answer], instances: int = 1
+    ) -> str | None:
         """Record one instance's probe answers; after the change, why its answers fail the canary (None: they pass,
-        or are inconclusive and the roll proceeds, which the summary says)."""
+        or are inconclusive and the roll proceeds, which the summary says). ``instances``: how many the canary judges."""
         self.probed.setdefault((host, instance), {})[phase] = answers
         before = self.probed[(host, instance)].get("before")
         if phase != "after" or before is None or self.canary_rule is None:
             return None
-        found = self.canary_rule.compare_answers(instance, items, before, answers)
+        found = self.canary_rule.compare_answers(instance, items, before, answers, instances)
         self.answered.setdefault(host, []).append(found)
         return self._judged(host, found)
 

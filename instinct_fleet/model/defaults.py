@@ -652,8 +652,8 @@ class FleetVars(_Strict):
         description="Points of accuracy (percent of the items) the probe may lose before the loss can count, whatever its significance.",
     )
     canary_probe_alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
-        default=0.01,
-        description="Significance level of the probe's paired test: an exact one-sided McNemar test on the items right before and wrong after against the reverse. A loss beyond the floor but not significant is inconclusive (`canary_inconclusive`).",
+        default=0.001,
+        description="Significance level of the probe's paired test for the whole canary, split evenly over its instances (Bonferroni: each of two instances is judged at half of it): an exact one-sided McNemar test on the items right before and wrong after against the reverse. A loss beyond the floor but not significant is inconclusive (`canary_inconclusive`).",
     )
     canary_probe_max_tokens: Annotated[StrictInt, Field(ge=1)] = Field(
         default=512,
