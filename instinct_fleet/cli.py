@@ -608,14 +608,10 @@ def _bench_accuracy(opts: argparse.Namespace, specs: list[HostSpec]) -> int:
     if not ready:
         print("nothing to probe", file=sys.stderr)
         return EXIT_INVALID
-    v = ready[0][0].vars  # canary_probe and its size: one value for the fleet (rolling-fleet)
-    items, _ = probe.items(ready[0][0].local(v.canary_probe) if v.canary_probe else None, v.canary_probe_size)  # validated
+    items, source, _ = probe.of(ready[0][0])  # validated; canary_probe and its size are one value for the fleet
     out_dir = Path(opts.output) / (datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-probe")
-    print(
-        f"asking the accuracy probe ({len(items)} items, {v.canary_probe or 'built-in'}) of {len(ready)} instance(s); answers in {out_dir}",
-        flush=True,
-    )
-    asked = accuracy.ask_all(hosts, ready, items, v.canary_probe or "built-in", out_dir, lambda line: print(line, flush=True))
+    print(f"asking the accuracy probe ({len(items)} items, {source}) of {len(ready)} instance(s); answers in {out_dir}", flush=True)
+    asked = accuracy.ask_all(hosts, ready, items, source, out_dir, lambda line: print(line, flush=True))
     for a in asked:
         if a.problem:
             print(f"{a.label}: {a.problem}", file=sys.stderr)

@@ -79,7 +79,7 @@ def _canary(plan: HostPlan, fleet: FleetPlan, phase: str, gate: Callable[[], boo
     assert profile is not None  # validate_canary and plan_roll: a canary host has a profile
     runs = [run for svc in plan.serves for run in canary.runs(plan.spec, svc, profile)]
     v = plan.spec.vars
-    items, _ = probe.items(plan.spec.local(v.canary_probe) if v.canary_probe else None, v.canary_probe_size)  # validated
+    items, source, _ = probe.of(plan.spec)  # validated
     asks = [(svc.name, accuracy.command(plan.spec, svc, items, canary.stamp(phase))) for svc in plan.serves] if v.canary_accuracy else []
     measure.canary_measured(
         name=f"Canary: {profile} {phase} the change" + (", and the accuracy probe" if asks else ""),
@@ -90,7 +90,7 @@ def _canary(plan: HostPlan, fleet: FleetPlan, phase: str, gate: Callable[[], boo
         asks=asks,
         items=items,
         probe=fleet.roll.probe,
-        source=v.canary_probe or "built-in",
+        source=source,
         max_tokens=v.canary_probe_max_tokens,
         _if=gate,
         _timeout=workload.time_limit([job for job, _ in runs]) * len(runs) + accuracy.time_limit(len(items)) * len(asks),

@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from instinct_fleet.model.spec import HostSpec
 
 BUILTIN_SIZE = 250  # items of the built-in set; canary_probe_size asks the first of them
 BUILTIN_SEED = 20261127  # the generator's seed: the set is the same on every machine and release
@@ -130,6 +134,14 @@ def _item(record: object) -> tuple[Item | None, str | None]:
 
 
 def items(source: Path | None, size: int) -> tuple[tuple[Item, ...], str | None]:
-    """The probe a canary asks: the first ``size`` items of ``source`` (a team's file) or of the built-in set."""
+    """The first ``size`` items of ``source`` (a team's file) or of the built-in set, and what is wrong with the file."""
     found, wrong = read(source) if source is not None else (builtin(), None)
     return found[:size], wrong
+
+
+def of(spec: HostSpec) -> tuple[tuple[Item, ...], str, str | None]:
+    """The probe the host's canary and ``bench --accuracy`` ask: its items (``canary_probe_size`` of ``canary_probe``,
+    a path of the project), where they come from, and what is wrong with the file (validation refuses it)."""
+    v = spec.vars
+    found, wrong = items(spec.local(v.canary_probe) if v.canary_probe else None, v.canary_probe_size)
+    return found, v.canary_probe or "built-in", wrong

@@ -561,10 +561,9 @@ def validate_canary(spec: HostSpec) -> list[Finding]:
             workload.jobs(spec, svc, str(name), None, None)
     except workload.BenchRequestError as exc:
         found.append(finding("canary-profile", spec.host, "canary_profile", str(exc)))
-    if spec.vars.canary_probe is not None:
-        _, wrong = probe.items(spec.local(spec.vars.canary_probe), spec.vars.canary_probe_size)
-        if wrong is not None:
-            found.append(finding("canary-probe", spec.host, "canary_probe", wrong))
+    _, _, wrong = probe.of(spec)
+    if wrong is not None:
+        found.append(finding("canary-probe", spec.host, "canary_probe", wrong))
     return found
 
 
