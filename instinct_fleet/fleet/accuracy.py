@@ -199,7 +199,7 @@ def compare(instance: str, items: Sequence[Item], before: Sequence[Answer], afte
         right_after=sum(now),
         lost=sum(1 for w, n in zip(was, now, strict=True) if w and not n),
         gained=sum(1 for w, n in zip(was, now, strict=True) if n and not w),
-        agreed=sum(1 for b, a in zip(before, after, strict=True) if b.tokens == a.tokens),
+        agreed=sum(1 for b, a in zip(before, after, strict=True) if b.tokens and b.tokens == a.tokens),  # no tokens: no evidence
         floor=floor,
         alpha=alpha,
     )

@@ -161,6 +161,8 @@ def test_the_verdict_is_paired_and_needs_both_the_floor_and_the_test() -> None:
     swapped = accuracy.compare("main", ITEMS, _answers(before), _answers(moved), 2.0, 0.01)
     assert (swapped.lost, swapped.gained) == (10, 10)
     assert swapped.outcome == "passed" and swapped.agreed == 200
+    tokenless = [Answer(a.text) for a in _answers(before)]  # a server that sent no logprobs agrees on nothing
+    assert accuracy.compare("main", ITEMS, tokenless, tokenless, 2.0, 0.01).agreed == 0
     # 3 items lost of 200 (1.5 points) is within the floor, 6 lost (3 points, p=0.016) beyond it but not significant.
     assert (
         accuracy.compare(
