@@ -590,7 +590,6 @@ def _refused(row: status.Row) -> str | None:
 def _bench_accuracy(opts: argparse.Namespace, specs: list[HostSpec]) -> int:
     """``bench --accuracy``: the accuracy probe alone (the canary's, instinct_fleet/fleet/accuracy.py) on the chosen
     instances, refused as ``bench`` refuses them; answers under ``--output``, read by ``report``."""
-    from instinct_fleet.fleet import accuracy
     from instinct_fleet.model import probe
 
     pairs = [(spec, svc) for spec in specs for svc in spec.serves if not opts.instance or fnmatch.fnmatch(svc.name, opts.instance)]
@@ -611,7 +610,7 @@ def _bench_accuracy(opts: argparse.Namespace, specs: list[HostSpec]) -> int:
     items, source, _ = probe.of(ready[0][0])  # validated; canary_probe and its size are one value for the fleet
     out_dir = Path(opts.output) / (datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-probe")
     print(f"asking the accuracy probe ({len(items)} items, {source}) of {len(ready)} instance(s); answers in {out_dir}", flush=True)
-    asked = accuracy.ask_all(hosts, ready, items, source, out_dir, lambda line: print(line, flush=True))
+    asked = bench.probe_all(hosts, ready, items, source, out_dir, lambda line: print(line, flush=True))
     for a in asked:
         if a.problem:
             print(f"{a.label}: {a.problem}", file=sys.stderr)

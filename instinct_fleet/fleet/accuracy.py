@@ -1,6 +1,6 @@
 """The accuracy probe asked of a live instance, and the paired verdict on its answers before and after a change.
 
-How it asks: from the instance's own image on its host (as ``bench`` runs ``vllm bench serve``), a stdlib client
+How it asks (bench.probe_command): from the instance's own image on its host (as ``bench`` runs ``vllm bench serve``), a stdlib client
 sends every item of the probe (instinct_fleet/model/probe.py) to ``/v1/chat/completions`` at once, CONCURRENCY at a
 time, greedy: temperature 0, seed 0, ``max_tokens`` bounded (``canary_probe_max_tokens``), with the first tokens'
 logprobs so that the replies can be compared token by token. The prompts travel in the command (compressed), so
@@ -27,20 +27,15 @@ about a minute a side at most (benchmarks/correctness.py computes it).
 
 from __future__ import annotations
 
-import base64
 import json
 import math
-import shlex
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from instinct_fleet.fleet import remote
-from instinct_fleet.model import paths, render
 from instinct_fleet.model.probe import Item
-from instinct_fleet.model.spec import HostSpec, ServiceSpec
 
 CONCURRENCY = 32  # probe requests in flight at once
 AGREEMENT_TOKENS = 32  # the greedy agreement compares this many first tokens of each reply
@@ -84,21 +79,6 @@ class Answer:
     text: str = ""
     tokens: tuple[str, ...] = ()
     error: str | None = None
-
-
-def command(spec: HostSpec, svc: ServiceSpec, items: Sequence[Item], stamp: str) -> str:
-    """The shell command, on the instance's host, that asks it every item and prints the answers after MARK."""
-    from instinct_fleet.fleet.bench import LABEL  # bench reads report, which reads this module
-
-    q = shlex.quote
-    payload = base64.b64encode(zlib.compress(json.dumps([i.prompt for i in items]).encode(), 9)).decode()
-    args = [CLIENT, f"http://{paths.host_port('127.0.0.1', svc.port)}", render.served_model(svc)]
-    args += [str(spec.vars.canary_probe_max_tokens), str(CONCURRENCY)]
-    entrypoint, wrapped, mounts = render.with_api_key("python3", ["-c", *args], spec.vars.vllm_api_key_path, variable="OPENAI_API_KEY")
-    argv = [paths.DOCKER, "run", "--rm", "-i", "--label", f"{LABEL}={stamp}", "--network", "host"]
-    argv += [part for mount in mounts for part in ("-v", mount)]
-    argv += ["--entrypoint", entrypoint, svc.image, *wrapped]
-    return " ".join(q(a) for a in argv) + f" <<'PROBE'\n{payload}\nPROBE\n"  # a line of its own after the end mark
 
 
 def time_limit(items: int) -> int:
@@ -254,42 +234,3 @@ def rows(found: list[tuple[str, str, dict[str, Any]]]) -> list[list[str]]:
         share = head["right"] / head["items"] * 100 if head["items"] else 0.0
         table.append([host, instance, str(head["items"]), str(head["right"]), f"{share:.1f}%", str(failed), str(head.get("source", ""))])
     return table
-
-
-@dataclass(frozen=True)
-class Asked:
-    """One instance's probe in ``bench --accuracy``: where its answers went, or why there are none."""
-
-    label: str
-    path: Path | None
-    problem: str | None
-
-
-def ask_all(
-    hosts: Any, todo: Sequence[tuple[HostSpec, ServiceSpec]], items: Sequence[Item], source: str, out_dir: Path, say: Any
-) -> list[Asked]:
-    """``instinct-fleet bench --accuracy``: ask the probe of every instance in ``todo`` (a host's instances one after
-    another, hosts at once, ``hosts``: remote.Hosts), and store each instance's answers under ``out_dir`` as a
-    canary stores them; an interrupt removes the probe containers it left on the hosts."""
-    from instinct_fleet.fleet import bench  # bench reads report, which reads this module
-
-    stamp = out_dir.name
-    queues: dict[str, list[tuple[HostSpec, ServiceSpec]]] = {}
-    for spec, svc in todo:
-        queues.setdefault(str(spec.host), []).append((spec, svc))
-
-    def one(where: str, spec: HostSpec, svc: ServiceSpec) -> Asked:
-        label = f"{where}/{svc.name}"
-        ran = hosts.run(where, command(spec, svc, items, stamp), time_limit(len(items)))
-        answers = answers_of(ran.stdout) if ran.ok else None
-        if answers is None or len(answers) != len(items):
-            detail = ran.error or " | ".join((ran.stderr or ran.stdout).strip().splitlines()[-3:])
-            return Asked(label, None, f"the probe's client failed: {detail}")
-        data = record(items, answers, source, spec.vars.canary_probe_max_tokens)
-        path = save(out_dir / where / svc.name, data)
-        head = data["probe"]
-        say(f"    {label}: probe accuracy {head['right'] / head['items'] * 100:.1f}% ({head['right']} of {head['items']} right)")
-        return Asked(label, path, failed(answers))
-
-    done = bench.each_host(hosts, queues, lambda where, pairs: [one(where, spec, svc) for spec, svc in pairs], stamp, say, "probe")
-    return [asked for results in done.values() for asked in results]

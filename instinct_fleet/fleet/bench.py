@@ -17,18 +17,21 @@ configuration the instance ran. ``instinct-fleet report`` reads that tree.
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from instinct_fleet.fleet import interrupts, remote, report
+from instinct_fleet.fleet import accuracy, interrupts, remote, report
 from instinct_fleet.model import paths, render
-from instinct_fleet.model.spec import HostSpec
+from instinct_fleet.model.probe import Item
+from instinct_fleet.model.spec import HostSpec, ServiceSpec
 from instinct_fleet.model.workload import METRIC_PERCENTILES, PERCENTILE_METRICS, Job
 
 RESULT_MARK = "@@instinct-fleet-bench-result"
@@ -267,3 +270,59 @@ def each_host(
             say(f"{exc.name}: stopping the {what} containers on {', '.join(queues)}")
             hosts.each(queues, lambda where, _queue: hosts.run(where, stop_command(stamp), 60))
         raise
+
+
+def probe_command(spec: HostSpec, svc: ServiceSpec, items: Sequence[Item], stamp: str) -> str:
+    """The shell command, on the instance's host, that asks it the accuracy probe (instinct_fleet/fleet/accuracy.py's
+    client, from the instance's own image, as a benchmark runs) and prints the answers after accuracy.MARK."""
+    q = shlex.quote
+    payload = base64.b64encode(zlib.compress(json.dumps([i.prompt for i in items]).encode(), 9)).decode()
+    args = [accuracy.CLIENT, f"http://{paths.host_port('127.0.0.1', svc.port)}", render.served_model(svc)]
+    args += [str(spec.vars.canary_probe_max_tokens), str(accuracy.CONCURRENCY)]
+    entrypoint, wrapped, mounts = render.with_api_key("python3", ["-c", *args], spec.vars.vllm_api_key_path, variable="OPENAI_API_KEY")
+    argv = [paths.DOCKER, "run", "--rm", "-i", "--label", f"{LABEL}={stamp}", "--network", "host"]
+    argv += [part for mount in mounts for part in ("-v", mount)]
+    argv += ["--entrypoint", entrypoint, svc.image, *wrapped]
+    return " ".join(q(a) for a in argv) + f" <<'PROBE'\n{payload}\nPROBE\n"  # a line of its own after the end mark
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One instance's probe in ``bench --accuracy``: where its answers went, or why there are none."""
+
+    label: str
+    path: Path | None
+    problem: str | None
+
+
+def probe_all(
+    hosts: Runner,
+    todo: Sequence[tuple[HostSpec, ServiceSpec]],
+    items: Sequence[Item],
+    source: str,
+    out_dir: Path,
+    say: Callable[[str], None],
+) -> list[Asked]:
+    """``instinct-fleet bench --accuracy``: ask the probe of every instance in ``todo`` (a host's instances one after
+    another, hosts at once), and store each instance's answers under ``out_dir`` as a canary stores them; an
+    interrupt removes the probe containers it left on the hosts."""
+    stamp = out_dir.name
+    queues: dict[str, list[tuple[HostSpec, ServiceSpec]]] = {}
+    for spec, svc in todo:
+        queues.setdefault(str(spec.host), []).append((spec, svc))
+
+    def one(where: str, spec: HostSpec, svc: ServiceSpec) -> Asked:
+        label = f"{where}/{svc.name}"
+        ran = hosts.run(where, probe_command(spec, svc, items, stamp), accuracy.time_limit(len(items)))
+        answers = accuracy.answers_of(ran.stdout) if ran.ok else None
+        if answers is None or len(answers) != len(items):
+            detail = ran.error or " | ".join((ran.stderr or ran.stdout).strip().splitlines()[-3:])
+            return Asked(label, None, f"the probe's client failed: {detail}")
+        data = accuracy.record(items, answers, source, spec.vars.canary_probe_max_tokens)
+        path = accuracy.save(out_dir / where / svc.name, data)
+        head = data["probe"]
+        say(f"    {label}: probe accuracy {head['right'] / head['items'] * 100:.1f}% ({head['right']} of {head['items']} right)")
+        return Asked(label, path, accuracy.failed(answers))
+
+    done = each_host(hosts, queues, lambda where, pairs: [one(where, spec, svc) for spec, svc in pairs], stamp, say, "probe")
+    return [asked for results in done.values() for asked in results]

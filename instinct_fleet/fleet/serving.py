@@ -19,7 +19,7 @@ from pyinfra.operations.util import any_changed
 
 from instinct_fleet.converge import apply, health, operations
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet import accuracy, canary, measure, spread
+from instinct_fleet.fleet import accuracy, bench, canary, measure, spread
 from instinct_fleet.fleet.run import FleetPlan
 from instinct_fleet.model import paths, probe, workload
 from instinct_fleet.model.defaults import Hook
@@ -80,7 +80,7 @@ def _canary(plan: HostPlan, fleet: FleetPlan, phase: str, gate: Callable[[], boo
     runs = [run for svc in plan.serves for run in canary.runs(plan.spec, svc, profile)]
     v = plan.spec.vars
     items, source, _ = probe.of(plan.spec)  # validated
-    asks = [(svc.name, accuracy.command(plan.spec, svc, items, canary.stamp(phase))) for svc in plan.serves] if v.canary_accuracy else []
+    asks = [(svc.name, bench.probe_command(plan.spec, svc, items, canary.stamp(phase))) for svc in plan.serves] if v.canary_accuracy else []
     measure.canary_measured(
         name=f"Canary: {profile} {phase} the change" + (", and the accuracy probe" if asks else ""),
         phase=phase,

@@ -19,7 +19,7 @@ from unittest import mock
 
 import pytest
 
-from instinct_fleet.fleet import accuracy, canary
+from instinct_fleet.fleet import accuracy, bench, canary
 from instinct_fleet.fleet.accuracy import Answer
 from instinct_fleet.model import probe
 
@@ -287,7 +287,7 @@ def test_the_client_asks_every_item_greedily_and_reads_content_and_tokens(standi
 def test_the_command_carries_the_prompts_in_a_heredoc_that_a_shell_reads_whole() -> None:
     spec, _ = check({"vllm_api_key_path": "/etc/instinct-fleet/api-key"})
     items = probe.builtin()
-    script = accuracy.command(spec, spec.serves[0], items, "T")
+    script = bench.probe_command(spec, spec.serves[0], items, "T")
     fake = "docker() { cat > /dev/null; printf '%s\\n' \"$@\" | grep -c . ; }; "
     wrapped = f": probe; ( {script.replace('/usr/bin/docker', 'docker', 1)} ) 2>&1; true"
     done = subprocess.run(["sh", "-c", fake + wrapped], capture_output=True, text=True, timeout=30)
@@ -346,7 +346,7 @@ def test_bench_accuracy_stores_each_instance_and_names_a_host_whose_client_faile
     items = probe.builtin()[:3]
     good = f"{accuracy.MARK}\n" + json.dumps([{"text": f"= {i.answer}", "tokens": ["="]} for i in items])
     said: list[str] = []
-    asked = accuracy.ask_all(
+    asked = bench.probe_all(
         Probing({"h1": good}), [(spec, spec.serves[0]), (other, other.serves[0])], items, "built-in", tmp_path / "T", said.append
     )
     by = {a.label: a for a in asked}
@@ -363,7 +363,7 @@ def test_an_interrupted_probe_removes_its_containers(tmp_path: Path) -> None:
     runner = Probing({}, interrupt=True)
     said: list[str] = []
     with pytest.raises(Interrupted):
-        accuracy.ask_all(runner, [(spec, spec.serves[0])], probe.builtin()[:2], "built-in", tmp_path / "T", said.append)
+        bench.probe_all(runner, [(spec, spec.serves[0])], probe.builtin()[:2], "built-in", tmp_path / "T", said.append)
     assert runner.commands[-1] == ("h1", stop_command("T")) and said == ["SIGINT: stopping the probe containers on h1"]
     assert not (tmp_path / "T").exists()
 
