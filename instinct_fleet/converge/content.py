@@ -8,11 +8,12 @@ cannot disagree about a flag.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from instinct_fleet.converge.hostfacts import HostFacts
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.model import paths, render, router
+from instinct_fleet.model import liveness, paths, render, router
 from instinct_fleet.model.pools import Pool
 from instinct_fleet.model.spec import HostSpec, ServiceSpec
 
@@ -146,6 +147,8 @@ def firewall(plan: HostFacts) -> str | None:
     ray = render.ray_ports(cluster) if cluster else []
     exporter = v.metrics_exporter_port if v.metrics_exporter else None
     ports = [s.port for s in plan.serves]
+    if v.watch and ports:  # the watch's /state and /metrics: exactly who may reach the instances' /metrics
+        ports.append(v.watch_port)
     pools = plan.spec.pools
     return render.firewall_ruleset(
         members,
@@ -185,3 +188,45 @@ def router_unit(spec: HostSpec, pool: Pool) -> str:
         workers=paths.router_workers(pool.port),
         exec_start=render.exec_line(argv + router.argv(spec, pool)),
     )
+
+
+def watch_config(spec: HostSpec) -> str:
+    """The watch's config (templates/watch.py): the rule's series from the pinned vLLM's own metrics, its timings, and
+    per instance what its gate asks and the router pools it leaves and joins."""
+    v = spec.vars
+    assert spec.table is not None
+    names = liveness.series(spec.table.metrics)
+    assert names is not None  # validation (watch-metrics)
+    instances = []
+    for svc in spec.serves:
+        unit = paths.vllm_unit(svc.name)
+        routers = [{"router": m.router, "api": m.api, "url": m.url} for m in spec.memberships if m.unit == unit]
+        restart = render.stop_seconds(svc, v.rolling_drain_timeout) + 15 + render.start_seconds(spec.cluster, spec.cluster is not None)
+        instances.append(
+            {
+                "unit": unit,
+                "port": svc.port,
+                "served": render.served_model(svc),
+                "generates": render.generates(svc),
+                "start_seconds": v.health_timeout,
+                "restart_timeout": restart,
+                "routers": routers,
+            }
+        )
+    config = {
+        "interval": v.watch_interval,
+        "stall": v.watch_stall_seconds,
+        "max_restarts": v.watch_max_restarts,
+        "window": v.watch_restart_window,
+        "listen_port": v.watch_port,
+        "key_path": v.vllm_api_key_path,
+        "series": names.as_json(),
+        "state_dir": paths.WATCH_STATE,
+        "roll_marker": paths.ROLL_MARKER,
+        # How long a roll's marker pauses the watch: one unit's restart and gate, and a margin (a failed roll leaves its
+        # marker until the next deploy; past this the watch acts again, and only on a real stall).
+        "roll_pause": max((i["restart_timeout"] for i in instances), default=0) + v.health_timeout + 300,
+        "tune_lock": paths.TUNE_LOCK,
+        "instances": instances,
+    }
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"

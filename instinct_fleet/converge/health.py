@@ -22,6 +22,8 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from instinct_fleet.model import paths
+
 MARK = "@@health:"
 POLL_SECONDS = 2
 
@@ -251,7 +253,12 @@ def wait_script(
     url = f"http://127.0.0.1:{int(port)}"
     # The same request as serving's, with the answer kept (and its HTTP code) for the verdict.
     sent = v1_curl(f"{url}/v1/completions", key_path, 10, completion(served), show_code=True)
-    report = f"echo '{MARK}code'; echo \"$code\"; echo '{MARK}state'; echo \"$why\"; echo '{MARK}journal'; journalctl -u {u} -n 25 --no-pager -o cat 2>/dev/null; exit 0"
+    held = shlex.quote(paths.watch_out(unit))
+    # A unit the watch holds out (a hung engine it gave up on) says so, with how to re-admit it.
+    watched = (
+        f'[ -e {held} ] && why="$why; the watch holds it out of its router pools ($(cat {held})): once fixed, rm {paths.watch_out(unit)}"; '
+    )
+    report = f"{watched}echo '{MARK}code'; echo \"$code\"; echo '{MARK}state'; echo \"$why\"; echo '{MARK}journal'; journalctl -u {u} -n 25 --no-pager -o cat 2>/dev/null; exit 0"
     answer = "${answer:+; its first completion failed: $answer}"
     return (
         f"end=$(( $(date +%s) + {int(timeout)} )); start=$(systemctl show -p NRestarts --value {u}); tries=0; answer=''; "

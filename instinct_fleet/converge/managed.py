@@ -378,6 +378,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
         FileEntry(paths.CONFIG_DIR, "services", "Config directory", lambda _r: b"", mode="755", directory=True),
         FileEntry(paths.HOST_README, "services", f"Operator's README {paths.HOST_README}", _host_readme),
         FileEntry(paths.GENERATIONS_DIR, "services", "Generations directory", lambda _r: b"", mode="700", directory=True),
+        *watch_entries(spec),
         FileEntry(
             v.hf_cache_dir,
             "services",
@@ -397,6 +398,63 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
         entries.append(UnitEntry(unit, "roll", _running(unit)))
     entries.append(FileEntry(paths.ROLL_MARKER, "roll", "Roll: done on this host", lambda _r: None))  # a finished roll leaves none
     return tuple(entries)
+
+
+def watch_entries(spec: HostSpec) -> list[Entry]:
+    """The watch of a serving host (templates/watch.py, README: Correct answers and live engines): its script, the
+    progress rule it imports, its config and unit, and its state directory; removed from a host where it is off."""
+    on = spec.vars.watch and bool(spec.serves)
+    restart = (Restart(paths.WATCH_UNIT),)
+    unit_file = paths.unit_path(paths.WATCH_UNIT)
+
+    def off(path: str, make: Callable[[Rendered], Made]) -> Callable[[Rendered], Made]:
+        return _removed_when_off(on, path, make)
+
+    return [
+        FileEntry(paths.WATCH_DIR, "services", "Watch directory", _when(on, lambda _r: b""), mode="755", directory=True),
+        FileEntry(paths.WATCH_STATE, "services", "Watch state directory", _when(on, lambda _r: b""), mode="700", directory=True),
+        FileEntry(
+            paths.WATCH_RULE,
+            "services",
+            "Watch: the progress rule",
+            off(paths.WATCH_RULE, lambda _r: render.liveness_source()),
+            then=restart,
+        ),
+        FileEntry(
+            paths.WATCH_SCRIPT,
+            "services",
+            "Watch script",
+            off(paths.WATCH_SCRIPT, lambda _r: render.template_bytes("watch.py")),
+            then=restart,
+        ),
+        FileEntry(
+            paths.WATCH_CONFIG,
+            "services",
+            "Watch config",
+            off(paths.WATCH_CONFIG, lambda _r: content.watch_config(spec).encode()),
+            then=restart,
+        ),
+        FileEntry(
+            unit_file,
+            "services",
+            f"Watch {unit_file}",
+            off(unit_file, lambda _r: render.watch_unit(spec.vars.watch_port).encode()),
+            then=restart,
+        ),
+        UnitEntry(
+            paths.WATCH_UNIT,
+            "services",
+            lambda r: (
+                Unit(paths.WATCH_UNIT, "services")
+                if on
+                else (
+                    Unit(paths.WATCH_UNIT, "services", enabled=False, running=False, why="watch is off")
+                    if unit_file in r.facts.report.stats
+                    else None
+                )
+            ),
+        ),
+    ]
 
 
 def router_entries(spec: HostSpec) -> list[Entry]:
@@ -431,13 +489,20 @@ def router_entries(spec: HostSpec) -> list[Entry]:
 
 def sync_command(pool: Pool) -> str:
     """The sync script (router-sync.py) that converges a running router's pool to its worker list."""
-    return f"{paths.PYTHON3} {paths.ROUTER_SYNC} {pool.port} {paths.router_workers(pool.port)}"
+    return f"{paths.PYTHON3} {paths.ROUTER_SYNC} {pool.port} {paths.router_workers(pool.port)} {paths.router_watches(pool.port)}"
 
 
 def _pool_entries(spec: HostSpec, pool: Pool) -> list[Entry]:
     """One pool's worker file (the sync converges the running router to it, without a restart) and its unit."""
     unit_file = paths.unit_path(pool.unit)
     return [
+        # Which worker's host runs a watch, and where it says whom it holds out: read by the sync script alone.
+        FileEntry(
+            paths.router_watches(pool.port),
+            "router",
+            f"Router watch list of {pool.model}",
+            lambda _r: pool.watch_list.encode(),
+        ),
         # A new list is applied to the running router at once: a worker gone from the inventory leaves its pool before
         # the roll stops it, one that answers joins (one that does not yet joins after its gate, in the roll).
         FileEntry(

@@ -252,26 +252,45 @@ def router_pool_synced(command: str) -> Generator[str, None, None]:
     yield command
 
 
-def worker_calls(verb: str, members: tuple[Membership, ...]) -> str:
+def worker_calls(verb: str, members: tuple[Membership, ...], fresh: frozenset[str] = frozenset()) -> str:
     """curl the worker API of every router that lists these instances; the first that cannot be reached fails the host
-    (the roll's operations, and tune's trials on the host)."""
+    (the roll's operations, and tune's trials on the host).
+
+    An instance the host's watch holds out (paths.watch_out) is not put back: the watch does that after its own gate,
+    or an operator re-admits it. Only a unit in ``fresh``, which this roll restarted with new serving files that passed
+    the gate, gets a fresh start: its watch record and restart budget are cleared first."""
     q = shlex.quote
     calls = []
     for m in members:
-        url = f"{m.api}/{verb}_worker?url={m.url}"
-        what = f"{'take' if verb == 'remove' else 'put'} {m.unit} ({m.url}) {'out of' if verb == 'remove' else 'back into'} the pool of the router on {m.router} ({m.api})"
-        fix = (
-            "the unit was not stopped and still serves: start the router (or remove router from its host) and deploy again"
-            if verb == "remove"
-            else "it is healthy but gets no requests through that router until the next deploy adds it"
-        )
-        # add_worker answers 400 "already exists" for a worker in the pool: that is the state wanted.
-        calls.append(
-            f"out=$(curl -sS -m 60 -X POST {q(url)} -w ' HTTP %{{http_code}}' 2>&1); "
-            f'case "$out" in *"HTTP 200"|*"already exists"*) echo {q(what)}: "$out";; '
-            f"*) printf '%s %s\\n' {q(f'instinct-fleet: could not {what} ({fix}):')} \"$out\" >&2; exit 1;; esac"
-        )
+        held = q(paths.watch_out(m.unit))
+        if verb == "add" and m.unit in fresh:
+            calls.append(f"rm -f {held} {q(paths.watch_restarts(m.unit))}")
+        elif verb == "add":
+            kept = (
+                f"{m.unit} ({m.url}) stays out of the pool of the router on {m.router}: the watch holds it out ({paths.watch_out(m.unit)})"
+            )
+            calls.append(f"if [ -e {held} ]; then echo {q(kept)}; else {_call(verb, m)}; fi")
+            continue
+        calls.append(_call(verb, m))
     return "; ".join(calls)
+
+
+def _call(verb: str, m: Membership) -> str:
+    """One worker-API call; a router that cannot be reached fails the host with what to do."""
+    q = shlex.quote
+    url = f"{m.api}/{verb}_worker?url={m.url}"
+    what = f"{'take' if verb == 'remove' else 'put'} {m.unit} ({m.url}) {'out of' if verb == 'remove' else 'back into'} the pool of the router on {m.router} ({m.api})"
+    fix = (
+        "the unit was not stopped and still serves: start the router (or remove router from its host) and deploy again"
+        if verb == "remove"
+        else "it is healthy but gets no requests through that router until the next deploy adds it"
+    )
+    # add_worker answers 400 "already exists" for a worker in the pool: that is the state wanted.
+    return (
+        f"out=$(curl -sS -m 60 -X POST {q(url)} -w ' HTTP %{{http_code}}' 2>&1); "
+        f'case "$out" in *"HTTP 200"|*"already exists"*) echo {q(what)}: "$out";; '
+        f"*) printf '%s %s\\n' {q(f'instinct-fleet: could not {what} ({fix}):')} \"$out\" >&2; exit 1;; esac"
+    )
 
 
 @operation(is_idempotent=False)
@@ -282,6 +301,7 @@ def router_pools_left(members: tuple[Membership, ...]) -> Generator[str, None, N
 
 
 @operation(is_idempotent=False)
-def router_pools_joined(members: tuple[Membership, ...]) -> Generator[str, None, None]:
-    """Put this host's instances back into every router pool that lists them, after they passed the health gate."""
-    yield worker_calls("add", members)
+def router_pools_joined(members: tuple[Membership, ...], fresh: frozenset[str] = frozenset()) -> Generator[str, None, None]:
+    """Put this host's instances back into every router pool that lists them, after they passed the health gate
+    (``fresh``: the units this roll restarted with new serving files; the rest stay out while the watch holds them)."""
+    yield worker_calls("add", members, fresh)

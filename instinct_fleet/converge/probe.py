@@ -24,6 +24,7 @@ from instinct_fleet.model.paths import (
     UNIT_GLOBS,
     WEIGHTS_COMPLETE,
     WEIGHTS_STAGED,
+    router_watches,
     router_workers,
     sysctl_path,
 )
@@ -127,7 +128,7 @@ def script(token_path: str, probe: Probe) -> str:
     )
     # The sync script's --check (routers converge their running pool to the worker file without a restart).
     router_drift = "; ".join(
-        f"[ -f {ROUTER_SYNC} ] && {PYTHON3} {ROUTER_SYNC} {port} {q(router_workers(port))} --check 2>/dev/null | sed 's/^/{port} /'"
+        f"[ -f {ROUTER_SYNC} ] && {PYTHON3} {ROUTER_SYNC} {port} {q(router_workers(port))} {q(router_watches(port))} --check 2>/dev/null | sed 's/^/{port} /'"
         for port in probe.router_ports
     )
     tables = "; ".join(f"nft list table {table} >/dev/null 2>&1 && echo {q(table)}" for table in probe.tables)

@@ -191,7 +191,7 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
         return gate() and not fleet.roll.rolls_back(batch, failed())
 
     if joins:
-        operations.router_pools_joined(name="Roll: back into the router pools", members=joins, _if=passed)
+        operations.router_pools_joined(name="Roll: back into the router pools", members=joins, fresh=frozenset(pending), _if=passed)
     # The caches this host built for hosts of later batches: sent once its instances passed their gate.
     spread.emit_sends(fleet.roll.spreads, host, batch, fleet.roll.carried, passed, v.image_pull_timeout)
     if rollback:

@@ -7,7 +7,8 @@ device-metrics-exporter units get a row too, so a cluster worker and a host
 whose exporter died show up; so does each router, with its live pool (its own
 ``/workers``: which instances its health checks pass) against the inventory's. A roll in progress (the marker a deploy writes
 while a host's batch runs) is shown on every row of that host; ``bench``
-reads the same rows to refuse such a host.
+reads the same rows to refuse such a host. Each instance's row carries the watch's verdict (its /state, the one
+progress rule of instinct_fleet/model/liveness.py): in, down, paused, restarting, or left out with why.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class Row:
     pool: str | None = None  # a router: how many of its pool's instances its health checks pass
     pool_drift: str | None = None  # a router: how its live pool differs from the inventory's
     compile_cache: int | None = None  # an instance: bytes in its image's compile-cache directory on the host
+    watch: str | None = None  # an instance on a host with the watch: its verdict (in, down, paused, restarting, left-out)
+    watch_reason: str = ""
+    watch_restarts: int | None = None  # the watch's restarts of it within watch_restart_window
 
     @property
     def ok(self) -> bool:
@@ -76,6 +80,13 @@ class Row:
             return f"{self.unit} runs {self.image}, not {self.wanted_image}: deploy to roll it"
         if self.pool_drift:
             return f"{self.unit}'s pool is not the inventory's ({self.pool_drift}): deploy to converge it"
+        if self.watch == "left-out":
+            out = paths.watch_out(self.unit)
+            return f"{self.unit} is left out of its router pools by the watch ({self.watch_reason}): find the cause in its journal, then `rm {out}` on {self.host}"
+        if self.watch == "restarting":
+            return f"{self.unit} is out of its router pools while the watch restarts it ({self.watch_reason})"
+        if self.watch == "no answer":
+            return f"the watch of {self.host} does not answer: `systemctl status {paths.WATCH_UNIT}` there"
         return None
 
 
@@ -94,6 +105,8 @@ def script(spec: HostSpec) -> str:
             f'echo "cache $(du -sb {q(spec.compile_cache(svc))} 2>/dev/null | cut -f1)"; '
             f"curl -s -m 3 http://127.0.0.1:{svc.port}/metrics 2>/dev/null | grep -E {q(f'^({metrics})[{{ ]')}; true"
         )
+    if spec.vars.watch and spec.serves:  # the watch's verdict on every instance, by the one progress rule (liveness.py)
+        parts.append(f"printf '{MARK}watch\\n'; curl -s -m 3 http://127.0.0.1:{spec.vars.watch_port}/state; echo; true")
     cluster = spec.cluster
     if cluster is not None:
         ray = paths.ray_unit(cluster.role)
@@ -141,6 +154,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
     part = _sections(text)
     rolling = part["roll"][0] if part.get("roll") else None
     host = str(spec.host)
+    watched = _watch(part.get("watch")) if spec.vars.watch and spec.serves else None
     rows = []
     for svc in spec.serves:
         unit = paths.vllm_unit(svc.name)
@@ -164,6 +178,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
                 kv_cache=_metric(lines, kv, max) if (kv := kv_cache_metric(svc.table)) else None,
                 rolling=rolling,
                 compile_cache=int(cache) if cache.isdigit() else None,
+                **_watched(watched, unit),
             )
         )
     for pool in spec.pools:
@@ -175,6 +190,24 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
             state = lines[0] if lines and not lines[0].startswith("health ") else "unknown"
             rows.append(Row(host, name, paths.service(name), state, _health(lines, instance=False) if exporter else "-", rolling=rolling))
     return rows
+
+
+def _watch(lines: list[str] | None) -> dict[str, Any]:
+    """The watch's /state (its instances by unit); {} when it did not answer."""
+    try:
+        return dict(json.loads(lines[0])["instances"]) if lines else {}
+    except (ValueError, KeyError, TypeError):
+        return {}
+
+
+def _watched(watched: dict[str, Any] | None, unit: str) -> dict[str, Any]:
+    """An instance's watch fields of its Row: none without the watch, "no answer" when the watch gave nothing."""
+    if watched is None:
+        return {}
+    seen = watched.get(unit)
+    if seen is None:
+        return {"watch": "no answer"}
+    return {"watch": str(seen.get("state")), "watch_reason": str(seen.get("reason", "")), "watch_restarts": seen.get("restarts")}
 
 
 def _router_row(host: str, pool: Pool, lines: list[str], rolling: str | None) -> Row:
@@ -237,17 +270,21 @@ def _size(value: int | None) -> str:
 
 def table(rows: list[Row]) -> str:
     """The fleet as a terminal table; an image other than the inventory's is marked with '!'."""
-    header = ["host", "instance", "unit", "health", "image", "running", "waiting", "kv cache", "compile cache"]
+    header = ["host", "instance", "unit", "health", "image", "running", "waiting", "kv cache", "compile cache", "watch"]
     body = []
     for r in rows:
         image = r.image if r.image == r.wanted_image or r.wanted_image == "-" else f"! {r.image} (wants {r.wanted_image})"
         state = r.state + (" (rolling)" if r.rolling else "")
         health = r.health if r.pool is None else f"{r.health}, pool {r.pool}" + (f" ! {r.pool_drift}" if r.pool_drift else "")
         row = [r.host, r.instance, state, health, image, _num(r.running), _num(r.waiting), _num(r.kv_cache, percent=True)]
-        body.append([*row, _size(r.compile_cache)])
+        watch = "-" if r.watch is None else r.watch + (f" ({r.watch_restarts} restarts)" if r.watch_restarts else "")
+        body.append([*row, _size(r.compile_cache), watch])
     widths = [max(len(str(x)) for x in column) for column in zip(header, *body, strict=True)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *body]]
-    errors = sorted({f"{r.host}: {r.error}" for r in rows if r.error})
+    errors = sorted(
+        {f"{r.host}: {r.error}" for r in rows if r.error}
+        | {f"{r.host}: {r.problem()}" for r in rows if r.watch in ("left-out", "restarting")}
+    )
     return "\n".join([*lines, *errors])
 
 

@@ -44,6 +44,8 @@ def listeners(spec: HostSpec) -> list[Listener]:
     cluster = spec.cluster
     serves = spec.services if cluster is None or cluster.role != "worker" else ()
     found = [Listener("vllm", f"vLLM instance {s.name}", f"{s.name}.port", s.port, s.port) for s in serves]
+    if spec.vars.watch and serves:
+        found.append(Listener("watch", "the watch", "watch_port", spec.vars.watch_port, spec.vars.watch_port))
     if spec.vars.metrics_exporter:
         port = spec.vars.metrics_exporter_port
         found.append(Listener("exporter", "the device metrics exporter", "metrics_exporter_port", port, port))

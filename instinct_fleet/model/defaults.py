@@ -577,6 +577,34 @@ class FleetVars(_Strict):
         default_factory=_as_written(list(EXPORTER_FIELDS)),
         description="The exporter's `GPUConfig.Fields`: which GPU metrics it exports (names as in its documentation, for example `GPU_GFX_ACTIVITY` becomes `gpu_gfx_activity`).",
     )
+    watch: StrictBool = Field(
+        default=True,
+        description="Run the watch on every serving host (`instinct-fleet-watch.service`): it reads each instance's `/metrics` every `watch_interval` seconds, and an instance with requests running or waiting whose engine steps stop for `watch_stall_seconds` is taken out of its router pools, restarted and put back once its gate passes (README, Correct answers and live engines).",
+    )
+    watch_port: Port = Field(
+        default=9401,
+        description="Port of the watch's read-only state (`/state`, JSON) and Prometheus `/metrics`; the firewall lets in exactly who may reach the vLLM ports.",
+    )
+    watch_interval: Seconds = Field(
+        default=5,
+        description="Seconds between two readings of an instance's step counters; must be below `watch_stall_seconds`.",
+    )
+    watch_stall_seconds: Seconds = Field(
+        default=60,
+        description="Seconds an instance with requests running or waiting may go without one engine step before the watch restarts it; must exceed the instance's longest step (a whole `--max-num-batched-tokens` prefill, or `--max-model-len` with chunked prefill off, at `watch_prefill_tokens_per_second`).",
+    )
+    watch_prefill_tokens_per_second: Annotated[StrictInt, Field(ge=1)] | None = Field(
+        default=None,
+        description="Prompt tokens per second one instance prefills at the least, for the check of `watch_stall_seconds` against its longest engine step; `None`: estimated from the model's size in its name (`...-70B-...`) as the instance's GPUs x 250 TFLOP/s (a fifth of an MI300X's dense FP16 peak) over 2 FLOPs per parameter and token, and not checked for a name without a size.",
+    )
+    watch_max_restarts: Annotated[StrictInt, Field(ge=1)] = Field(
+        default=3,
+        description="Restarts of one instance the watch makes within `watch_restart_window`; a stall after that leaves the instance out of its pools, running, until an operator re-admits it (README, Correct answers and live engines).",
+    )
+    watch_restart_window: Seconds = Field(
+        default=900,
+        description="Seconds over which `watch_max_restarts` is counted (the AMD GPU Operator's bound: 3 remediations per 15 minutes).",
+    )
     weights_source: HostPath | None = Field(
         default=None,
         description="A directory on every host holding a Hugging Face cache (`hub/models--org--name`), typically a shared mount: each model is copied from it into `hf_cache_dir` before its first start. `None`: vLLM downloads on first start.",

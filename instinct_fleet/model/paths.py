@@ -60,6 +60,25 @@ ROUTER_LAUNCHER = f"{ROUTER_CONFIG}/launch.py"
 ROUTER_SYNC = f"{ROUTER_CONFIG}/sync.py"
 PYTHON3 = "/usr/bin/python3"
 
+# The watch of a serving host (templates/watch.py): its script, the progress rule it imports, its config, its unit, and
+# where it keeps which instance it holds out and when it restarted them.
+WATCH_DIR = f"{CONFIG_DIR}/watch"
+WATCH_SCRIPT = f"{WATCH_DIR}/watch.py"
+WATCH_RULE = f"{WATCH_DIR}/liveness.py"
+WATCH_CONFIG = f"{WATCH_DIR}/watch.json"
+WATCH_UNIT = "instinct-fleet-watch"
+WATCH_STATE = "/var/lib/instinct-fleet/watch"
+
+
+def watch_out(unit: str) -> str:
+    """Present while the watch holds ``unit`` (with or without ``.service``) out of its router pools (restarting it, or left out)."""
+    return f"{WATCH_STATE}/{unit.removesuffix('.service')}.out"
+
+
+def watch_restarts(unit: str) -> str:
+    """The times of the watch's restarts of ``unit``, which its restart budget counts."""
+    return f"{WATCH_STATE}/{unit.removesuffix('.service')}.restarts"
+
 
 def router_dir(version: str) -> str:
     """Where a vllm-router release's files live on a router host (one directory per version)."""
@@ -74,6 +93,11 @@ def router_unit(port: int) -> str:
 def router_workers(port: int) -> str:
     """The pool's worker list the router unit starts with and the sync script converges it to."""
     return f"{ROUTER_CONFIG}/{port}.workers"
+
+
+def router_watches(port: int) -> str:
+    """The pool's worker URL -> its host's watch /state URL: the sync script adds no worker its watch holds out."""
+    return f"{ROUTER_CONFIG}/{port}.watch"
 
 
 def host_port(address: str, port: int) -> str:
@@ -143,7 +167,7 @@ RESTART_FILES = (
 )
 # Every router unit and worker list this tool may have written: one of a pool no longer here is removed.
 ROUTER_PATTERN = "instinct-fleet-router-*.service"
-ROUTER_GLOBS = (f"{SYSTEMD_DIR}/{ROUTER_PATTERN}", f"{CONFIG_DIR}/router/*.workers")
+ROUTER_GLOBS = (f"{SYSTEMD_DIR}/{ROUTER_PATTERN}", f"{CONFIG_DIR}/router/*.workers", f"{CONFIG_DIR}/router/*.watch")
 # What the preflight fact hashes and stats besides the declared paths; and the unit patterns it lists.
 PROBED_GLOBS = (*RESTART_FILES, *ROUTER_GLOBS)
 PROBED_PATTERNS = (*UNIT_PATTERNS, ROUTER_PATTERN)

@@ -19,6 +19,7 @@ class Worker:
     host: str
     unit: str
     url: str
+    watch: str | None = None  # its host's watch /state (the host's watch is on), which says whether it holds the worker out
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ class Pool:
     def worker_list(self) -> str:
         """The worker file's content: one URL per line, sorted."""
         return "".join(f"{url}\n" for url in sorted(w.url for w in self.workers))
+
+    @property
+    def watch_list(self) -> str:
+        """The watch file's content: one ``URL WATCH_STATE_URL`` line per worker whose host runs the watch, sorted."""
+        return "".join(f"{w.url} {w.watch}\n" for w in sorted(self.workers, key=lambda w: w.url) if w.watch)
 
 
 @dataclass(frozen=True)

@@ -319,6 +319,17 @@ def firewall_unit() -> str:
     return template("firewall.service.j2", nft=paths.NFT, ruleset=paths.FIREWALL_FILE, table=paths.FIREWALL_TABLE)
 
 
+def watch_unit(port: int) -> str:
+    return template(
+        "watch.service.j2", python=paths.PYTHON3, script=paths.WATCH_SCRIPT, config=paths.WATCH_CONFIG, state=paths.WATCH_STATE, port=port
+    )
+
+
+def liveness_source() -> bytes:
+    """The progress rule's module as the package holds it: the watch imports this very file on the host."""
+    return resources.files("instinct_fleet.model").joinpath("liveness.py").read_bytes()
+
+
 def template_bytes(name: str) -> bytes:
     """A file from ``templates/`` copied as it is (the Ray readiness script)."""
     return resources.files(TEMPLATES[0]).joinpath(TEMPLATES[1], name).read_bytes()

@@ -118,7 +118,8 @@ def attach(specs: list[HostSpec]) -> tuple[list[HostSpec], list[Finding]]:
     served: dict[str, list[Worker]] = {}
     for spec in specs:
         for svc in spec.serves:
-            worker = Worker(str(spec.host), paths.vllm_unit(svc.name), _url(spec, svc.port))
+            watch = f"{_url(spec, spec.vars.watch_port)}/state" if spec.vars.watch else None
+            worker = Worker(str(spec.host), paths.vllm_unit(svc.name), _url(spec, svc.port), watch)
             served.setdefault(served_model(svc), []).append(worker)
     found: list[Finding] = []
     pools: dict[str, tuple[Pool, ...]] = {}

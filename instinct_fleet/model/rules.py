@@ -191,6 +191,21 @@ _RULES = (
         "`canary_probe` is read on the control machine and asked of the canary: each line one JSON object with a `prompt` and exactly one of `answer` (a number) or `pattern` (a regular expression), at least one item; a probe that cannot be scored would pass or fail every change.",
     ),
     Rule(
+        "watch-metrics",
+        "error",
+        "The watch (on by default) reads the engine's step counters and request gauges from `/metrics`, by the names the pinned vLLM's own source gives them (its table's `metrics`); a table without them cannot tell a hung engine from an idle one.",
+    ),
+    Rule(
+        "watch-timing",
+        "error",
+        "The watch reads each instance every `watch_interval` seconds, which must be below `watch_stall_seconds`: a stall would be seen a reading late, or never.",
+    ),
+    Rule(
+        "watch-stall-step",
+        "warning",
+        "The stall window should outlast the instance's longest engine step (its `--max-num-batched-tokens`, or `--max-model-len` with chunked prefill off, prefilled at `watch_prefill_tokens_per_second`), or the watch may restart a healthy instance in the middle of one long prefill. A warning: the rate is an estimate for the slowest model; state your model's in `watch_prefill_tokens_per_second`.",
+    ),
+    Rule(
         "unsafe-value",
         "error",
         "No value may hold a control character: a newline would add a line to an env file or a directive to a unit (README, Validation).",

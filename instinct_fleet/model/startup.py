@@ -123,6 +123,15 @@ def findings(svc: ServiceSpec, table: knowledge.VllmKnowledge, gpu_model: str) -
     return found
 
 
+def step_tokens(svc: ServiceSpec, table: knowledge.VllmKnowledge, gpu_model: str) -> float | None:
+    """The most tokens one engine step of this instance carries: --max-num-batched-tokens as vLLM's scheduler sets
+    it (raised to --max-model-len with chunked prefill off); None where the model's own length decides."""
+    batched, _, _ = _scheduler_limits(Launch(svc, table, gpu_model, checkpoints().get(svc.model)))
+    if batched is None and Launch(svc, table, gpu_model, None).switch("enable-chunked-prefill") is False:
+        return Launch(svc, table, gpu_model, None).number("max-model-len")
+    return batched
+
+
 def _quantization(launch: Launch) -> Iterator[Finding]:
     """``ModelConfig._verify_quantization``: the method named, or the checkpoint's own, on ROCm."""
     svc, quant, ckpt = launch.svc, launch.table.quantization, launch.checkpoint

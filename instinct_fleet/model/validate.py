@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 
 from pydantic import BaseModel
 
-from instinct_fleet.model import knowledge, probe, secrets, startup, workload
+from instinct_fleet.model import knowledge, liveness, probe, secrets, startup, workload
 from instinct_fleet.model.crosscheck import member, unpinned_image, validate_crossings
 from instinct_fleet.model.defaults import default_image, image_tag, tag_version
 from instinct_fleet.model.inputs import validate_inputs
@@ -567,6 +567,54 @@ def validate_canary(spec: HostSpec) -> list[Finding]:
     return found
 
 
+# A low estimate of what one GPU gives a prefill: a fifth of an MI300X's dense FP16 peak (1307 TFLOP/s).
+PREFILL_FLOPS_PER_GPU = 250e12
+_SIZE = re.compile(r"(?<![0-9.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
+
+
+def prefill_estimate(svc: ServiceSpec) -> float | None:
+    """Prompt tokens per second the instance prefills at the least: its GPUs' PREFILL_FLOPS_PER_GPU over 2 FLOPs per
+    parameter and token, with the parameters read from the model's name (``Llama-3.1-70B``); None without a size there."""
+    sizes = _SIZE.findall(svc.model.rsplit("/", 1)[-1])
+    if not sizes:
+        return None
+    return len(svc.gpus) * svc.nodes * PREFILL_FLOPS_PER_GPU / (2 * float(sizes[-1]) * 1e9)
+
+
+def validate_watch(spec: HostSpec) -> list[Finding]:
+    """The watch can judge this host's instances (liveness.series of the pinned vLLM's metrics), reads them more often
+    than its stall window, and its window outlasts each instance's longest engine step at the stated prefill rate."""
+    v = spec.vars
+    if not v.watch or not spec.serves or spec.table is None:
+        return []
+    if liveness.series(spec.table.metrics) is None:
+        why = (
+            f"the vLLM {spec.table.version} table lists no step counter or request gauges among its metrics, so the watch "
+            f"cannot tell a hung engine from an idle one: re-extract it with `instinct-fleet vllm-facts {spec.table.version}`, or set watch = False"
+        )
+        return [finding("watch-metrics", spec.host, "watch", why)]
+    found = []
+    if v.watch_interval >= v.watch_stall_seconds:
+        why = f"watch_interval {v.watch_interval} s is not below watch_stall_seconds {v.watch_stall_seconds} s: a stall would be seen one reading late or never"
+        found.append(finding("watch-timing", spec.host, "watch_interval", why))
+    for svc in spec.serves:
+        tokens = startup.step_tokens(svc, spec.table, spec.gpu_model)
+        rate = v.watch_prefill_tokens_per_second or prefill_estimate(svc)
+        if tokens is None or rate is None:
+            continue
+        longest = tokens / rate
+        if longest >= v.watch_stall_seconds:
+            said = "watch_prefill_tokens_per_second" if v.watch_prefill_tokens_per_second else "an estimate from the model's size"
+            why = (
+                f"instance {svc.name}'s longest engine step carries {tokens:g} prompt tokens (--max-num-batched-tokens, or "
+                f"--max-model-len with chunked prefill off): about {longest:.0f} s at {rate:.0f} tokens/s ({said}), not below watch_stall_seconds {v.watch_stall_seconds} s, so the watch "
+                f"may restart a healthy instance in the middle of one long prefill; raise watch_stall_seconds above {longest:.0f}, "
+                "or state the model's own rate in watch_prefill_tokens_per_second"
+            )
+            found.append(finding("watch-stall-step", spec.host, "watch_stall_seconds", why))
+    return found
+
+
 def validate_host(spec: HostSpec) -> list[Finding]:
     """All per-service rules plus the rules across the instances of one host."""
     found: list[Finding] = [
@@ -575,6 +623,7 @@ def validate_host(spec: HostSpec) -> list[Finding]:
         *validate_local_files(spec),
         *validate_crossings(spec),
         *validate_canary(spec),
+        *validate_watch(spec),
     ]
     if spec.services:
         found += check_image(spec.host, spec.services[0].image, spec.services[0].version)

@@ -1,11 +1,13 @@
 """Converge a running router's pool to its worker file (managed by instinct-fleet).
 
-Usage: sync.py PORT WORKERS_FILE [--check]
+Usage: sync.py PORT WORKERS_FILE WATCH_FILE [--check]
 
 Through the router's worker API on 127.0.0.1:PORT: a worker the file no longer
 lists is removed; a listed worker that is missing is added only if it answers
 /health now (one that does not is added by its own host's roll, after its health
-gate). With --check it changes nothing and prints one line per difference, exit 0
+gate) and its host's watch does not hold it out (WATCH_FILE: one "URL STATE_URL"
+line per worker whose host runs the watch; a hung instance answers /health, and
+the watch took it out). With --check it changes nothing and prints one line per difference, exit 0
 when there is none, 1 otherwise. A router that is not running reads the file
 when it starts.
 """
@@ -16,8 +18,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-port, workers_file = sys.argv[1], sys.argv[2]
-check = sys.argv[3:] == ["--check"]
+port, workers_file, watch_file = sys.argv[1], sys.argv[2], sys.argv[3]
+check = sys.argv[4:] == ["--check"]
 base = f"http://127.0.0.1:{port}"
 
 
@@ -35,8 +37,25 @@ def answers(url):
         return False
 
 
+def held_out(url):
+    """Whether the worker's watch holds it out (restarting it, or left out); a host without a watch holds nothing."""
+    state = watches.get(url)
+    if state is None:
+        return False
+    try:
+        out = json.loads(call("GET", state, 5))["out"]
+    except (OSError, urllib.error.URLError, ValueError, KeyError):
+        return False  # no watch answers there: nothing to respect (its /health says whether the worker is up)
+    return int(url.rsplit(":", 1)[1].split("/")[0]) in out
+
+
 with open(workers_file) as handle:
     want = [line.strip() for line in handle if line.strip()]
+try:
+    with open(watch_file) as handle:
+        watches = dict(line.split() for line in handle if line.strip())
+except FileNotFoundError:  # written after this script, in the same stage, on a router host upgraded from before the watch
+    watches = {}
 try:
     live = json.loads(call("GET", base + "/list_workers", 10))["urls"]
 except urllib.error.URLError as error:
@@ -45,7 +64,7 @@ except urllib.error.URLError as error:
         sys.exit(0)
     raise
 changes = [("remove", url) for url in live if url not in want]
-changes += [("add", url) for url in want if url not in live and answers(url)]
+changes += [("add", url) for url in want if url not in live and answers(url) and not held_out(url)]
 for verb, url in changes:
     print(f"{verb} {url}")
     if not check:

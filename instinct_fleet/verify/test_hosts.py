@@ -155,6 +155,22 @@ def test_endpoints_answer_with_the_model(target: Target) -> None:
             )
 
 
+def test_the_watch_holds_no_instance_out(target: Target) -> None:
+    """The watch's verdict by the progress rule (instinct_fleet/model/liveness.py): no instance stalled, restarting or
+    left out of its pools."""
+    spec = target.plan.spec
+    if not spec.vars.watch or not spec.serves:
+        assert not target.host.file(paths.unit_path(paths.WATCH_UNIT)).exists
+        return
+    seen = json.loads(target.sh(f"curl -s -m 5 http://127.0.0.1:{spec.vars.watch_port}/state") or "{}").get("instances", {})
+    for svc in spec.serves:
+        unit = paths.vllm_unit(svc.name)
+        state = seen.get(unit, {})
+        assert state.get("state") in ("in", "paused"), (
+            f"{target.name}: the watch has {unit} as {state.get('state', 'unknown')} ({state.get('reason', 'its /state does not answer')})"
+        )
+
+
 def test_each_router_pool_is_the_inventory_s(target: Target) -> None:
     """Each router answers on its port and its running pool (its own /list_workers) is every instance of its model."""
     for pool in target.plan.spec.pools:

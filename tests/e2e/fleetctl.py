@@ -231,6 +231,7 @@ class Sample:
     ok: bool
     seconds: float
     why: str = ""
+    at: float = 0.0  # when it was sent (time.monotonic())
 
 
 class Load:
@@ -255,7 +256,7 @@ class Load:
             ok, why = ("[DONE]" in text, text[-200:]) if stream else ('"choices"' in text, text[-200:])
         except OSError as error:
             ok, why = False, str(error)
-        sample = Sample(stream, ok, time.monotonic() - started, "" if ok else why)
+        sample = Sample(stream, ok, time.monotonic() - started, "" if ok else why, started)
         with self._lock:
             self.done.append(sample)
 

@@ -175,7 +175,9 @@ def test_targets_lists_every_vllm_endpoint_with_its_labels(capsys: pytest.Captur
     monkeypatch.chdir(ROOT)
     code, out, _ = run(capsys, "targets", "inventories/prod.py")
     groups = json.loads(out)
-    assert code == 0 and len(groups) == 8 + 1 + 2 + 1  # a cluster's worker has no endpoint
+    # 12 vLLM endpoints (a cluster's worker has none) and the watch of each of the 4 hosts that serve
+    assert code == 0 and len(groups) == 8 + 1 + 2 + 1 + 4
+    assert sorted(g["targets"][0] for g in groups if g["labels"]["job"] == "instinct-fleet-watch")[0] == "mi300x-a01.example.net:9401"
     by_target = {g["targets"][0]: g["labels"] for g in groups}
     assert by_target["mi300x-a01.example.net:8083"] == {
         "job": "vllm",
@@ -200,7 +202,8 @@ def test_targets_use_the_scrape_address_and_refuse_invalid_input(tmp_path: Path,
     )
     out_file = tmp_path / "vllm.json"
     code, _, _ = run(capsys, "targets", str(inventory), "-o", str(out_file))
-    assert code == 0 and [g["targets"] for g in json.loads(out_file.read_text())] == [["10.1.0.9:8080"], ["10.0.0.8:8080"]]
+    vllm = [g["targets"] for g in json.loads(out_file.read_text()) if g["labels"]["job"] == "vllm"]
+    assert code == 0 and vllm == [["10.1.0.9:8080"], ["10.0.0.8:8080"]]
     bad = tmp_path / "inventories" / "bad.py"
     bad.write_text('hosts = [("h1", {"scrape_address": "10.1.0.9; rm -rf /"})]\n')
     code, out, err = run(capsys, "targets", str(bad))

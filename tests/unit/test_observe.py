@@ -69,9 +69,11 @@ def test_status_reads_units_health_image_and_vllm_metrics() -> None:
             ],
         ),
         ("instance vllm-b", ["activating", "health 000", "cache "]),
+        ("watch", [json.dumps({"instances": {"vllm-a": {"state": "in", "restarts": 0}, "vllm-b": {"state": "down"}}, "out": []})]),
         (f"unit {paths.EXPORTER_UNIT}", ["active", "health 200"]),
     )
     a, b, exporter = status.parse(spec, text)
+    assert (a.watch, b.watch) == ("in", "down")
     assert (a.state, a.health, a.running, a.waiting, a.kv_cache, a.image_id, a.ok) == ("active", "ok", 5.0, 1.0, 0.5, "sha256:abc", True)
     assert (b.state, b.health, b.ok) == ("activating", "no answer", False)
     assert b.problem() == "vllm-b.service is activating"
@@ -79,6 +81,35 @@ def test_status_reads_units_health_image_and_vllm_metrics() -> None:
     assert (a.compile_cache, b.compile_cache) == (1610612736, None)  # no directory yet: du printed nothing
     table = status.table([a, b, exporter])
     assert "50.0%" in table and "activating" in table and "1.5G" in table
+
+
+def test_status_shows_what_the_watch_holds_out_with_the_fix_and_a_watch_that_does_not_answer() -> None:
+    spec, _ = check({"vllm_instances": [{"name": "a"}, {"name": "b"}]})
+    image = spec.services[0].image
+    seen = {
+        "vllm-a": {"state": "left-out", "reason": "no engine step for 61 s with 3 requests running or waiting", "restarts": 3},
+        "vllm-b": {"state": "restarting", "reason": "no engine step for 60 s", "restarts": 1},
+    }
+    healthy = ["active", "health ok", f"image {image} sha256:abc"]
+    text = host_output(
+        ("roll", []), ("instance vllm-a", healthy), ("instance vllm-b", healthy), ("watch", [json.dumps({"instances": seen})])
+    )
+    a, b = status.parse(spec, text)
+    assert not a.ok and a.problem() == (
+        "vllm-a.service is left out of its router pools by the watch (no engine step for 61 s with 3 requests running or "
+        f"waiting): find the cause in its journal, then `rm {paths.watch_out('vllm-a')}` on h1"
+    )
+    assert not b.ok and "while the watch restarts it" in str(b.problem())
+    table = status.table([a, b])
+    assert "left-out (3 restarts)" in table and f"rm {paths.watch_out('vllm-a')}" in table
+    # The watch gave nothing (stopped, or not installed yet): every instance says so.
+    (c, d) = status.parse(spec, host_output(("roll", []), ("instance vllm-a", healthy), ("instance vllm-b", healthy), ("watch", [])))
+    assert c.watch == d.watch == "no answer" and "does not answer" in str(c.problem())
+    # With the watch off, no column value and no problem.
+    off, _ = check({"watch": False})
+    (row,) = status.parse(off, host_output(("roll", []), ("instance vllm-main", healthy)))
+    assert row.watch is None and row.ok
+    assert "curl -s -m 3 http://127.0.0.1:9401/state" in status.script(spec) and "9401" not in status.script(off)
 
 
 def test_status_marks_a_rolling_host_another_image_and_an_unreachable_host() -> None:
@@ -159,7 +190,7 @@ def test_a_bench_request_that_cannot_run_is_refused_before_any_host(
 def test_ipv6_scrape_addresses_are_bracketed_for_prometheus_and_the_bench_client() -> None:
     spec, findings = check({"scrape_address": "fd00::7", "metrics_exporter": True})
     assert not [f for f in findings if f.severity == "error"]
-    assert [g["targets"] for g in monitoring.file_sd([spec])] == [["[fd00::7]:5000"], ["[fd00::7]:8080"]]
+    assert [g["targets"] for g in monitoring.file_sd([spec])] == [["[fd00::7]:5000"], ["[fd00::7]:9401"], ["[fd00::7]:8080"]]
     client, _ = check({}, host="loadgen")
     (job,) = workload.jobs(spec, spec.services[0], "latency", None, None)
     assert "--base-url 'http://[fd00::7]:8080'" in bench.command(job, "T", client)
@@ -234,7 +265,13 @@ def test_targets_list_every_exporter_and_only_head_vllm_endpoints() -> None:
     (head, _), (worker, _) = check_cluster({"metrics_exporter": True, "scrape_address": "10.1.1.1"}, 2)
     groups = monitoring.file_sd([head, worker])
     jobs = sorted((g["labels"]["job"], g["labels"]["host"], g["labels"]["role"]) for g in groups)
-    assert jobs == [("amd-device-metrics", "h1", "head"), ("amd-device-metrics", "h2", "worker"), ("vllm", "h1", "head")]
+    # The head serves, so it runs the watch; the worker serves nothing and runs none.
+    assert jobs == [
+        ("amd-device-metrics", "h1", "head"),
+        ("amd-device-metrics", "h2", "worker"),
+        ("instinct-fleet-watch", "h1", "head"),
+        ("vllm", "h1", "head"),
+    ]
     assert all(g["targets"][0].startswith("10.1.1.1:") for g in groups)
 
 
@@ -245,7 +282,9 @@ def test_prometheus_allow_from_opens_the_scraped_ports_and_closes_the_exporter_t
     assert rules is not None
     port = plan.spec.services[0].port
     assert "elements = { 10.9.0.0/24 }" in rules
-    assert f"tcp dport {{ {min(port, 5000)}, {max(port, 5000)} }} ip saddr @scrapers_v4 accept" in rules
+    # The instances' ports, the watch's (its /state and /metrics) and the exporter's: the scrapers reach all three.
+    scraped = ", ".join(map(str, sorted({port, 5000, plan.spec.vars.watch_port})))
+    assert f"tcp dport {{ {scraped} }} ip saddr @scrapers_v4 accept" in rules
     assert 'tcp dport 5000 counter drop comment "metrics exporter: prometheus_allow_from only"' in rules
     assert rules.index("@scrapers_v4 accept") < rules.index("tcp dport 5000 counter drop")
     assert content.firewall(pf.plan({"metrics_exporter": True}, report)) is None  # nothing asks for a firewall

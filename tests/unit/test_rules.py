@@ -48,6 +48,11 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"canary_probe": str(ROOT / "tests" / "fixtures" / "probe-no-answer.jsonl")},
         {"canary_probe": str(ROOT / "tests" / "fixtures" / "probe-golden.jsonl")},
     ),
+    "watch-timing": ({"watch_interval": 60}, {"watch_interval": 5}),
+    "watch-stall-step": (
+        {"vllm_args": {"enable-chunked-prefill": False, "max-model-len": 131072}},
+        {"vllm_args": {"enable-chunked-prefill": False, "max-model-len": 131072}, "watch_prefill_tokens_per_second": 20000},
+    ),
     "managed-key": ({"vllm_args": {"port": 9000}}, {"vllm_instances": [{"name": "main", "port": 9000}]}),
     "aiter-subflag-inert": (
         {"vllm_env": {"VLLM_ROCM_USE_AITER": "0"}},
@@ -258,7 +263,8 @@ def test_every_rule_has_a_case() -> None:
     preflight_rules = {r for r in RULES if r.startswith("host-")}
     # router-wheel (the controller's copy of the wheel) and router-api-key (across hosts): tests/unit/test_router.py.
     # group-data-unread (a project's file, not a host): tests/unit/test_findings.py.
-    others = {"inventory-conflict", "router-wheel", "router-api-key", "group-data-unread"}
+    # watch-metrics (a table without metrics): tests/unit/test_watch.py.
+    others = {"inventory-conflict", "router-wheel", "router-api-key", "group-data-unread", "watch-metrics"}
     assert set(CASES) | set(CLUSTER_CASES) | others | preflight_rules == set(RULES)
 
 

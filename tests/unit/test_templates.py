@@ -185,3 +185,10 @@ def test_the_router_unit_passes_systemd_analyze_verify() -> None:
     text = content.router_unit(spec, pool)
     assert units_check({paths.unit_path(pool.unit): text}) == ""
     assert "--cache-threshold 0.5" in text and "--api-key" not in text
+
+
+def test_the_watch_unit_passes_systemd_analyze_verify() -> None:
+    """watch.service.j2, as render.watch_unit renders it."""
+    text = render.watch_unit(9401)
+    assert units_check({paths.unit_path(paths.WATCH_UNIT): text}) == ""
+    assert "port 9401" in text and paths.WATCH_STATE in text

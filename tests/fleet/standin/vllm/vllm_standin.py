@@ -34,7 +34,10 @@ STANDIN_FAIL_EVERY=N (every Nth streamed completion gets a 500 before it takes a
 the batch, so the rest run faster: a configuration that loses requests under load),
 STANDIN_COMPILE_S (a cold start's compile time, skipped on a hit in VLLM_CACHE_ROOT; see
 ``compile_or_reuse``), STANDIN_CORRUPT=N (from the Nth word of a reply on, degenerate digits,
-as AITER's fused all-reduce wrote them in ROCm/aiter#4855: see :func:`answer_words`), and the
+as AITER's fused all-reduce wrote them in ROCm/aiter#4855: see :func:`answer_words`),
+STANDIN_HANG_AFTER=N (once N completions were asked, the engine stops stepping, as vLLM's deadlocked
+engine core did in vllm#39863: /health keeps answering 200, the step counters freeze, every request waits;
+``POST /standin/hang`` does the same at once, for a test that hangs one running instance), and the
 speed model's constants (STANDIN_TOKENS_PER_SECOND and the others named in :class:`Engine`).
 """
 
@@ -376,6 +379,19 @@ class State:
     prefix_hits = 0
     draining = False
     lock = threading.Lock()
+    steps = 0  # engine steps taken (vllm:iteration_tokens_total's count) and the tokens they carried (its sum)
+    step_tokens = 0
+    asked = 0  # completions asked for (STANDIN_HANG_AFTER counts them)
+    hung = threading.Event()
+
+
+def stepped(tokens: int) -> None:
+    """One engine step that carried ``tokens``. A hung engine takes no step: its caller waits for good."""
+    if State.hung.is_set():
+        threading.Event().wait()
+    with State.lock:
+        State.steps += 1
+        State.step_tokens += tokens
 
 
 VOCAB = 201088  # gpt-oss's vocabulary size: the stand-in's token ids are below it
@@ -550,6 +566,11 @@ def metrics_text() -> str:
         f'vllm:time_to_first_token_seconds_bucket{{le="+Inf",{labels}}} {float(len(ttfts))}',
         f"vllm:time_to_first_token_seconds_count{{{labels}}} {float(len(ttfts))}",
         f"vllm:time_to_first_token_seconds_sum{{{labels}}} {sum(ttfts)}",
+        "# HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.",
+        "# TYPE vllm:iteration_tokens_total histogram",
+        f'vllm:iteration_tokens_total_bucket{{le="+Inf",{labels}}} {float(State.steps)}',
+        f"vllm:iteration_tokens_total_count{{{labels}}} {float(State.steps)}",
+        f"vllm:iteration_tokens_total_sum{{{labels}}} {float(State.step_tokens)}",
         "",
     ]
     return "\n".join(lines)
@@ -686,6 +707,17 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/tokenize":
             self.tokenize()
             return
+        if self.path == "/standin/hang":  # test-only: the engine stops stepping now
+            State.hung.set()
+            print("WARNING stand-in: POST /standin/hang, the engine takes no more steps", flush=True)
+            self.reply(200, {"hung": True})
+            return
+        after = os.environ.get("STANDIN_HANG_AFTER")
+        with State.lock:
+            State.asked += 1
+            if after is not None and State.asked > int(after) and not State.hung.is_set():
+                State.hung.set()
+                print(f"WARNING stand-in: STANDIN_HANG_AFTER={after}, the engine takes no more steps", flush=True)
         with State.lock:
             State.inflight += 1
         try:
@@ -745,6 +777,10 @@ class Handler(BaseHTTPRequestHandler):
                 return
             self.stream(prompt.split(), text.split(), body)
             return
+        if State.hung.is_set():  # it waits for a step that never comes
+            with State.lock:
+                State.waiting += 1
+        stepped(prompt_len + used)
         State.requests += 1
         State.prompt_tokens += prompt_len
         State.generation_tokens += used
@@ -792,9 +828,11 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
             engine.prefill(prompt_words)
+            stepped(prompt_len)
             for i, word in enumerate(words):
                 if i:
                     time.sleep(engine.step())
+                    stepped(1)
                 text = (" " if i else "") + word
                 delta: dict[str, Any] = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
                 delta["finish_reason"] = "length" if i == len(words) - 1 else None

@@ -1,0 +1,356 @@
+"""The watch of one serving host (managed by instinct-fleet): hung instances out of rotation, restarted, put back.
+
+Usage: watch.py CONFIG_JSON
+
+Every ``interval`` seconds it reads each local instance's /metrics and applies the
+progress rule (liveness.py beside it, the package's own module): requests running
+or waiting, and no engine step for ``stall`` seconds, is a stall. A stalled
+instance is taken out of every router pool that lists it, its unit restarted
+(systemd's stop drains it as a roll's does), and put back once its gate passes:
+/health, its model listed, one token generated, and the step counters advanced.
+At most ``max_restarts`` restarts in ``window`` seconds; a stall after that leaves
+the instance out (still running, for its journal), said in the journal at error
+level, in /state and in /metrics, until an operator re-admits it by removing its
+``<unit>.out`` file in ``state_dir`` (or a roll restarts it with new serving files).
+
+While a roll batch runs on the host (its marker, for at most ``roll_pause``
+seconds: a failed roll leaves it behind) or a tune trial holds its lock, the watch only reads: the roll and tune own the units then. An instance whose
+/metrics does not answer is down or starting: systemd and the roll own that.
+
+State lives in ``state_dir``, one ``<unit>.out`` (JSON: state "restarting" or
+"left-out", since, reason) while an instance is out, and ``<unit>.restarts``
+(the times of its restarts): a restarted watch, and the roll's join and the
+router hosts' pool sync, read it (GET /state on ``listen_port``).
+"""
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import liveness  # the package's instinct_fleet/model/liveness.py, installed beside this file)
+
+with open(sys.argv[1]) as handle:
+    CONFIG = json.load(handle)
+NAMES = liveness.Series(tuple(CONFIG["series"]["steps"]), tuple(CONFIG["series"]["busy"]))
+LOCK = threading.Lock()
+OUT = ("restarting", "left-out")  # the states in which the instance is out of its pools
+VIEW = {}  # unit -> what /state and /metrics show
+
+
+def log(message, error=False):
+    # systemd reads a leading <3> as the error priority (SyslogLevelPrefix): `journalctl -p err` finds them.
+    print(("<3>" if error else "") + message, flush=True)
+
+
+def path(unit, kind):
+    return os.path.join(CONFIG["state_dir"], f"{unit}.{kind}")
+
+
+def read_json(name, default):
+    try:
+        with open(name) as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return default
+    except (OSError, ValueError):
+        return default
+
+
+def write_json(name, value):
+    temporary = name + ".tmp"
+    with open(temporary, "w") as handle:
+        json.dump(value, handle, sort_keys=True)
+    os.replace(temporary, name)
+
+
+def paused():
+    """A roll batch or a tune trial owns the units now."""
+    try:  # a failed roll leaves its marker behind: older than the longest batch, it no longer pauses the watch
+        if time.time() - os.stat(CONFIG["roll_marker"]).st_mtime < CONFIG["roll_pause"]:
+            return "a roll batch runs on this host"
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(CONFIG["tune_lock"], os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return "a tune trial runs on this host"
+    finally:
+        os.close(fd)
+    return None
+
+
+def http(method, url, body=None, key=None, timeout=10):
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(url, data=body, method=method, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout) as reply:
+        return reply.status, reply.read().decode()
+
+
+def api_key():
+    if not CONFIG.get("key_path"):
+        return None
+    try:
+        with open(CONFIG["key_path"]) as handle:
+            return handle.readline().strip() or None
+    except OSError:
+        return None
+
+
+class Instance:
+    def __init__(self, spec):
+        self.spec = spec
+        self.unit = spec["unit"]
+        self.base = f"http://127.0.0.1:{spec['port']}"
+        self.progress = liveness.Progress()
+        self.restarts_total = 0
+        self.left = False  # left out at the last look: a record gone since is an operator's re-admission
+
+    def show(self, state, stalled=0.0, reason=""):
+        recent = [t for t in read_json(path(self.unit, "restarts"), []) if time.time() - t < CONFIG["window"]]
+        with LOCK:
+            VIEW[self.unit] = {
+                "port": self.spec["port"],
+                "state": state,
+                "stalled_seconds": round(stalled, 1),
+                "restarts": len(recent),
+                "restarts_total": self.restarts_total,
+                "reason": reason,
+            }
+
+    def reading(self):
+        try:
+            return liveness.sample(http("GET", self.base + "/metrics", timeout=5)[1], NAMES)
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+    def routers(self, verb):
+        """Every router pool that lists this instance; the worker is out (or in) of each when it returns True."""
+        done = True
+        for member in self.spec["routers"]:
+            target = f"{member['api']}/{verb}_worker?url={urllib.parse.quote(member['url'], safe='')}"
+            try:
+                http("POST", target, timeout=30)
+            except urllib.error.HTTPError as error:
+                text = error.read().decode(errors="replace")
+                if not (verb == "add" and "already exists" in text) and not (verb == "remove" and error.code in (400, 404)):
+                    log(
+                        f"{self.unit}: {verb} {member['url']} at the router on {member['router']} answered {error.code}: {text[:200]}", True
+                    )
+                    done = False
+            except (OSError, urllib.error.URLError) as error:
+                log(
+                    f"{self.unit}: the router on {member['router']} ({member['api']}) cannot be reached to {verb} {member['url']}: {error}",
+                    True,
+                )
+                done = False
+        return done
+
+    def gate(self):
+        """Healthy as the deploy's gate means it, and the engine stepped for it: "passed"; "starting" while it loads
+        (/health does not answer 200 before the engine is up); "stalled" when /health answers 200 but the one-token
+        completion gets no answer within the stall window, or its answer moved no step counter."""
+        try:
+            if http("GET", self.base + "/health", timeout=5)[0] != 200:
+                return "starting"
+            key = api_key()
+            if self.spec["served"] not in http("GET", self.base + "/v1/models", key=key, timeout=5)[1]:
+                return "starting"
+        except (OSError, urllib.error.URLError, ValueError):
+            return "starting"
+        if not self.spec["generates"]:
+            return "passed"
+        before = self.reading()
+        body = json.dumps({"model": self.spec["served"], "prompt": "Hello", "max_tokens": 1}).encode()
+        try:
+            answer = http("POST", self.base + "/v1/completions", body, key, timeout=CONFIG["stall"])[1]
+        except TimeoutError:
+            return "stalled"
+        except urllib.error.URLError as error:
+            return "stalled" if isinstance(error.reason, TimeoutError) else "starting"
+        except (OSError, ValueError):
+            return "starting"
+        after = self.reading()
+        if '"choices"' not in answer or before is None or after is None:
+            return "starting"
+        return "passed" if after.steps > before.steps else "stalled"
+
+    def leave_out(self, reason, restarts):
+        write_json(path(self.unit, "out"), {"state": "left-out", "since": time.time(), "reason": reason})
+        self.routers("remove")
+        log(
+            f"{self.unit} is left out of its router pools: {reason}, after {len(restarts)} restarts in "
+            f"{CONFIG['window']} s (watch_max_restarts). It keeps running for its journal; re-admit it with "
+            f"`rm {path(self.unit, 'out')}` once its cause is fixed",
+            True,
+        )
+        self.show("left-out", reason=reason)
+
+    def restart(self, reason):
+        restarts = [t for t in read_json(path(self.unit, "restarts"), []) if time.time() - t < CONFIG["window"]]
+        if len(restarts) >= CONFIG["max_restarts"]:
+            self.leave_out(reason, restarts)
+            return
+        write_json(path(self.unit, "out"), {"state": "restarting", "since": time.time(), "reason": reason})
+        self.show("restarting", reason=reason)
+        out = self.routers("remove")
+        log(f"{self.unit}: {reason}; out of its router pools{'' if out else ' (not every router answered: retried)'}, restarting it", True)
+        write_json(path(self.unit, "restarts"), [*restarts, time.time()])
+        self.restarts_total += 1
+        try:
+            result = subprocess.run(
+                ["systemctl", "restart", self.unit], capture_output=True, text=True, timeout=self.spec["restart_timeout"]
+            )
+            failed = result.stderr.strip() if result.returncode else None
+        except (OSError, subprocess.TimeoutExpired) as error:
+            failed = str(error)
+        if failed is not None:
+            log(f"{self.unit}: systemctl restart failed: {failed}", True)
+        self.progress.reset()
+        self.admit()
+
+    def admit(self):
+        """Gate the instance, then put it back into its pools; a gate that stalls, or does not pass in time, is a stall."""
+        deadline = time.monotonic() + self.spec["start_seconds"]
+        while time.monotonic() < deadline:
+            record = read_json(path(self.unit, "out"), None)
+            if record is None or record.get("state") not in ("restarting", "admitting"):  # a roll's join took it meanwhile
+                return
+            if paused() is None:
+                verdict = self.gate()
+                if verdict == "stalled":
+                    self.restart(f"its gate's one-token completion made no engine step within {CONFIG['stall']} s")
+                    return
+                if verdict == "passed" and self.routers("add"):
+                    os.unlink(path(self.unit, "out"))
+                    log(f"{self.unit}: its gate passed after the restart; back in its router pools")
+                    self.show("in")
+                    return
+            self.routers("remove")  # a pool sync or a router restart may have added it meanwhile
+            time.sleep(CONFIG["interval"])
+        self.restart(f"its gate did not pass within {self.spec['start_seconds']} s of the restart")
+
+    def tick(self):
+        record = read_json(path(self.unit, "out"), None)
+        if record is not None and record.get("state") == "left-out":
+            self.left = True
+            self.routers("remove")  # kept out, whoever added it
+            self.show("left-out", reason=record.get("reason", ""))
+            return
+        if record is None and self.left:
+            self.left = False
+            log(f"{self.unit}: re-admitted by an operator (its .out file removed): gating it")
+            write_json(path(self.unit, "out"), {"state": "admitting", "since": time.time(), "reason": "re-admitted by an operator"})
+            record = {"state": "admitting"}
+        why = paused()
+        if why is not None:
+            self.progress.reset()
+            self.show("paused", reason=why)
+            return
+        if record is not None:  # restarting (this watch stopped during a restart) or admitting
+            self.show("restarting", reason=record.get("reason", ""))
+            self.admit()
+            return
+        reading = self.reading()
+        if reading is None:
+            self.progress.reset()
+            self.show("down", reason="its /metrics does not answer: stopped or starting")
+            return
+        seconds = self.progress.observe(time.monotonic(), reading)
+        if liveness.stalled(seconds, CONFIG["stall"]):
+            self.restart(f"no engine step for {seconds:.0f} s with {reading.busy:g} requests running or waiting")
+        else:
+            self.show("in", stalled=seconds)
+
+    def run(self):
+        self.show("in")
+        while True:
+            self.tick()
+            time.sleep(CONFIG["interval"])
+
+
+def metrics_text():
+    lines = [
+        "# HELP instinct_fleet_watch_out Whether the watch holds the instance out of its router pools (1), for a restart or left out.",
+        "# TYPE instinct_fleet_watch_out gauge",
+        "# HELP instinct_fleet_watch_left_out Whether the instance is left out after watch_max_restarts restarts in watch_restart_window.",
+        "# TYPE instinct_fleet_watch_left_out gauge",
+        "# HELP instinct_fleet_watch_stalled_seconds Seconds the instance has been busy without an engine step.",
+        "# TYPE instinct_fleet_watch_stalled_seconds gauge",
+        "# HELP instinct_fleet_watch_restarts Restarts the watch made within watch_restart_window.",
+        "# TYPE instinct_fleet_watch_restarts gauge",
+        "# HELP instinct_fleet_watch_restarts_total Restarts the watch made since it started.",
+        "# TYPE instinct_fleet_watch_restarts_total counter",
+    ]
+    with LOCK:
+        view = dict(VIEW)
+    for unit, seen in sorted(view.items()):
+        labels = f'unit="{unit}",port="{seen["port"]}"'
+        lines += [
+            f"instinct_fleet_watch_out{{{labels}}} {int(seen['state'] in OUT)}",
+            f"instinct_fleet_watch_left_out{{{labels}}} {int(seen['state'] == 'left-out')}",
+            f"instinct_fleet_watch_stalled_seconds{{{labels}}} {seen['stalled_seconds']}",
+            f"instinct_fleet_watch_restarts{{{labels}}} {seen['restarts']}",
+            f"instinct_fleet_watch_restarts_total{{{labels}}} {seen['restarts_total']}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, format, *args):
+        pass
+
+    def do_GET(self):
+        if self.path == "/state":
+            with LOCK:
+                view = dict(VIEW)
+            out = sorted(s["port"] for s in view.values() if s["state"] in OUT)
+            body, kind = json.dumps({"instances": view, "out": out}, sort_keys=True), "application/json"
+        elif self.path == "/metrics":
+            body, kind = metrics_text(), "text/plain; version=0.0.4"
+        else:
+            self.send_error(404)
+            return
+        data = body.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def died(args):
+    """A watch thread that dies is a bug: end the process, so that systemd restarts it (Restart=always) and says so."""
+    log(f"the watch of {args.thread.name if args.thread else '?'} failed: {args.exc_type.__name__}: {args.exc_value}", True)
+    sys.stdout.flush()
+    os._exit(1)
+
+
+def main():
+    threading.excepthook = died
+    os.makedirs(CONFIG["state_dir"], exist_ok=True)
+    watched = [Instance(spec) for spec in CONFIG["instances"]]
+    for instance in watched:
+        threading.Thread(target=instance.run, name=instance.unit, daemon=True).start()
+    names = ", ".join(f"{i.unit} (:{i.spec['port']})" for i in watched) or "no instance"
+    log(f"watching {names}: a stall is {CONFIG['stall']} s busy without an engine step, read every {CONFIG['interval']} s")
+    server = ThreadingHTTPServer(("", CONFIG["listen_port"]), Handler)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

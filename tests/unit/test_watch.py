@@ -1,0 +1,308 @@
+"""The watch: the progress rule (instinct_fleet/model/liveness.py), its config, its checks before any connection, and the
+watch script itself (templates/watch.py) run against the stand-in vLLM, hung as vllm#39863's engine was."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from instinct_fleet.converge import content, operations
+from instinct_fleet.model import knowledge, liveness, paths, render
+from instinct_fleet.model.inventory import HostData, plan_hosts
+from instinct_fleet.model.validate import validate_watch
+from tests.unit.consumers import standin
+from tests.unit.test_templates import parse_unit
+
+ROOT = Path(__file__).resolve().parents[2]
+VERSIONS = ("0.11.0", "0.22.0", "0.33.0")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_shipped_table_names_the_series_the_rule_reads(version: str) -> None:
+    names = liveness.series(knowledge.load(version).metrics)
+    assert names == liveness.Series(
+        ("vllm:iteration_tokens_total_count", "vllm:generation_tokens_total", "vllm:prompt_tokens_total"),
+        ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+    )
+
+
+def test_a_table_without_the_gauges_or_any_step_counter_cannot_be_judged() -> None:
+    table = knowledge.load("0.33.0").metrics
+    assert liveness.series({k: v for k, v in table.items() if k != "vllm:num_requests_waiting"}) is None
+    assert liveness.series({k: v for k, v in table.items() if k not in liveness.STEPS}) is None
+
+
+def metrics(steps: float, running: float, waiting: float, engines: int = 1) -> str:
+    """/metrics as vLLM writes it: one sample per engine label set."""
+    lines = []
+    for e in range(engines):
+        labels = f'model_name="m",engine="{e}"'
+        lines += [
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{labels}}} {running}",
+            f"vllm:num_requests_waiting{{{labels}}} {waiting}",
+            f'vllm:iteration_tokens_total_bucket{{le="+Inf",{labels}}} {steps}',
+            f"vllm:iteration_tokens_total_count{{{labels}}} {steps}",
+            f"vllm:generation_tokens_total{{{labels}}} 0.0",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+NAMES = liveness.series(knowledge.load(VERSIONS[-1]).metrics)
+
+
+def read(text: str) -> liveness.Sample:
+    assert NAMES is not None
+    reading = liveness.sample(text, NAMES)
+    assert reading is not None
+    return reading
+
+
+def test_a_reading_sums_every_engine_and_refuses_what_it_cannot_judge() -> None:
+    assert read(metrics(7, 2, 3, engines=2)) == liveness.Sample(steps=14.0, busy=10.0)
+    assert NAMES is not None
+    assert liveness.sample(metrics(7, 2, 3).replace("vllm:num_requests_waiting", "other"), NAMES) is None
+    assert liveness.sample(metrics(7, 2, 3).replace('{model_name="m",engine="0"} 3', "{} x"), NAMES) is None
+    assert liveness.sample("", NAMES) is None
+
+
+def test_busy_without_a_step_is_a_stall_and_idle_or_stepping_is_not() -> None:
+    p = liveness.Progress()
+    assert p.observe(0, read(metrics(5, 0, 0))) == 0  # idle
+    assert p.observe(100, read(metrics(5, 0, 0))) == 0  # idle for long: an idle engine takes no steps
+    assert p.observe(105, read(metrics(5, 1, 2))) == 5  # busy from the last idle reading on, no step
+    assert p.observe(130, read(metrics(5, 1, 2))) == 30
+    assert liveness.stalled(p.observe(165, read(metrics(5, 0, 1))), 60)  # waiting alone is work too
+    assert p.observe(170, read(metrics(6, 1, 2))) == 0  # one step: progress
+    assert p.observe(175, read(metrics(0, 1, 0))) == 0  # a restarted engine's counters start again: a change
+    p.reset()
+    assert p.observe(500, read(metrics(0, 1, 0))) == 0  # after a reset nothing is known yet
+
+
+def specs(**data: Any) -> dict[str, Any]:
+    hosts = [
+        HostData("r1", (), {"router": True, "scrape_address": "10.1.0.1", "vllm_instances": []}),
+        HostData("a", (), {"scrape_address": "10.1.0.2", "vllm_instances": [{"name": "one", "port": 8000}], **data}),
+    ]
+    return {str(s.host): (s, f) for s, f in plan_hosts(hosts)}
+
+
+def test_the_config_gives_each_instance_its_gate_and_pools_and_the_routers_a_watch_list() -> None:
+    found = specs(watch_stall_seconds=30, vllm_api_key_path="/etc/k")
+    a, r1 = found["a"][0], found["r1"][0]
+    config = json.loads(content.watch_config(a))
+    assert NAMES is not None
+    assert config["series"] == NAMES.as_json() and config["stall"] == 30 and config["key_path"] == "/etc/k"
+    assert config["state_dir"] == paths.WATCH_STATE and config["roll_marker"] == paths.ROLL_MARKER
+    (one,) = config["instances"]
+    assert one["unit"] == "vllm-one" and one["port"] == 8000 and one["generates"] is True
+    assert one["routers"] == [{"router": "r1", "api": "http://10.1.0.1:30000", "url": "http://10.1.0.2:8000"}]
+    assert r1.pools[0].watch_list == "http://10.1.0.2:8000 http://10.1.0.2:9401/state\n"
+    # A host without the watch: the router's list leaves its workers out, and nothing is declared for it there.
+    off = specs(watch=False)
+    assert off["r1"][0].pools[0].watch_list == ""
+    assert json.loads(content.watch_config(found["a"][0]))["listen_port"] == 9401
+
+
+def test_the_watch_unit_runs_the_script_with_its_config_and_the_rule_is_the_package_s() -> None:
+    unit = parse_unit(render.watch_unit(9401))
+    assert dict(unit["Service"])["ExecStart"] == f"{paths.PYTHON3} {paths.WATCH_SCRIPT} {paths.WATCH_CONFIG}"
+    assert dict(unit["Service"])["Restart"] == "always"
+    assert render.liveness_source() == (ROOT / "instinct_fleet" / "model" / "liveness.py").read_bytes()
+
+
+def test_timing_the_watch_cannot_keep_and_a_table_it_cannot_read_are_refused_before_any_host() -> None:
+    a = specs()["a"][0]
+    assert validate_watch(a) == []
+    assert [f.rule for f in validate_watch(dataclasses.replace(a, vars=a.vars.model_copy(update={"watch_interval": 60})))] == [
+        "watch-timing"
+    ]
+    blind = dataclasses.replace(a, table=dataclasses.replace(a.table, metrics={}))
+    (finding,) = validate_watch(blind)
+    assert finding.rule == "watch-metrics" and finding.key == "watch" and f"vllm-facts {a.vars.vllm_version}" in finding.message
+    assert validate_watch(dataclasses.replace(blind, vars=a.vars.model_copy(update={"watch": False}))) == []
+
+
+def test_the_step_estimate_follows_the_model_size_and_gpus() -> None:
+    long = {"vllm_args": {"enable-chunked-prefill": False, "max-model-len": 131072}}
+    # gpt-oss-120b on one GPU: 250 TFLOP/s over 240 GFLOP a token, about 1042 tokens/s: 126 s for one whole prompt.
+    (warned,) = [f for f in validate_watch(specs(**long)["a"][0])]
+    assert warned.rule == "watch-stall-step" and "about 126 s at 1042 tokens/s" in warned.message
+    # On 8 GPUs the same prompt takes 16 s; a stated rate replaces the estimate.
+    eight = {**long, "vllm_instances": [{"name": "one", "port": 8000, "gpus": list(range(8)), "args": {"tensor-parallel-size": 8}}]}
+    assert validate_watch(specs(**eight)["a"][0]) == []
+    assert validate_watch(specs(**long, watch_prefill_tokens_per_second=20000)["a"][0]) == []
+
+
+def test_the_roll_puts_back_only_what_the_watch_does_not_hold_unless_it_rolled_it() -> None:
+    (membership,) = specs()["a"][0].memberships
+    held = operations.worker_calls("add", (membership,))
+    assert f"if [ -e {paths.watch_out('vllm-one')} ]" in held and "add_worker" in held
+    fresh = operations.worker_calls("add", (membership,), frozenset({"vllm-one"}))
+    assert fresh.startswith(f"rm -f {paths.watch_out('vllm-one')} {paths.watch_restarts('vllm-one')}; ")
+    assert "if [ -e" not in operations.worker_calls("remove", (membership,))
+
+
+# The watch script itself, on this machine: the stand-in vLLM served in this process, hung on demand.
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def engine() -> Iterator[tuple[Any, int]]:
+    module = standin()
+    module.State.hung.clear()
+    module.State.waiting = module.State.running = 0
+    module.State.served, module.State.args = "m", {"--max-model-len": 4096}
+    module.ENGINE[:] = [module.Engine({})]
+    server = module.Server(("127.0.0.1", 0), module.Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield module, server.server_address[1]
+    module.State.hung.set()  # the requests still waiting stay so; the server stops taking new ones
+    server.shutdown()
+
+
+def start_watch(tmp_path: Path, port: int, max_restarts: int) -> tuple[subprocess.Popen[str], int]:
+    shutil.copy(ROOT / "instinct_fleet" / "templates" / "watch.py", tmp_path / "watch.py")
+    (tmp_path / "liveness.py").write_bytes(render.liveness_source())
+    listen = free_port()
+    assert NAMES is not None
+    config = {
+        "interval": 0.2,
+        "stall": 1.5,
+        "max_restarts": max_restarts,
+        "window": 900,
+        "listen_port": listen,
+        "key_path": None,
+        "series": NAMES.as_json(),
+        "state_dir": str(tmp_path / "state"),
+        "roll_marker": str(tmp_path / "roll-in-progress"),
+        "roll_pause": 600,
+        "tune_lock": str(tmp_path),
+        "instances": [
+            # No such unit here: systemctl's restart fails, and the watch goes on as after any restart.
+            {
+                "unit": "vllm-absent",
+                "port": port,
+                "served": "m",
+                "generates": True,
+                "start_seconds": 30,
+                "restart_timeout": 10,
+                "routers": [],
+            }
+        ],
+    }
+    (tmp_path / "watch.json").write_text(json.dumps(config))
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "watch.py"), str(tmp_path / "watch.json")], stdout=subprocess.PIPE, text=True)
+    return proc, listen
+
+
+def state(listen: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{listen}/state", timeout=5) as reply:
+        return dict(json.loads(reply.read()))
+
+
+def wait_for(listen: int, want: str, seconds: float) -> dict[str, Any]:
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            seen = state(listen)["instances"].get("vllm-absent", {})
+            if seen.get("state") == want or time.monotonic() > end:
+                return dict(seen)
+        except OSError:
+            if time.monotonic() > end:
+                raise
+        time.sleep(0.1)
+
+
+def ask(port: int) -> None:
+    body = json.dumps({"model": "m", "prompt": "one two", "max_tokens": 2}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"})
+    with contextlib.suppress(OSError):
+        urllib.request.urlopen(request, timeout=60).close()
+
+
+def test_a_hung_engine_is_restarted_within_its_budget_then_left_out_and_an_operator_re_admits_it(
+    tmp_path: Path, engine: tuple[Any, int]
+) -> None:
+    module, port = engine
+    proc, listen = start_watch(tmp_path, port, max_restarts=1)
+    try:
+        assert wait_for(listen, "in", 10)["state"] == "in"
+        ask(port)  # an engine that steps, with work: no stall
+        time.sleep(2)
+        assert state(listen)["out"] == [] and not (tmp_path / "state" / "vllm-absent.out").exists()
+        # The engine hangs with a request waiting; /health still answers 200.
+        module.State.hung.set()
+        threading.Thread(target=ask, args=(port,), daemon=True).start()
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).status == 200
+        # One restart (systemctl fails here, the engine stays hung), its gate's completion stalls, and the budget of 1
+        # is spent: left out, in /state, in /metrics and in its file, whoever asks.
+        seen = wait_for(listen, "left-out", 20)
+        assert seen["state"] == "left-out" and seen["restarts"] == 1, seen
+        assert "one-token completion made no engine step" in seen["reason"]
+        assert state(listen)["out"] == [port]
+        record = json.loads((tmp_path / "state" / "vllm-absent.out").read_text())
+        assert record["state"] == "left-out"
+        assert len(json.loads((tmp_path / "state" / "vllm-absent.restarts").read_text())) == 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{listen}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        assert f'instinct_fleet_watch_left_out{{unit="vllm-absent",port="{port}"}} 1' in text
+        assert f'instinct_fleet_watch_restarts_total{{unit="vllm-absent",port="{port}"}} 1' in text
+        # Left out stays out: no further restart, however long it stays hung.
+        time.sleep(2)
+        assert len(json.loads((tmp_path / "state" / "vllm-absent.restarts").read_text())) == 1
+        # The engine is fixed (here: it steps again, its stuck requests gone as a restart ends them), and the
+        # operator removes the record: gated, then back in.
+        module.State.hung.clear()
+        module.State.waiting = module.State.running = 0
+        (tmp_path / "state" / "vllm-absent.out").unlink()
+        assert wait_for(listen, "in", 20)["state"] == "in"
+        assert state(listen)["out"] == []
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert "<3>vllm-absent is left out of its router pools" in out
+    assert "re-admitted by an operator" in out and "its gate passed after the restart" in out
+
+
+def test_the_watch_only_reads_while_a_roll_runs_on_the_host(tmp_path: Path, engine: tuple[Any, int]) -> None:
+    module, port = engine
+    (tmp_path / "roll-in-progress").write_text("roll batch 1\n")
+    proc, listen = start_watch(tmp_path, port, max_restarts=3)
+    try:
+        module.State.hung.set()
+        threading.Thread(target=ask, args=(port,), daemon=True).start()
+        seen = wait_for(listen, "paused", 10)
+        time.sleep(3)  # twice the stall window
+        assert state(listen)["instances"]["vllm-absent"]["state"] == "paused" and seen["reason"] == "a roll batch runs on this host"
+        assert not (tmp_path / "state" / "vllm-absent.restarts").exists()
+        # A marker older than roll_pause is a failed roll's, left behind: the watch acts again.
+        os.utime(tmp_path / "roll-in-progress", (time.time() - 601, time.time() - 601))
+        assert wait_for(listen, "left-out", 20)["state"] == "left-out"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
+def test_a_unit_s_watch_files_are_the_same_with_or_without_service() -> None:
+    assert paths.watch_out("vllm-a.service") == paths.watch_out("vllm-a") == f"{paths.WATCH_STATE}/vllm-a.out"
+    assert paths.watch_restarts("vllm-a.service") == paths.watch_restarts("vllm-a") == f"{paths.WATCH_STATE}/vllm-a.restarts"
