@@ -197,7 +197,7 @@ def watch_config(spec: HostSpec) -> str:
     assert spec.table is not None
     names = liveness.series(spec.table.metrics)
     assert names is not None  # validation (watch-metrics)
-    instances = []
+    instances: list[dict[str, Any]] = []
     for svc in spec.serves:
         unit = paths.vllm_unit(svc.name)
         routers = [{"router": m.router, "api": m.api, "url": m.url} for m in spec.memberships if m.unit == unit]
@@ -225,7 +225,7 @@ def watch_config(spec: HostSpec) -> str:
         "roll_marker": paths.ROLL_MARKER,
         # How long a roll's marker pauses the watch: one unit's restart and gate, and a margin (a failed roll leaves its
         # marker until the next deploy; past this the watch acts again, and only on a real stall).
-        "roll_pause": max((i["restart_timeout"] for i in instances), default=0) + v.health_timeout + 300,
+        "roll_pause": max((int(i["restart_timeout"]) for i in instances), default=0) + v.health_timeout + 300,
         "tune_lock": paths.TUNE_LOCK,
         "instances": instances,
     }
