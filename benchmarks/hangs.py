@@ -4,10 +4,11 @@
 On the simulated fleet (tests/fleet/fleet.py, inventories/local.py: the real vllm-router in front of gpt-oss-120b's
 three stand-in instances on sim-gpu-1 and sim-gpu-2), with the fault tests' inventory (a 5 s drain) and the watch's
 defaults (a reading every 5 s, a 60 s stall window), under a steady client of 8 requests a second through the
-router, half of them streamed:
+router, half of them streamed, each with a prompt of its own (so that the cache-aware router spreads them):
 
 - **hangs**: HANGS times, an instance (in turn) is hung (``POST /standin/hang``: /health stays 200, the step
-  counters freeze, every request waits, as vllm#39863's engine core did). Measured: the seconds from the hang until
+  counters freeze, every request waits, as vllm#39863's engine core did; two requests of its own wait on it, as those
+  the router sent there before it knew would). Measured: the seconds from the hang until
   the router's pool no longer lists it, and until it is back after its restart and gate; the client requests that
   failed, and those of them sent after it had left the pool. The restart budget's window is shortened to 60 s for
   this part, so that ten hangs of three instances never spend it.
@@ -87,7 +88,7 @@ def deploy(fleet: dict[str, Any], data: dict[str, Any]) -> None:
 
 def hang_once(fleet: dict[str, Any], load: fleetctl.Load, host: str, unit: str, port: int) -> dict[str, Any]:
     url = f"http://{address(fleet, host)}:{port_of(fleet, host, port)}"
-    urllib.request.urlopen(urllib.request.Request(f"{url}/standin/hang", b"{}", method="POST"), timeout=10).close()
+    fleetctl.hang(url, fleet["api_key"])
     hung = time.monotonic()
     out = until(lambda: url not in pool(fleet), 300)
     left = time.monotonic()
@@ -111,7 +112,7 @@ def measure(hangs: int) -> dict[str, Any]:
     fleet = json.loads(fleetctl.FLEET_FILE.read_text())
     deploy(fleet, {"watch_restart_window": 60})
     trials = []
-    with fleetctl.Load(fleetctl.router_url(fleet), key=fleet["api_key"]) as load:
+    with fleetctl.Load(fleetctl.router_url(fleet), key=fleet["api_key"], vary=True) as load:
         for i in range(hangs):
             host, unit, port = TARGETS[i % len(TARGETS)]
             trials.append(hang_once(fleet, load, host, unit, port))
@@ -123,12 +124,12 @@ def measure(hangs: int) -> dict[str, Any]:
     host, unit, port = TARGETS[0]
     url = f"http://{address(fleet, host)}:{port_of(fleet, host, port)}"
     always: list[dict[str, Any]] = []
-    with fleetctl.Load(fleetctl.router_url(fleet), key=fleet["api_key"]) as load:
+    with fleetctl.Load(fleetctl.router_url(fleet), key=fleet["api_key"], vary=True) as load:
         started = time.monotonic()
         for _ in range(FleetVars().watch_max_restarts):  # each hang spends one restart
             always.append(hang_once(fleet, load, host, unit, port))
             print(json.dumps(always[-1]), flush=True)
-        urllib.request.urlopen(urllib.request.Request(f"{url}/standin/hang", b"{}", method="POST"), timeout=10).close()
+        fleetctl.hang(url, fleet["api_key"])
         until(lambda: url not in pool(fleet) and watch_state(fleet, host, unit)["state"] == "left-out", 300)
         left_out_after = time.monotonic() - started
         time.sleep(30)  # the rest of the fleet serves on

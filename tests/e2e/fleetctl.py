@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -238,16 +239,18 @@ class Load:
     """A steady client: ``rate`` requests a second to ``url`` (a router, or one instance), streaming and not in turn,
     each on its own thread, so a slow or failing request never delays the next."""
 
-    def __init__(self, url: str, rate: float = 8.0, key: str | None = None, model: str = OSS) -> None:
+    def __init__(self, url: str, rate: float = 8.0, key: str | None = None, model: str = OSS, vary: bool = False) -> None:
         self.url, self.period, self.model = url, 1.0 / rate, model
+        self.vary = vary  # a prompt of its own per request, so that a cache-aware router spreads them over its pool
         self.headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
         self.done: list[Sample] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def _one(self, stream: bool) -> None:
-        body = json.dumps({"model": self.model, "prompt": "route me", "max_tokens": 8, "stream": stream}).encode()
+    def _one(self, stream: bool, n: int) -> None:
+        prompt = f"{n} route me" if self.vary else "route me"
+        body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": 8, "stream": stream}).encode()
         request = urllib.request.Request(f"{self.url}/v1/completions", body, self.headers)
         started = time.monotonic()
         try:
@@ -263,7 +266,7 @@ class Load:
     def _run(self) -> None:
         n = 0
         while not self._stop.wait(self.period):
-            thread = threading.Thread(target=self._one, args=(n % 2 == 1,), daemon=True)
+            thread = threading.Thread(target=self._one, args=(n % 2 == 1, n), daemon=True)
             thread.start()
             self._threads.append(thread)
             n += 1
@@ -284,3 +287,19 @@ class Load:
 
     def served(self, streamed: bool) -> int:
         return sum(1 for s in self.done if s.ok and s.streamed == streamed)
+
+
+def hang(url: str, key: str) -> None:
+    """Hang the stand-in engine at ``url`` (POST /standin/hang: /health stays 200, no step, requests wait, as
+    vllm#39863's engine core did), and send it two requests of its own that wait: a router's cache-aware policy may
+    send a client's prompts elsewhere, and a hung engine that nobody asks is idle, not stalled."""
+    urllib.request.urlopen(urllib.request.Request(f"{url}/standin/hang", b"{}", method="POST"), timeout=10).close()
+    body = json.dumps({"model": OSS, "prompt": "stuck", "max_tokens": 4}).encode()
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    for _ in range(2):
+        threading.Thread(target=_ask, args=(urllib.request.Request(f"{url}/v1/completions", body, headers),), daemon=True).start()
+
+
+def _ask(request: urllib.request.Request) -> None:
+    with contextlib.suppress(OSError):
+        urllib.request.urlopen(request, timeout=300).close()

@@ -8,16 +8,14 @@ changes, so no roll, and it leaves the fleet serving.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
-import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from fleetctl import BASELINE, CLI, ROOT, Load, deploy, inventory, router_url, ssh
+from fleetctl import BASELINE, CLI, ROOT, Load, deploy, hang, inventory, router_url, ssh
 
 FLEET_SHARE = 0
 
@@ -29,22 +27,6 @@ UNIT = "vllm-batch"  # sim-gpu-1's second instance, on port 8081, in the router'
 def pool(fleet: dict[str, Any]) -> list[str]:
     with urllib.request.urlopen(f"{router_url(fleet)}/list_workers", timeout=10) as reply:
         return sorted(json.loads(reply.read())["urls"])
-
-
-def hang(url: str, key: str) -> None:
-    """Hang the engine, and send it two requests of its own that wait (the router's cache-aware policy may send the
-    load's one prompt elsewhere, and a hung engine that nobody asks is idle, not stalled)."""
-    urllib.request.urlopen(urllib.request.Request(f"{url}/standin/hang", b"{}", method="POST"), timeout=10).close()
-    body = json.dumps({"model": "openai/gpt-oss-120b", "prompt": "stuck", "max_tokens": 4}).encode()
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
-    for _ in range(2):
-        request = urllib.request.Request(f"{url}/v1/completions", body, headers)
-        threading.Thread(target=_ask, args=(request,), daemon=True).start()
-
-
-def _ask(request: urllib.request.Request) -> None:
-    with contextlib.suppress(OSError):
-        urllib.request.urlopen(request, timeout=300).close()
 
 
 def until(what: Any, seconds: float) -> float:

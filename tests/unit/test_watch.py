@@ -15,8 +15,9 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -306,3 +307,55 @@ def test_the_watch_only_reads_while_a_roll_runs_on_the_host(tmp_path: Path, engi
 def test_a_unit_s_watch_files_are_the_same_with_or_without_service() -> None:
     assert paths.watch_out("vllm-a.service") == paths.watch_out("vllm-a") == f"{paths.WATCH_STATE}/vllm-a.out"
     assert paths.watch_restarts("vllm-a.service") == paths.watch_restarts("vllm-a") == f"{paths.WATCH_STATE}/vllm-a.restarts"
+
+
+class _Api(BaseHTTPRequestHandler):
+    """A worker API as vllm-router answers it (list_workers, add_worker), a worker's /health, and a watch's /state,
+    for the sync script's decisions: which listed worker it adds."""
+
+    calls: ClassVar[list[str]] = []
+    out: ClassVar[list[int]] = []
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _reply(self, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._reply({"urls": []} if self.path == "/list_workers" else {"out": self.out} if self.path == "/state" else {})
+
+    def do_POST(self) -> None:
+        self.calls.append(self.path)
+        self._reply({})
+
+
+def test_the_pool_sync_adds_no_worker_its_watch_holds_out(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        # Two workers answer /health (both are this server); the watch of the first holds it out.
+        first, second = f"http://127.0.0.1:{port}", f"http://localhost:{port}"
+        workers, watches = tmp_path / "w", tmp_path / "watch"
+        workers.write_text(f"{first}\n{second}\n")
+        watches.write_text(f"{first} http://127.0.0.1:{port}/state\n")
+        _Api.out = [port]
+        sync = [sys.executable, str(ROOT / "instinct_fleet" / "templates" / "router-sync.py"), str(port), str(workers), str(watches)]
+        check = subprocess.run([*sync, "--check"], capture_output=True, text=True)
+        assert (check.returncode, check.stdout) == (1, f"add {second}\n")
+        _Api.calls.clear()
+        assert subprocess.run(sync, capture_output=True, text=True).returncode == 0
+        assert [c.split("?")[0] for c in _Api.calls] == ["/add_worker"] and "localhost" in _Api.calls[0]
+        # Not held out any more, or no watch file yet (a router host upgraded from before the watch): both are added.
+        _Api.out = []
+        assert subprocess.run([*sync, "--check"], capture_output=True, text=True).stdout == f"add {first}\nadd {second}\n"
+        watches.unlink()
+        _Api.out = [port]
+        assert subprocess.run([*sync, "--check"], capture_output=True, text=True).stdout == f"add {first}\nadd {second}\n"
+    finally:
+        server.shutdown()
