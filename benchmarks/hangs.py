@@ -39,7 +39,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 import fleetctl  # noqa: E402  (the simulated fleet's inventories and deploys, as the end-to-end tests use them)
+import sections  # noqa: E402  (benchmarks/sections.py)
 
 from instinct_fleet.model.defaults import FleetVars  # noqa: E402
 
@@ -189,15 +191,7 @@ def section(data: dict[str, Any]) -> str:
 
 
 def write(data: dict[str, Any]) -> None:
-    text = RESULTS.read_text()
-    body = section(data)
-    if BEGIN in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        text = head + body + tail
-    else:
-        text = text.rstrip() + "\n\n## Hung engines\n\n" + body + "\n"
-    RESULTS.write_text(text)
+    sections.replace(RESULTS, BEGIN, END, section(data), "Hung engines")
 
 
 def main() -> None:
