@@ -204,6 +204,10 @@ def test_firewall_keeps_ray_to_members_and_vllm_to_its_allow_list(second: Run, f
     assert reach("sim-c2", 6379) == "open"  # a member
     assert reach("sim-gpu-2", 18004) == "blocked"  # not in vllm_allow_from
     assert reach("sim-gpu-1", 18004) == "open"  # in vllm_allow_from
+    # The watch's /state and /metrics on the head (it serves): exactly who may reach its instance, nobody more.
+    assert reach("sim-gpu-2", 9401) == "blocked"
+    assert reach("sim-gpu-1", 9401) == "open"
+    assert reach("sim-c2", 9401) == "open"  # a member
 
 
 def test_killed_worker_comes_back_and_the_cluster_heals(second: Run, fleet: dict[str, Any]) -> None:
