@@ -285,9 +285,12 @@ def _call(verb: str, m: Membership) -> str:
         if verb == "remove"
         else "it is healthy but gets no requests through that router until the next deploy adds it"
     )
-    # add_worker answers 400 "already exists" for a worker in the pool: that is the state wanted.
+    # add_worker answers 400 "already exists" for a worker in the pool: that is the state wanted. A router that a
+    # change of its own restarted in this run may not listen yet when an instance joins: an add retries a refused
+    # connection for up to a minute (a remove does not: the unit must not stop while a router still sends to it).
+    retry = "--retry 30 --retry-delay 2 --retry-connrefused " if verb == "add" else ""
     return (
-        f"out=$(curl -sS -m 60 -X POST {q(url)} -w ' HTTP %{{http_code}}' 2>&1); "
+        f"out=$(curl -sS -m 60 {retry}-X POST {q(url)} -w ' HTTP %{{http_code}}' 2>&1); "
         f'case "$out" in *"HTTP 200"|*"already exists"*) echo {q(what)}: "$out";; '
         f"*) printf '%s %s\\n' {q(f'instinct-fleet: could not {what} ({fix}):')} \"$out\" >&2; exit 1;; esac"
     )
