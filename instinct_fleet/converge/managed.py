@@ -198,6 +198,20 @@ def _removed_when_off(on: bool, path: str, make: Callable[[Rendered], Made]) -> 
     return make if on else (lambda r: None if path in r.facts.report.stats else SKIP)
 
 
+def _unit_while(on: bool, name: str, stage: Stage, off: str) -> UnitEntry:
+    """A unit that runs while ``on``; switched off (``off`` says why), stopped and disabled where a deploy left its file."""
+    unit_file = paths.unit_path(name)
+    return UnitEntry(
+        name,
+        stage,
+        lambda r: (
+            Unit(name, stage)
+            if on
+            else (Unit(name, stage, enabled=False, running=False, why=off) if unit_file in r.facts.report.stats else None)
+        ),
+    )
+
+
 def _host_readme(r: Rendered) -> bytes:
     """What an operator on the host reads in paths.HOST_README: the units and files of this declaration."""
     files = [(e.path, e.mode or "-", f"{e.owner}:{e.group}") for e in r.declared if isinstance(e, FileEntry)]
@@ -359,19 +373,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             ),
             then=(Restart(paths.EXPORTER_UNIT),),
         ),
-        UnitEntry(
-            paths.EXPORTER_UNIT,
-            "exporter",
-            lambda r: (
-                Unit(paths.EXPORTER_UNIT, "exporter")
-                if v.metrics_exporter
-                else (
-                    Unit(paths.EXPORTER_UNIT, "exporter", enabled=False, running=False, why="metrics_exporter is off")
-                    if exporter_unit in r.facts.report.stats
-                    else None
-                )
-            ),
-        ),
+        _unit_while(v.metrics_exporter, paths.EXPORTER_UNIT, "exporter", "metrics_exporter is off"),
         # Stage 8, vLLM's router: its release's files, launcher and sync script, and one unit and worker file per pool.
         *router_entries(spec),
         # Stage 9, services and the roll.
@@ -441,19 +443,7 @@ def watch_entries(spec: HostSpec) -> list[Entry]:
             off(unit_file, lambda _r: render.watch_unit(spec.vars.watch_port).encode()),
             then=restart,
         ),
-        UnitEntry(
-            paths.WATCH_UNIT,
-            "services",
-            lambda r: (
-                Unit(paths.WATCH_UNIT, "services")
-                if on
-                else (
-                    Unit(paths.WATCH_UNIT, "services", enabled=False, running=False, why="watch is off")
-                    if unit_file in r.facts.report.stats
-                    else None
-                )
-            ),
-        ),
+        _unit_while(on, paths.WATCH_UNIT, "services", "watch is off"),
     ]
 
 

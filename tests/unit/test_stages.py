@@ -418,3 +418,18 @@ def test_an_entry_no_stage_converges_fails_the_harness(monkeypatch: pytest.Monke
     monkeypatch.setattr(managed, "declare", lambda spec: (*declare(spec), orphan))
     with pytest.raises(AssertionError, match="orphan"):
         converged(monkeypatch, DATA)
+
+
+def test_the_watch_switched_off_is_stopped_and_its_files_removed_then_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    off = {**DATA, "watch": False}
+    assert only(monkeypatch, off, converged(monkeypatch, DATA))["services"] == [
+        f"Stop {paths.WATCH_UNIT} (watch is off)",
+        "Watch: the progress rule",
+        "Watch script",
+        "Watch config",
+        f"Watch {paths.unit_path(paths.WATCH_UNIT)}",
+        "Reload systemd (services)",
+    ]
+    gone = converged(monkeypatch, DATA)
+    deploy(monkeypatch, plan(off, gone), gone)
+    assert only(monkeypatch, off, gone) == {}
