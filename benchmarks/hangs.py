@@ -178,9 +178,10 @@ def section(data: dict[str, Any]) -> str:
             f"| out of the pool after the hang | {statistics.median(outs):.1f} s | {max(outs):.1f} s |",
             f"| back in the pool after the hang (restart and gate) | {statistics.median(backs):.1f} s | {max(backs):.1f} s |",
             "",
-            f"Of {data['sent']} client requests, {data['served']} were served. Failed: {sum(t['failed'] for t in trials)}, every one "
-            f"sent to a hung instance before it left the pool; {sum(t['failed_after_out'] for t in trials)} sent after it had left. "
-            f"Every hung instance came back.",
+            f"Of {data['sent']} client requests, {data['served']} were served. Failed: {sum(t['failed'] for t in trials)} (per hang: "
+            f"{', '.join(str(t['failed']) for t in trials)}), each sent in the minute before a hang or while the hung instance "
+            f"was still in the pool, where the router sent requests that then waited on it; "
+            f"{sum(t['failed_after_out'] for t in trials)} sent after it had left. Every hung instance came back.",
             "",
             f"An instance hung again each time it was back, with the default budget ({v.watch_max_restarts} restarts in "
             f"{v.watch_restart_window} s): left out after {always['restarts']} restarts, {always['seconds']:.0f} s after its first "
