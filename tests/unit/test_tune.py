@@ -472,6 +472,14 @@ def test_a_tuned_instance_leaves_its_router_pools_before_its_first_restart_or_is
     assert removes == [0] and paths.ROLL_MARKER in answering.commands[1] and tuner.away  # once, before the first restart
 
 
+def holding(path: Path) -> None:
+    """Wait until a locked step has written ``path``: from then on it holds the lock."""
+    end = time.monotonic() + 30
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} not written within 30 s"
+        time.sleep(0.02)
+
+
 def test_the_tune_lock_orders_a_restore_after_a_restart_the_controller_no_longer_follows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -480,12 +488,13 @@ def test_the_tune_lock_orders_a_restore_after_a_restart_the_controller_no_longer
     monkeypatch.setattr(paths, "TUNE_LOCK", str(tmp_path / "run"))
     log = tmp_path / "log"
     trial = subprocess.Popen(["sh", "-c", tune.locked(f"echo trial writes >> {log}; sleep 1; echo trial restarts >> {log}", 5)])
-    time.sleep(0.3)
+    holding(log)  # the trial holds the lock (on a busy machine its shell may take longer than any fixed sleep)
     restore = subprocess.run(["sh", "-c", tune.locked(f"echo restore writes >> {log}", 5)], capture_output=True, text=True)
     assert trial.wait() == 0 and restore.returncode == 0
     assert log.read_text().splitlines() == ["trial writes", "trial restarts", "restore writes"]
-    held = subprocess.Popen(["sh", "-c", tune.locked("sleep 2", 5)])
-    time.sleep(0.3)
+    mark = tmp_path / "held"
+    held = subprocess.Popen(["sh", "-c", tune.locked(f"touch {mark}; sleep 2", 5)])
+    holding(mark)
     late = subprocess.run(["sh", "-c", tune.locked("echo never", 1)], capture_output=True, text=True)
     held.wait()
     assert late.returncode == 75 and "never" not in late.stdout
