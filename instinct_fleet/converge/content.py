@@ -201,7 +201,6 @@ def watch_config(spec: HostSpec) -> str:
     for svc in spec.serves:
         unit = paths.vllm_unit(svc.name)
         routers = [{"router": m.router, "api": m.api, "url": m.url} for m in spec.memberships if m.unit == unit]
-        restart = render.stop_seconds(svc, v.rolling_drain_timeout) + 15 + render.start_seconds(spec.cluster, spec.cluster is not None)
         instances.append(
             {
                 "unit": unit,
@@ -209,7 +208,6 @@ def watch_config(spec: HostSpec) -> str:
                 "served": render.served_model(svc),
                 "generates": render.generates(svc),
                 "start_seconds": v.health_timeout,
-                "restart_timeout": restart,
                 "routers": routers,
             }
         )
@@ -224,8 +222,9 @@ def watch_config(spec: HostSpec) -> str:
         "state_dir": paths.WATCH_STATE,
         "roll_marker": paths.ROLL_MARKER,
         # How long a roll's marker pauses the watch: one unit's restart and gate, and a margin (a failed roll leaves its
-        # marker until the next deploy; past this the watch acts again, and only on a real stall).
-        "roll_pause": max((int(i["restart_timeout"]) for i in instances), default=0) + v.health_timeout + 300,
+        # marker until the next deploy; past this the watch acts again, and only on a real stall). Like everything here,
+        # it follows from inventory-wide settings, not from a serving file's flags, which a rollback puts back alone.
+        "roll_pause": v.health_timeout + 600,
         "tune_lock": paths.TUNE_LOCK,
         "instances": instances,
     }

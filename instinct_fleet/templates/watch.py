@@ -213,7 +213,7 @@ class Instance:
         self.restarts_total += 1
         try:
             result = subprocess.run(
-                ["systemctl", "restart", self.unit], capture_output=True, text=True, timeout=self.spec["restart_timeout"]
+                ["systemctl", "restart", self.unit], capture_output=True, text=True, timeout=self.spec["start_seconds"] + 600
             )
             failed = result.stderr.strip() if result.returncode else None
         except (OSError, subprocess.TimeoutExpired) as error:

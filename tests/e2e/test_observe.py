@@ -106,6 +106,9 @@ def test_prometheus_scrapes_every_vllm_instance_and_exporter(prometheus: str) ->
     expected |= {("amd-device-metrics", host, paths.EXPORTER_UNIT, "1") for host in EXPORTERS}
     expected.add(("vllm", "sim-nogpu", "main", "0"))  # in the inventory, but it failed preflight: down
     expected.add(("vllm-router", "sim-gpu-1", paths.router_unit(30000), "1"))  # the router's --prometheus-port
+    # The watch of every host that serves (sim-nogpu's was never installed: it failed preflight).
+    expected |= {("instinct-fleet-watch", host, paths.WATCH_UNIT, "1") for host in ("sim-gpu-1", "sim-gpu-2", "sim-c1")}
+    expected.add(("instinct-fleet-watch", "sim-nogpu", paths.WATCH_UNIT, "0"))
     deadline = time.monotonic() + 90
     seen: set[tuple[str, str, str, str]] = set()
     while time.monotonic() < deadline and seen != expected:

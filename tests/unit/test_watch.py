@@ -208,7 +208,6 @@ def start_watch(tmp_path: Path, port: int, max_restarts: int) -> tuple[subproces
                 "served": "m",
                 "generates": True,
                 "start_seconds": 30,
-                "restart_timeout": 10,
                 "routers": [],
             }
         ],
