@@ -59,9 +59,7 @@ def read_json(name, default):
     try:
         with open(name) as handle:
             return json.load(handle)
-    except FileNotFoundError:
-        return default
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # absent (FileNotFoundError is one), or cut short
         return default
 
 
@@ -120,8 +118,12 @@ class Instance:
         self.restarts_total = 0
         self.left = False  # left out at the last look: a record gone since is an operator's re-admission
 
+    def recent(self):
+        """The times of this instance's restarts within the budget's window."""
+        return [t for t in read_json(path(self.unit, "restarts"), []) if time.time() - t < CONFIG["window"]]
+
     def show(self, state, stalled=0.0, reason=""):
-        recent = [t for t in read_json(path(self.unit, "restarts"), []) if time.time() - t < CONFIG["window"]]
+        recent = self.recent()
         with LOCK:
             VIEW[self.unit] = {
                 "port": self.spec["port"],
@@ -201,7 +203,7 @@ class Instance:
         self.show("left-out", reason=reason)
 
     def restart(self, reason):
-        restarts = [t for t in read_json(path(self.unit, "restarts"), []) if time.time() - t < CONFIG["window"]]
+        restarts = self.recent()
         if len(restarts) >= CONFIG["max_restarts"]:
             self.leave_out(reason, restarts)
             return
