@@ -99,14 +99,19 @@ def http(method, url, body=None, key=None, timeout=10):
         return reply.status, reply.read().decode()
 
 
-def api_key():
-    if not CONFIG.get("key_path"):
-        return None
+def api_key(unit):
+    """The key the instance serves with, read in its own container (paths.API_KEY_IN_CONTAINER): the watch follows the
+    unit that runs, a rolled-back generation's too, and no key path of the inventory's. None without a key, or while
+    the container is not running (then /v1 refuses, and the gate says "starting")."""
     try:
-        with open(CONFIG["key_path"]) as handle:
-            return handle.readline().strip() or None
-    except OSError:
+        result = subprocess.run(
+            [CONFIG["docker"], "exec", unit, "cat", CONFIG["key_in_container"]], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
         return None
+    if result.returncode != 0:
+        return None
+    return (result.stdout.splitlines() or [""])[0].strip() or None
 
 
 class Instance:
@@ -169,7 +174,7 @@ class Instance:
         try:
             if http("GET", self.base + "/health", timeout=5)[0] != 200:
                 return "starting"
-            key = api_key()
+            key = api_key(self.unit)
             if self.spec["served"] not in http("GET", self.base + "/v1/models", key=key, timeout=5)[1]:
                 return "starting"
         except (OSError, urllib.error.URLError, ValueError):

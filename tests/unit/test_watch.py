@@ -64,6 +64,7 @@ def metrics(steps: float, running: float, waiting: float, engines: int = 1) -> s
 
 
 NAMES = liveness.series(knowledge.load(VERSIONS[-1]).metrics)
+KEY = "sk-watch-test"  # the engine's API key: /v1 answers 401 without it
 
 
 def read(text: str) -> liveness.Sample:
@@ -107,7 +108,9 @@ def test_the_config_gives_each_instance_its_gate_and_pools_and_the_routers_a_wat
     a, r1 = found["a"][0], found["r1"][0]
     config = json.loads(content.watch_config(a))
     assert NAMES is not None
-    assert config["series"] == NAMES.as_json() and config["stall"] == 30 and config["key_path"] == "/etc/k"
+    assert config["series"] == NAMES.as_json() and config["stall"] == 30
+    # The key is read where the instance reads it, in its container: no inventory path, which a rollback leaves behind.
+    assert "/etc/k" not in json.dumps(config) and config["key_in_container"] == paths.API_KEY_IN_CONTAINER
     assert config["state_dir"] == paths.WATCH_STATE and config["roll_marker"] == paths.ROLL_MARKER
     (one,) = config["instances"]
     assert one["unit"] == "vllm-one" and one["port"] == 8000 and one["generates"] is True
@@ -174,7 +177,7 @@ def engine() -> Iterator[tuple[Any, int]]:
     module = standin()
     module.State.hung.clear()
     module.State.waiting = module.State.running = 0
-    module.State.served, module.State.args = "m", {"--max-model-len": 4096}
+    module.State.served, module.State.args = "m", {"--max-model-len": 4096, "--api-key": KEY}
     module.ENGINE[:] = [module.Engine({})]
     server = module.Server(("127.0.0.1", 0), module.Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -186,6 +189,11 @@ def engine() -> Iterator[tuple[Any, int]]:
 def start_watch(tmp_path: Path, port: int, max_restarts: int) -> tuple[subprocess.Popen[str], int]:
     shutil.copy(ROOT / "instinct_fleet" / "templates" / "watch.py", tmp_path / "watch.py")
     (tmp_path / "liveness.py").write_bytes(render.liveness_source())
+    # docker as the watch calls it to read the instance's key in its container (the engine fixture's key).
+    docker = tmp_path / "docker"
+    want = f"exec vllm-absent cat {paths.API_KEY_IN_CONTAINER}"
+    docker.write_text(f'#!/bin/sh\n[ "$*" = "{want}" ] && echo {KEY} && exit 0\nexit 1\n')
+    docker.chmod(0o755)
     listen = free_port()
     assert NAMES is not None
     config = {
@@ -194,7 +202,8 @@ def start_watch(tmp_path: Path, port: int, max_restarts: int) -> tuple[subproces
         "max_restarts": max_restarts,
         "window": 900,
         "listen_port": listen,
-        "key_path": None,
+        "docker": str(docker),
+        "key_in_container": paths.API_KEY_IN_CONTAINER,
         "series": NAMES.as_json(),
         "state_dir": str(tmp_path / "state"),
         "roll_marker": str(tmp_path / "roll-in-progress"),
@@ -237,7 +246,8 @@ def wait_for(listen: int, want: str, seconds: float) -> dict[str, Any]:
 
 def ask(port: int) -> None:
     body = json.dumps({"model": "m", "prompt": "one two", "max_tokens": 2}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, headers)
     with contextlib.suppress(OSError):
         urllib.request.urlopen(request, timeout=60).close()
 
