@@ -43,6 +43,49 @@ gpu_count = 8
 # GPU model the host must have: MI300X, MI325X, MI350X or MI355X.
 gpu_model = "MI300X"
 
+# Judge every GPU on the preflight fact's amd-smi evidence (ECC, bad pages, PCIe link, XGMI
+# links, firmware, driver, partitions) by the `gpu-*` rules, and quarantine the instances of a
+# GPU in error: drained out of the router, stopped, held out until the evidence clears (README,
+# GPU health and quarantine).
+gpu_health = True
+
+# PCIe link width each GPU must train at (`gpu-pcie-width`; node-scraper's default, x16).
+gpu_health_pcie_width = 16
+
+# PCIe link speed in GT/s each GPU must train at (`gpu-pcie-speed`; node-scraper's default, 32:
+# Gen5).
+gpu_health_pcie_speed = 32
+
+# L0-to-recovery transitions of a GPU's PCIe link above which it is in error (`gpu-pcie-
+# recovery`; node-scraper's default).
+gpu_health_recovery_error = 3
+
+# L0-to-recovery transitions above which a warning is given (`gpu-pcie-recovery-warning`); at
+# most `gpu_health_recovery_error`.
+gpu_health_recovery_warning = 1
+
+# Fraction of `ras.bad_page_threshold` of retired and pending pages that gives a warning (`gpu-
+# bad-pages-near`; the amdgpu driver warns at 90%).
+gpu_health_bad_page_warning = 0.9
+
+# What every GPU must run (`gpu-fleet-drift`): `{"firmware": "00159017", "driver": "6.16.13",
+# "compute_partition": "SPX", "memory_partition": "NPS1"}`; a key left out is compared with the
+# majority of the hosts read in the run.
+gpu_health_expected = {"firmware": None, "driver": None, "compute_partition": None, "memory_partition": None}
+
+# Automatic re-admissions of a host's quarantined instances within `gpu_health_readmit_window`;
+# once the evidence clears after that, they stay out until `instinct-fleet admit` (`quarantine-
+# held`; the AMD GPU Operator's bound).
+gpu_health_readmit_max = 3
+
+# Seconds over which `gpu_health_readmit_max` is counted (15 minutes, as the AMD GPU Operator
+# counts its remediations).
+gpu_health_readmit_window = 900
+
+# Another severity for a `gpu-*` rule on these hosts, as `{"gpu-pcie-speed": "warning"}`: an
+# error quarantines, a warning is shown, `off` is not judged.
+gpu_health_levels = {}
+
 # File on the host holding the Hugging Face token; it is mounted read-only and never put in a
 # unit, env file or argv.
 hf_token_path = "/etc/instinct-fleet/hf-token"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from instinct_fleet import scaffold
-from instinct_fleet.converge import managed
+from instinct_fleet.converge import gpuhealth, managed
 from instinct_fleet.fleet import bench, interrupts, monitoring, remote, status, sweeps, trials, tunereport
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
 from instinct_fleet.fleet.spread import WARM_ENV
@@ -422,6 +422,58 @@ def cmd_rollback(opts: argparse.Namespace) -> int:
     return code
 
 
+class Refused(Exception):
+    """The inventory is invalid: its findings were printed (rules.refused)."""
+
+
+def _one_host(opts: argparse.Namespace, verb: str) -> tuple[Path, str]:
+    """The deploy file, and the one host ``quarantine`` or ``admit`` acts on, validated before any connection; the
+    deploy then runs on that host alone (--limit)."""
+    where = _deploy_file(opts)
+    opts.limit = [opts.host]
+    try:
+        scope = _plan_project(opts)
+    except UsageError as exc:
+        raise UsageError(f"{opts.host} is not a host of {opts.inventory}" if "--limit" in str(exc) else str(exc)) from exc
+    if opts.host not in scope.chosen:  # a group's name
+        raise UsageError(f"{opts.host} is not a host of {opts.inventory} (give one host by its inventory name)")
+    spec = next(spec for spec, _ in scope.planned if str(spec.host) == opts.host)
+    if spec.cluster is not None:
+        raise UsageError(
+            f"{opts.host} is a member of the Ray cluster {spec.cluster.name}: its cluster has one instance, which a GPU health error "
+            "fails as a whole; take the cluster out of the inventory's pool instead"
+        )
+    if verb == "quarantine" and opts.gpu is not None and opts.gpu >= spec.gpu_count:
+        raise UsageError(f"{opts.host} has GPUs 0 to {spec.gpu_count - 1} (gpu_count), not {opts.gpu}")
+    if refused((f for _, fs in scope.planned for f in fs), f"nothing was changed by {verb} and no host was contacted", warnings=True):
+        raise Refused
+    return where
+
+
+def cmd_quarantine(opts: argparse.Namespace) -> int:
+    """Drain and stop a host's instances (or those on one GPU) and hold them out, whatever its evidence, until ``admit``
+    (instinct_fleet/converge/gpuhealth.py): a deploy of that host with the operator's entry in its quarantine record."""
+    try:
+        where = _one_host(opts, "quarantine")
+    except Refused:
+        return EXIT_INVALID
+    os.environ[gpuhealth.ASK_ENV] = gpuhealth.Ask({opts.host: (opts.gpu, opts.reason)}).as_env()
+    code = _deploy(opts, *where)
+    print(f"instinct-fleet: `instinct-fleet admit {opts.inventory} {opts.host}` puts it back once the cause is fixed.", file=sys.stderr)
+    return code
+
+
+def cmd_admit(opts: argparse.Namespace) -> int:
+    """Read a host's evidence again; refuse while a gpu-* rule finds an error, else clear the operator's entries and the
+    re-admission count, converge the host and put its instances back behind their health gate."""
+    try:
+        where = _one_host(opts, "admit")
+    except Refused:
+        return EXIT_INVALID
+    os.environ[gpuhealth.ASK_ENV] = gpuhealth.Ask(admit=frozenset({opts.host})).as_env()
+    return _deploy(opts, *where)
+
+
 def _child(argv: list[str], cwd: Path, env: dict[str, str], capture: bool) -> tuple[int, str]:
     """Run pyinfra (or verify's pytest) in its own session and hand it each SIGINT and SIGTERM this command gets,
     once: the child decides what an interrupt means (instinct_fleet/fleet/run.py: finish the open roll batch, then
@@ -501,13 +553,18 @@ def _read_status(hosts: remote.Hosts, specs: list[HostSpec]) -> list[status.Row]
     timeout = max(s.vars.command_timeout for s in specs)
     results = hosts.run_all({str(s.host): status.script(s) for s in specs}, min(timeout, 60))
     rows: list[status.Row] = []
+    evidence = {}
     for spec in specs:
         result = results[str(spec.host)]
         if result.error is not None:
             rows += status.unreachable(spec, result.error)
         else:
             rows += status.parse(spec, result.stdout)
-    return rows
+            if (report := status.evidence_of(result.stdout)) is not None:
+                evidence[str(spec.host)] = (spec, report)
+    # GPU health: each host judged against the majority of the hosts read, as the deploy judges them.
+    most = gpuhealth.majority(report for _, report in evidence.values())
+    return rows + [status.health_row(spec, report, most) for spec, report in evidence.values()]
 
 
 def cmd_status(opts: argparse.Namespace) -> int:
@@ -849,8 +906,22 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="vllm bench serve against each instance, from its own image, on its host (or --client); results for report"
     )
     targets = sub.add_parser("targets", help="Prometheus file_sd JSON for every vLLM /metrics endpoint and metrics exporter")
+    quarantine = sub.add_parser(
+        "quarantine",
+        help="drain a host's instances (or one GPU's) out of their routers, stop them and hold them out until admit; arguments after -- go to pyinfra",
+    )
+    admit = sub.add_parser(
+        "admit",
+        help="read a quarantined host's GPU evidence again, refuse while it is bad, else put its instances back behind their health gate",
+    )
+    for p in (quarantine, admit):
+        p.add_argument("inventory")
+        p.add_argument("host", help="the inventory's name of the host")
+    quarantine.add_argument("--gpu", type=int, help="only the instances on this GPU index (default: all of the host's)")
+    quarantine.add_argument("--reason", required=True, help="why, kept in the host's quarantine record and shown by status")
     for p in (deploy, rollback, warm):
         p.add_argument("inventory")
+    for p in (deploy, rollback, warm, quarantine, admit):
         p.add_argument(
             "deploy_file",
             nargs="?",
@@ -866,7 +937,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--limit", action="append", metavar="PATTERN", help="a group name or a glob of host names, as pyinfra's --limit (repeatable)"
         )
-    for p in (plan, deploy, verify, rollback, warm, status_p, bench_p, targets):
+    for p in (plan, deploy, verify, rollback, warm, status_p, bench_p, targets, quarantine, admit):
         p.add_argument(
             "--project-dir",
             help="the directory pyinfra runs in: config.py and group_data/ (default: the deploy file's directory, else the nearest "
@@ -876,6 +947,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--to", type=_generation, help="generation number (default: the newest one older than the healthy one that passed the gate)"
     )
     deploy.set_defaults(func=cmd_deploy)
+    quarantine.set_defaults(func=cmd_quarantine)
+    admit.set_defaults(func=cmd_admit)
     rollback.set_defaults(func=cmd_rollback)
     warm.set_defaults(func=cmd_warm)
     verify.set_defaults(func=cmd_verify)
@@ -967,7 +1040,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             joined.append(item)
     opts = parser.parse_args(joined)
     opts.passthrough = passthrough
-    if passthrough and opts.command not in ("deploy", "verify", "rollback", "warm"):
+    if passthrough and opts.command not in ("deploy", "verify", "rollback", "warm", "quarantine", "admit"):
         parser.error(f"{opts.command} takes no arguments after --")
     try:
         with interrupts.raised_in_main():

@@ -79,6 +79,10 @@ def preflight() -> None:
     logger.info(f"{host.name}: {plan.summary()}")
     for warning in plan.warnings:
         logger.warning(f"{host.name}: {warning.brief}")
+    for wrong in plan.health:
+        logger.error(f"{host.name}: {wrong.brief}")
+    if plan.quarantine is not None and plan.quarantine.units:
+        logger.error(f"{host.name}: quarantined, drained out of the router and stopped: {', '.join(sorted(plan.quarantine.units))}")
     if not plan.ok:
         operations.fail(name="Preflight", message=f"{host.name} cannot serve: " + "; ".join(e.brief for e in plan.errors))
 
@@ -208,7 +212,11 @@ def serving() -> None:
     """
     fleet = fleet_plan(host.state)
     plan = fleet.plans[host.name]
-    apply.converge(plan, "services")  # the config directory and the Hugging Face cache
+    # Quarantined instances still running leave their router pools first; the services stage then stops them.
+    draining = tuple(m for m in plan.spec.memberships if plan.quarantined(m.unit) and m.unit in plan.report.active_units)
+    if draining:
+        operations.router_pools_left(name="GPU health: quarantined instances out of the router pools", members=draining)
+    apply.converge(plan, "services")  # the config directory, the Hugging Face cache, the watch and the quarantine
 
     mine = fleet.roll.turns[host.name].batch  # an unchanged host checks its units in batch 0
     if fleet.roll.idle:  # a no-op run: batch 0 alone, with nothing to order across hosts and nothing to interrupt

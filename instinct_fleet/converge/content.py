@@ -227,6 +227,7 @@ def watch_config(spec: HostSpec) -> str:
         # it follows from inventory-wide settings, not from a serving file's flags, which a rollback puts back alone.
         "roll_pause": v.health_timeout + 600,
         "tune_lock": paths.TUNE_LOCK,
+        "quarantine": paths.QUARANTINE,
         "instances": instances,
     }
     return json.dumps(config, indent=2, sort_keys=True) + "\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from instinct_fleet.converge import preflight
+from instinct_fleet.converge.gpuhealth import Quarantine
 from instinct_fleet.converge.preflight import HostReport
 from instinct_fleet.model import render
 from instinct_fleet.model.spec import HostSpec, ServiceSpec
@@ -27,12 +28,17 @@ class ClusterView:
 @dataclass(frozen=True)
 class HostFacts:
     """A host's spec and facts; ``restoring``: the generation ``instinct-fleet rollback`` puts back
-    (path -> content), whose files replace the rendered serving files."""
+    (path -> content), whose files replace the rendered serving files; ``quarantine``: the units the GPU health
+    verdict holds out in this run (converge/gpuhealth.py)."""
 
     spec: HostSpec
     report: HostReport
     cluster: ClusterView | None = None
     restoring: dict[str, bytes] | None = None
+    quarantine: Quarantine | None = None
+
+    def quarantined(self, unit: str) -> bool:
+        return self.quarantine is not None and unit in self.quarantine.units
 
     @property
     def role(self) -> str | None:

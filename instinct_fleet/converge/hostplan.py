@@ -30,6 +30,7 @@ class HostPlan(HostFacts):
     warnings: tuple[Finding, ...]
     desired: Desired
     reached: bool = True
+    health: tuple[Finding, ...] = ()  # the GPU health verdict's errors: what the quarantine holds out, or a GPU no instance uses
 
     @property
     def ok(self) -> bool:

@@ -74,9 +74,12 @@ class Rendered:
         """Per serving unit, its unit and env file: rendered, or a generation's (``instinct-fleet rollback``)."""
         kept = self.facts.restoring
         if kept is None:
-            return content.serving_units(self.facts)
-        units = self.facts.spec.serving_units
-        return {u: (kept[paths.unit_path(u)].decode(), kept[paths.unit_env_path(u)].decode()) for u in units}
+            made = content.serving_units(self.facts)
+        else:
+            units = self.facts.spec.serving_units
+            made = {u: (kept[paths.unit_path(u)].decode(), kept[paths.unit_env_path(u)].decode()) for u in units}
+        # A quarantined unit keeps the files it has: it is stopped, and not rolled (converge/gpuhealth.py).
+        return {u: files for u, files in made.items() if not self.facts.quarantined(u)}
 
     @cached_property
     def firewall(self) -> str | None:
@@ -182,11 +185,20 @@ def _token(spec: HostSpec) -> Made:
 
 def _serving_file(unit: str, which: int) -> Callable[[Rendered], Made]:
     """A serving unit's unit file (0) or env file (1)."""
-    return lambda r: r.units[unit][which].encode()
+    return lambda r: r.units[unit][which].encode() if unit in r.units else SKIP  # a quarantined unit keeps its files
 
 
 def _running(unit: str) -> Callable[[Rendered], Unit | None]:
-    return lambda _r: Unit(unit, "roll")
+    """Running and enabled, in its roll batch; quarantined, stopped and disabled in the services stage, after its drain
+    (deploys.serving), so that no roll starts it and no reboot does."""
+
+    def want(r: Rendered) -> Unit:
+        held = r.facts.quarantine
+        if held is not None and unit in held.units:
+            return Unit(unit, "services", enabled=False, running=False, why=f"quarantined: {held.reason(unit)}")
+        return Unit(unit, "roll")
+
+    return want
 
 
 def _when(condition: bool, make: Callable[[Rendered], Made]) -> Callable[[Rendered], Made]:
@@ -380,6 +392,13 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
         FileEntry(paths.CONFIG_DIR, "services", "Config directory", lambda _r: b"", mode="755", directory=True),
         FileEntry(paths.HOST_README, "services", f"Operator's README {paths.HOST_README}", _host_readme),
         FileEntry(paths.GENERATIONS_DIR, "services", "Generations directory", lambda _r: b"", mode="700", directory=True),
+        FileEntry(
+            paths.QUARANTINE,
+            "services",
+            "GPU health quarantine record",
+            lambda r: r.facts.quarantine.record if r.facts.quarantine is not None else None,
+            mode="644",
+        ),
         *watch_entries(spec),
         FileEntry(
             v.hf_cache_dir,
@@ -657,7 +676,11 @@ def desired(facts: HostFacts) -> Desired:
         tables=tuple(tables),
         images=tuple(images),
         serving=tuple(rendered.units),
-        endpoints=tuple(Endpoint(paths.vllm_unit(s.name), s.port, render.served_model(s), render.generates(s)) for s in facts.serves),
+        endpoints=tuple(
+            Endpoint(paths.vllm_unit(s.name), s.port, render.served_model(s), render.generates(s))
+            for s in facts.serves
+            if not facts.quarantined(paths.vllm_unit(s.name))
+        ),
         weights=tuple(weights),
     )
 

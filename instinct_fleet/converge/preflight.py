@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from instinct_fleet.converge import generations
+from instinct_fleet.converge import evidence, generations
+from instinct_fleet.converge.evidence import Evidence
 from instinct_fleet.converge.generations import Generations
 from instinct_fleet.converge.probe import IMAGE_MARK, MARK
 from instinct_fleet.model import paths
@@ -81,6 +82,8 @@ class HostReport:
     # weights_source repository -> (its completion marker, the host's staged marker); "" when absent.
     weights: dict[str, tuple[str, str]] = field(default_factory=dict)
     generations: Generations = field(default_factory=Generations)
+    evidence: Evidence = field(default_factory=Evidence)  # GPU health (converge/evidence.py, judged by converge/gpuhealth.py)
+    quarantine: dict[str, Any] = field(default_factory=dict)  # the quarantine record on the host (paths.QUARANTINE), {} without
 
     @property
     def numa_balancing(self) -> str | None:
@@ -278,6 +281,8 @@ def parse_report(text: str) -> HostReport:
         weights=_weights(part.get("weights", "")),
         generations=generations.parse(part.get("generations", "")),
         router_drift=_router_drift(part.get("router-drift", "")),
+        evidence=evidence.parse(part) if smi == "amd-smi" else Evidence(),
+        quarantine=record if isinstance(record := _json(part.get("quarantine", "")), dict) else {},
     )
 
 

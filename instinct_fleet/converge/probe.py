@@ -60,13 +60,29 @@ def first_line(path: str) -> str:
     return f'line=; read -r line 2>/dev/null <{path}; [ -n "$line" ] && printf \'%s\\n\' "$line"'
 
 
+def _one_line(command: str) -> str:
+    """amd-smi's JSON on one line, its indentation off (a JSON string never spans lines, so no value changes)."""
+    return f"command -v amd-smi >/dev/null 2>&1 && amd-smi {command.removeprefix('amd-smi ')} 2>&1 | sed 's/^[[:space:]]*//' | tr -d '\\n'"
+
+
 # Each probe is one section; a probe that fails leaves its section empty. Globs and read, the shell's own, where
 # ls, grep and cat would start a process each: a no-op run pays for every process on every host.
 HARDWARE: tuple[tuple[str, str], ...] = (
-    # amd-smi's JSON on one line, its indentation off (a JSON string never spans lines, so no value changes):
     # 3000 lines of 100 KB were most of what a no-op run read, line by line, from every host.
-    ("amd-smi-static", "command -v amd-smi >/dev/null 2>&1 && amd-smi static --json 2>&1 | sed 's/^[[:space:]]*//' | tr -d '\\n'"),
+    ("amd-smi-static", _one_line("amd-smi static --json")),
     ("amd-smi-version", "command -v amd-smi >/dev/null 2>&1 && amd-smi version --json 2>&1"),
+    # GPU health evidence (converge/evidence.py): ECC totals and blocks with the PCIe link, bad pages, XGMI links.
+    ("amd-smi-metric", _one_line("amd-smi metric --ecc --ecc-blocks --pcie --json")),
+    ("amd-smi-bad-pages", _one_line("amd-smi bad-pages --json")),
+    ("amd-smi-xgmi", _one_line("amd-smi xgmi -l --json")),
+    # Where amd-smi gives no current link: each amdgpu PCI device's, as sysfs (and lspci's LnkSta) show it.
+    (
+        "pcie-links",
+        'awk \'{ d = FILENAME; sub(/\\/[^\\/]*$/, "", d); sub(/.*\\//, "", d); if (FILENAME ~ /width$/) w[d] = $0; else s[d] = $0 } '
+        "END { for (d in w) print d, w[d], s[d] }' /sys/module/amdgpu/drivers/pci:amdgpu/*/current_link_width "
+        "/sys/module/amdgpu/drivers/pci:amdgpu/*/current_link_speed 2>/dev/null",
+    ),
+    ("quarantine", f"tr -d '\\n' < {paths.QUARANTINE} 2>/dev/null"),  # the record the last deploy left (converge/gpuhealth.py)
     ("rocm-smi", "command -v amd-smi >/dev/null 2>&1 || { command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showproductname 2>&1; }"),
     ("kfd", f"test -c {paths.KFD} && echo present"),
     ("render-nodes", f'for node in {paths.DRI}/renderD*; do [ -e "$node" ] && echo "${{node##*/}}"; done'),

@@ -14,6 +14,7 @@ import dataclasses
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any, Literal
 
 from pyinfra.api.state import BaseStateCallback
 
-from instinct_fleet.converge import hostchecks, managed, preflight, routerwheel, watchdog
+from instinct_fleet.converge import gpuhealth, hostchecks, managed, preflight, routerwheel, watchdog
 from instinct_fleet.converge.facts import HostReport as HostReportFact
 from instinct_fleet.converge.hostfacts import ClusterView, HostFacts
 from instinct_fleet.converge.hostplan import HostPlan
@@ -95,13 +96,41 @@ def join_cluster(host: Checked, members: dict[str, Checked | None]) -> tuple[Clu
     return ClusterView(node_ip, head_ip, tuple(sorted(set(ips.values())))), errors
 
 
-def _plan(host: Checked, cluster: ClusterView | None, more: list[Finding]) -> HostPlan:
-    """The host's plan, whole: a host that failed preflight renders nothing (its facts may not fit its spec)."""
-    facts = HostFacts(host.spec, host.report, cluster, host.restoring)
+def _plan(
+    host: Checked, cluster: ClusterView | None, more: list[Finding], majority: gpuhealth.Majority, ask: gpuhealth.Ask, now: float
+) -> HostPlan:
+    """The host's plan, whole: a host that failed preflight renders nothing (its facts may not fit its spec).
+
+    The GPU health verdict's errors quarantine the instances they touch; on a Ray cluster member they fail the host
+    instead, as an unreachable member does: the cluster's one instance cannot serve without it."""
+    name = str(host.spec.host)
+    judged = gpuhealth.judge(host.report, host.spec, majority) if host.reached and not host.errors else []
+    warnings = (*host.warnings, *(j.finding for j in judged if j.finding.severity == "warning"))
+    wrong = tuple(j.finding for j in judged if j.finding.severity == "error")
+    held = None
+    if host.spec.cluster is not None:
+        cut = f"the Ray cluster {host.spec.cluster.name} cannot serve without this member"
+        more = [*more, *(dataclasses.replace(f, message=f"{f.message}; {cut}") for f in wrong)]
+        wrong = ()
+    else:
+        if name in ask.admit and wrong:
+            why = "the evidence still shows " + "; ".join(f.brief for f in wrong) + ": fix it first (reset, reboot or replace the GPU)"
+            more = [*more, finding("quarantine-admit", name, "admit", why)]
+        held = gpuhealth.quarantine(host.spec, judged, host.report.quarantine, ask, now)
     errors = (*host.errors, *more)
+    facts = HostFacts(host.spec, host.report, cluster, host.restoring, held)
     desired = UNTOUCHED if errors else managed.desired(facts)
     return HostPlan(
-        host.spec, host.report, cluster, host.restoring, errors=errors, warnings=tuple(host.warnings), desired=desired, reached=host.reached
+        host.spec,
+        host.report,
+        cluster,
+        host.restoring,
+        held,
+        errors=errors,
+        warnings=warnings,
+        desired=desired,
+        reached=host.reached,
+        health=wrong,
     )
 
 
@@ -109,14 +138,23 @@ Reader = Callable[[dict[str, HostSpec]], dict[str, HostReport | None]]
 
 
 def plan_inventory(
-    hosts: list[HostData], active: set[str], read_reports: Reader, restore: str | None = None, catalog: Catalog | None = None
+    hosts: list[HostData],
+    active: set[str],
+    read_reports: Reader,
+    restore: str | None = None,
+    catalog: Catalog | None = None,
+    ask: gpuhealth.Ask | None = None,
+    now: float | None = None,
 ) -> dict[str, HostPlan]:
     """Plans for the ``active`` hosts and the members of their clusters (a member needs its peers' addresses).
 
     Specs and cross-host validation come from every host of the inventory; facts
     come from ``read_reports``, called once with the specs of the hosts needed
-    (None for a host that cannot be reached).
+    (None for a host that cannot be reached). ``ask``: an operator's quarantine or admit; ``now``: the run's time,
+    which the quarantine record's re-admissions are counted from.
     """
+    ask = ask or gpuhealth.Ask()
+    now = time.time() if now is None else now
     planned = {str(spec.host): (spec, findings) for spec, findings in plan_hosts(hosts, catalog)}
     clusters: dict[str, list[str]] = {}
     for name, (spec, _) in planned.items():
@@ -137,12 +175,14 @@ def plan_inventory(
             checked[name] = Checked(spec, preflight.parse_report(""), unreached, [], reached=False)
         else:
             checked[name] = _checked(spec, findings, report, restore)
+    # The fleet's agreement (firmware, driver, partitions) is judged against every host read in this run.
+    majority = gpuhealth.majority(c.report for c in checked.values() if c.reached and not c.errors)
     plans = {}
     for name, host in checked.items():
         cluster = host.spec.cluster
         members = {n: checked.get(n) for n in clusters[cluster.name]} if cluster is not None else {}
         view, errors = join_cluster(host, members)
-        plans[name] = _plan(host, view, errors)
+        plans[name] = _plan(host, view, errors, majority, ask, now)
     return plans
 
 
@@ -208,7 +248,20 @@ def summary_rows(fleet: FleetPlan, hosts: list[str], failed: set[str], ran: bool
     for name in hosts:
         plan = fleet.plans.get(name)
         instances[name] = plan.desired.serving if plan is not None and plan.ok else ()
-    return fleet.roll.summary(instances, failed, ran)
+    rows = fleet.roll.summary(instances, failed, ran)
+    for name in hosts:  # held out by the GPU health verdict: not rolled, stopped, and why
+        held = plan.quarantine if (plan := fleet.plans.get(name)) is not None and plan.ok else None
+        if held is None:
+            continue
+        for unit in sorted(held.units):
+            why = f"quarantined (GPU health): {held.reason(unit)}"
+            rows.append(
+                {
+                    **dict.fromkeys(("serving_unit", "batch", "start")),
+                    **{"host": name, "instance": unit, "status": "quarantined", "why": why, "canary": [], "accuracy": [], "cache": []},
+                }
+            )
+    return rows
 
 
 class RollReporter(BaseStateCallback):
@@ -306,7 +359,8 @@ def _plan_run(state: Any) -> FleetPlan:
         # A read the watchdog ended holds GreenletExit: no facts from that host.
         return {name: job.value if isinstance(job.value, HostReport) else None for name, job in jobs.items()}
 
-    plans = plan_inventory(data, active, read_all, restore, gate.catalog(state))
+    ask = gpuhealth.Ask.of_env(os.environ.get(gpuhealth.ASK_ENV))  # instinct-fleet quarantine and admit
+    plans = plan_inventory(data, active, read_all, restore, gate.catalog(state), ask)
     return FleetPlan.of(plans, warm=os.environ.get(WARM_ENV) == "1")
 
 

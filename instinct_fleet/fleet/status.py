@@ -19,8 +19,9 @@ import shlex
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from instinct_fleet.converge import health
-from instinct_fleet.converge.preflight import sections
+from instinct_fleet.converge import gpuhealth, health, preflight, probe
+from instinct_fleet.converge.evidence import SECTIONS
+from instinct_fleet.converge.preflight import HostReport, sections
 from instinct_fleet.model import knowledge, paths, render
 from instinct_fleet.model.pools import Pool
 from instinct_fleet.model.spec import HostSpec
@@ -62,6 +63,7 @@ class Row:
     watch: str | None = None  # an instance on a host with the watch: its verdict (in, down, paused, restarting, left-out)
     watch_reason: str = ""
     watch_restarts: int | None = None  # the watch's restarts of it within watch_restart_window
+    quarantined: str | None = None  # why the GPU health verdict holds it out (paths.QUARANTINE), stopped
 
     @property
     def ok(self) -> bool:
@@ -72,6 +74,11 @@ class Row:
         """Why this unit is not serving as it should, in words for the user; None when it is."""
         if self.error:
             return self.error
+        if self.quarantined is not None:
+            return (
+                f"{self.unit} is quarantined, out of its pools and stopped: {self.quarantined}; the next deploy re-admits it "
+                "once amd-smi shows the evidence cleared"
+            )
         if self.state != "active":
             return f"{self.unit} is {self.state}"
         if self.health not in ("ok", "-"):
@@ -90,10 +97,16 @@ class Row:
         return None
 
 
+EVIDENCE = (*SECTIONS, "partitions")  # the preflight fact's probes that GPU health reads
+
+
 def script(spec: HostSpec) -> str:
     """One shell command that reads every unit of this host."""
     q = shlex.quote
-    parts = [f"printf '{MARK}roll\\n'; cat {paths.ROLL_MARKER} 2>/dev/null; true"]
+    parts = [
+        f"printf '{MARK}roll\\n'; cat {paths.ROLL_MARKER} 2>/dev/null; true",
+        f"printf '{MARK}quarantine\\n'; tr -d '\\n' < {paths.QUARANTINE} 2>/dev/null; echo; true",
+    ]
     for svc in spec.serves:
         unit = paths.vllm_unit(svc.name)
         metrics = "|".join(re.escape(m) for m in (RUNNING, WAITING, kv_cache_metric(svc.table)) if m is not None)
@@ -107,6 +120,9 @@ def script(spec: HostSpec) -> str:
         )
     if spec.vars.watch and spec.serves:  # the watch's verdict on every instance, by the one progress rule (liveness.py)
         parts.append(f"printf '{MARK}watch\\n'; curl -s -m 3 http://127.0.0.1:{spec.vars.watch_port}/state; echo; true")
+    if spec.vars.gpu_health:  # the evidence the deploy's preflight judges, read by the same probes
+        probes = "; ".join(f"printf '\\n%s\\n' '{probe.MARK}{name}'; {command}" for name, command in probe.HARDWARE if name in EVIDENCE)
+        parts.append(f"printf '{MARK}evidence\\n'; {probes}; true")
     cluster = spec.cluster
     if cluster is not None:
         ray = paths.ray_unit(cluster.role)
@@ -155,6 +171,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
     rolling = part["roll"][0] if part.get("roll") else None
     host = str(spec.host)
     watched = _watch(part.get("watch")) if spec.vars.watch and spec.serves else None
+    held = _quarantine(part.get("quarantine"))
     rows = []
     for svc in spec.serves:
         unit = paths.vllm_unit(svc.name)
@@ -179,6 +196,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
                 rolling=rolling,
                 compile_cache=int(cache) if cache.isdigit() else None,
                 **_watched(watched, unit),
+                quarantined="; ".join(held[unit]) if unit in held else None,
             )
         )
     for pool in spec.pools:
@@ -190,6 +208,32 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
             state = lines[0] if lines and not lines[0].startswith("health ") else "unknown"
             rows.append(Row(host, name, paths.service(name), state, _health(lines, instance=False) if exporter else "-", rolling=rolling))
     return rows
+
+
+def evidence_of(text: str) -> HostReport | None:
+    """The host's GPU evidence from its status output, as the deploy's preflight fact reads it; None without it."""
+    lines = _sections(text).get("evidence")
+    return preflight.parse_report("\n".join(lines)) if lines else None
+
+
+def health_row(spec: HostSpec, report: HostReport, most: gpuhealth.Majority) -> Row:
+    """The GPU health verdict of one host (converge/gpuhealth.py) as a row: its errors are its problem, its warnings
+    shown with it; the next deploy quarantines what an error touches."""
+    judged = gpuhealth.judge(report, spec, most)
+    errors = [j.finding.brief for j in judged if j.finding.severity == "error"]
+    warnings = [j.finding.brief for j in judged if j.finding.severity == "warning"]
+    health = f"{len(errors)} error(s), {len(warnings)} warning(s)" if judged else "ok"
+    why = "; ".join(errors) + ("; warnings: " + "; ".join(warnings) if warnings and errors else "")
+    return Row(str(spec.host), "gpu health", "-", "active", health, error=f"GPU health: {why}" if errors else None)
+
+
+def _quarantine(lines: list[str] | None) -> dict[str, list[str]]:
+    """The quarantine record's units and their reasons (converge/gpuhealth.py); {} without one."""
+    try:
+        units = json.loads(lines[0])["units"] if lines else {}
+    except (ValueError, KeyError, TypeError):
+        return {}
+    return {str(u): [str(r) for r in reasons] for u, reasons in units.items()} if isinstance(units, dict) else {}
 
 
 def _watch(lines: list[str] | None) -> dict[str, Any]:
@@ -274,7 +318,7 @@ def table(rows: list[Row]) -> str:
     body = []
     for r in rows:
         image = r.image if r.image == r.wanted_image or r.wanted_image == "-" else f"! {r.image} (wants {r.wanted_image})"
-        state = r.state + (" (rolling)" if r.rolling else "")
+        state = r.state + (" (rolling)" if r.rolling else "") + (" (quarantined)" if r.quarantined is not None else "")
         health = r.health if r.pool is None else f"{r.health}, pool {r.pool}" + (f" ! {r.pool_drift}" if r.pool_drift else "")
         row = [r.host, r.instance, state, health, image, _num(r.running), _num(r.waiting), _num(r.kv_cache, percent=True)]
         watch = "-" if r.watch is None else r.watch + (f" ({r.watch_restarts} restarts)" if r.watch_restarts else "")
@@ -283,7 +327,7 @@ def table(rows: list[Row]) -> str:
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *body]]
     errors = sorted(
         {f"{r.host}: {r.error}" for r in rows if r.error}
-        | {f"{r.host}: {r.problem()}" for r in rows if r.watch in ("left-out", "restarting")}
+        | {f"{r.host}: {r.problem()}" for r in rows if r.watch in ("left-out", "restarting") or r.quarantined is not None}
     )
     return "\n".join([*lines, *errors])
 

@@ -31,11 +31,14 @@ from pydantic import (
     Field,
     PlainValidator,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from instinct_fleet.model.rules import GPU_RULES
 
 DEFAULT_VLLM_VERSION = "0.22.0"
 MAX_GPUS = 64  # logical GPUs one host can show: 8 MI300X in CPX mode
@@ -242,6 +245,7 @@ InstanceName = Annotated[
     StrictStr, _form(INSTANCE_NAME, "an instance name matching [a-z0-9][a-z0-9-]{0,40} (it names the unit vllm-<name>.service)")
 ]
 GpuModel = Annotated[StrictStr, PlainValidator(_one_of(GPU_MODELS))]
+GpuRuleId = Annotated[StrictStr, PlainValidator(_one_of(tuple(r.id for r in GPU_RULES)))]
 GdrLevel = Annotated[str, PlainValidator(_one_of(GDR_LEVELS))]
 Memlock = Annotated[bool | int, PlainValidator(_memlock)]
 RollingBatch = Annotated[int | str, PlainValidator(_rolling_batch)]
@@ -382,6 +386,15 @@ class BenchProfile(_Strict):
         return self
 
 
+class GpuExpected(_Strict):
+    """The pinned values of `gpu_health_expected`; None: the fleet's majority."""
+
+    firmware: Annotated[StrictStr, Field(min_length=1)] | None = None
+    driver: Annotated[StrictStr, Field(min_length=1)] | None = None
+    compute_partition: Annotated[StrictStr, Field(min_length=1)] | None = None
+    memory_partition: Annotated[StrictStr, Field(min_length=1)] | None = None
+
+
 class FleetVars(_Strict):
     """Every instinct-fleet variable of one host, after host data over group_data over all."""
 
@@ -424,6 +437,46 @@ class FleetVars(_Strict):
     gpu_model: GpuModel = Field(
         default="MI300X",
         description="GPU model the host must have: MI300X, MI325X, MI350X or MI355X.",
+    )
+    gpu_health: StrictBool = Field(
+        default=True,
+        description="Judge every GPU on the preflight fact's amd-smi evidence (ECC, bad pages, PCIe link, XGMI links, firmware, driver, partitions) by the `gpu-*` rules, and quarantine the instances of a GPU in error: drained out of the router, stopped, held out until the evidence clears (README, GPU health and quarantine).",
+    )
+    gpu_health_pcie_width: Annotated[StrictInt, Field(ge=1, le=32)] = Field(
+        default=16,
+        description="PCIe link width each GPU must train at (`gpu-pcie-width`; node-scraper's default, x16).",
+    )
+    gpu_health_pcie_speed: Annotated[StrictInt | StrictFloat, Field(gt=0, le=128)] = Field(
+        default=32,
+        description="PCIe link speed in GT/s each GPU must train at (`gpu-pcie-speed`; node-scraper's default, 32: Gen5).",
+    )
+    gpu_health_recovery_error: Annotated[StrictInt, Field(ge=0)] = Field(
+        default=3,
+        description="L0-to-recovery transitions of a GPU's PCIe link above which it is in error (`gpu-pcie-recovery`; node-scraper's default).",
+    )
+    gpu_health_recovery_warning: Annotated[StrictInt, Field(ge=0)] = Field(
+        default=1,
+        description="L0-to-recovery transitions above which a warning is given (`gpu-pcie-recovery-warning`); at most `gpu_health_recovery_error`.",
+    )
+    gpu_health_bad_page_warning: Annotated[StrictInt | StrictFloat, Field(gt=0, lt=1)] = Field(
+        default=0.9,
+        description="Fraction of `ras.bad_page_threshold` of retired and pending pages that gives a warning (`gpu-bad-pages-near`; the amdgpu driver warns at 90%).",
+    )
+    gpu_health_expected: GpuExpected = Field(
+        default_factory=_as_written(GpuExpected().model_dump()),
+        description='What every GPU must run (`gpu-fleet-drift`): `{"firmware": "00159017", "driver": "6.16.13", "compute_partition": "SPX", "memory_partition": "NPS1"}`; a key left out is compared with the majority of the hosts read in the run.',
+    )
+    gpu_health_readmit_max: Annotated[StrictInt, Field(ge=1)] = Field(
+        default=3,
+        description="Automatic re-admissions of a host's quarantined instances within `gpu_health_readmit_window`; once the evidence clears after that, they stay out until `instinct-fleet admit` (`quarantine-held`; the AMD GPU Operator's bound).",
+    )
+    gpu_health_readmit_window: Seconds = Field(
+        default=900,
+        description="Seconds over which `gpu_health_readmit_max` is counted (15 minutes, as the AMD GPU Operator counts its remediations).",
+    )
+    gpu_health_levels: dict[GpuRuleId, Literal["error", "warning", "off"]] = Field(
+        default_factory=dict,
+        description='Another severity for a `gpu-*` rule on these hosts, as `{"gpu-pcie-speed": "warning"}`: an error quarantines, a warning is shown, `off` is not judged.',
     )
     hf_token_path: HostPath = Field(
         default="/etc/instinct-fleet/hf-token",

@@ -68,6 +68,8 @@ WATCH_RULE = f"{WATCH_DIR}/liveness.py"
 WATCH_CONFIG = f"{WATCH_DIR}/watch.json"
 WATCH_UNIT = "instinct-fleet-watch"
 WATCH_STATE = "/var/lib/instinct-fleet/watch"
+# The GPU health quarantine of a host (converge/gpuhealth.py): the units held out and why; absent when none is.
+QUARANTINE = "/var/lib/instinct-fleet/quarantine.json"
 
 
 def watch_out(unit: str) -> str:

@@ -196,6 +196,11 @@ _RULES = (
         "The watch (on by default) reads the engine's step counters and request gauges from `/metrics`, by the names the pinned vLLM's own source gives them (its table's `metrics`); a table without them cannot tell a hung engine from an idle one.",
     ),
     Rule(
+        "gpu-health-thresholds",
+        "error",
+        "`gpu_health_recovery_warning` must not be above `gpu_health_recovery_error`: a link past the error bound would never have been warned about.",
+    ),
+    Rule(
         "watch-timing",
         "error",
         "The watch reads each instance every `watch_interval` seconds, which must be below `watch_stall_seconds`: a stall would be seen a reading late, or never.",
@@ -425,13 +430,74 @@ _HOST_RULES = (
         "`vllm_api_key_path` must be a non-empty file only root can read: vLLM refuses every /v1 request without the key it holds.",
     ),
     Rule(
+        "quarantine-operator",
+        "error",
+        "An operator quarantined the host or one of its GPUs (`instinct-fleet quarantine`): its instances stay drained and stopped until `instinct-fleet admit`.",
+    ),
+    Rule(
+        "quarantine-held",
+        "error",
+        "The evidence cleared, but the host was re-admitted `gpu_health_readmit_max` times within `gpu_health_readmit_window` seconds (the AMD GPU Operator's bound: 3 per 15 minutes): a flapping GPU stays out until a person runs `instinct-fleet admit`.",
+    ),
+    Rule(
+        "quarantine-admit",
+        "error",
+        "`instinct-fleet admit` reads the evidence again and refuses while a `gpu-*` rule still finds an error: fix the GPU (reset, reboot, replace) first.",
+    ),
+    Rule(
         "host-generation",
         "error",
         "`instinct-fleet rollback` needs the generation it asks for on the host, with a unit file and an env file for each serving unit the inventory gives the host, and no other: it puts back files, not instances. Without `--to`, a host with no older generation that passed the gate (one the change did not touch) keeps what it runs.",
     ),
 )
 
-RULES: dict[str, Rule] = {r.id: r for r in (*_RULES, *_STARTUP_RULES, *_HOST_RULES)}
+# GPU health, judged on the preflight fact's amd-smi evidence (instinct_fleet/converge/gpuhealth.py). The defaults are
+# those of AMD's node health analyzer (amd/node-scraper); `gpu_health_levels` lowers or raises any of them per host or
+# group. An error quarantines the GPU's instances (all of the host's for a host-wide rule); a warning never does.
+GPU_RULES = (
+    Rule(
+        "gpu-ecc-uncorrectable",
+        "error",
+        "Any uncorrectable ECC error, in total or in any RAS block, as AMD's device metrics exporter and node-scraper judge a GPU unhealthy.",
+    ),
+    Rule("gpu-ecc-correctable", "warning", "Correctable ECC errors: the hardware fixed them, but they precede retired pages."),
+    Rule("gpu-ecc-deferred", "warning", "Deferred ECC errors: poisoned data the GPU has not consumed yet."),
+    Rule(
+        "gpu-bad-pages",
+        "error",
+        "Retired and pending bad pages at or over `ras.bad_page_threshold`: the amdgpu driver stops initialising the GPU.",
+    ),
+    Rule(
+        "gpu-bad-pages-near",
+        "warning",
+        "Retired and pending bad pages over `gpu_health_bad_page_warning` of the threshold (the driver warns at 90%).",
+    ),
+    Rule(
+        "gpu-pcie-width",
+        "error",
+        "The PCIe link trained at another width than `gpu_health_pcie_width` (x16): host-device copies run at a fraction of their speed.",
+    ),
+    Rule("gpu-pcie-speed", "error", "The PCIe link trained at another speed than `gpu_health_pcie_speed` GT/s (Gen5, 32)."),
+    Rule("gpu-pcie-recovery", "error", "More L0-to-recovery transitions than `gpu_health_recovery_error`: the link is retraining."),
+    Rule("gpu-pcie-recovery-warning", "warning", "More L0-to-recovery transitions than `gpu_health_recovery_warning`."),
+    Rule("gpu-pcie-replay", "warning", "PCIe replays: packets the link had to send again."),
+    Rule("gpu-pcie-nak", "warning", "PCIe NAKs sent or received."),
+    Rule("gpu-xgmi-down", "error", "An XGMI link to another GPU of the node is down: tensor-parallel all-reduce crosses it."),
+    Rule("gpu-node-mismatch", "error", "The GPUs of one node must agree on model, compute units and gfx version (node-scraper's check)."),
+    Rule("gpu-fleet-drift", "error", "Firmware, driver and partition modes must be `gpu_health_expected`'s, or else the fleet's majority."),
+    Rule(
+        "gpu-fleet-split",
+        "warning",
+        "The hosts read in this run split evenly on a value: there is no majority to compare with; pin it in `gpu_health_expected`.",
+    ),
+    Rule(
+        "gpu-evidence",
+        "warning",
+        "An amd-smi command gave no data (an old amd-smi, a guest VM, no root): the rules that read it were not judged.",
+    ),
+)
+
+RULES: dict[str, Rule] = {r.id: r for r in (*_RULES, *_STARTUP_RULES, *_HOST_RULES, *GPU_RULES)}
 
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")

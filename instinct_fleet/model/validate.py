@@ -615,6 +615,18 @@ def validate_watch(spec: HostSpec) -> list[Finding]:
     return found
 
 
+def validate_gpu_health(spec: HostSpec) -> list[Finding]:
+    """The GPU health thresholds hold together (each alone is bounded by its type)."""
+    v = spec.vars
+    if v.gpu_health and v.gpu_health_recovery_warning > v.gpu_health_recovery_error:
+        why = (
+            f"gpu_health_recovery_warning {v.gpu_health_recovery_warning} is above gpu_health_recovery_error "
+            f"{v.gpu_health_recovery_error}: lower the warning bound, or raise the error bound"
+        )
+        return [finding("gpu-health-thresholds", spec.host, "gpu_health_recovery_warning", why)]
+    return []
+
+
 def validate_host(spec: HostSpec) -> list[Finding]:
     """All per-service rules plus the rules across the instances of one host."""
     found: list[Finding] = [
@@ -624,6 +636,7 @@ def validate_host(spec: HostSpec) -> list[Finding]:
         *validate_crossings(spec),
         *validate_canary(spec),
         *validate_watch(spec),
+        *validate_gpu_health(spec),
     ]
     if spec.services:
         found += check_image(spec.host, spec.services[0].image, spec.services[0].version)

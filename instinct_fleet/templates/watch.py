@@ -42,7 +42,7 @@ with open(sys.argv[1]) as handle:
     CONFIG = json.load(handle)
 NAMES = liveness.Series(tuple(CONFIG["series"]["steps"]), tuple(CONFIG["series"]["busy"]))
 LOCK = threading.Lock()
-OUT = ("restarting", "left-out")  # the states in which the instance is out of its pools
+OUT = ("restarting", "left-out", "quarantined")  # the states in which the instance is out of its pools
 VIEW = {}  # unit -> what /state and /metrics show
 
 
@@ -252,6 +252,11 @@ class Instance:
         self.restart(f"its gate did not pass within {self.spec['start_seconds']} s of the restart")
 
     def tick(self):
+        held = read_json(CONFIG["quarantine"], {}).get("units", {}).get(self.unit)
+        if held:  # the deploy's GPU health verdict holds it out, stopped; the deploy re-admits it when the evidence clears
+            self.progress.reset()
+            self.show("quarantined", reason="; ".join(held))
+            return
         record = read_json(path(self.unit, "out"), None)
         if record is not None and record.get("state") == "left-out":
             self.left = True

@@ -10,6 +10,7 @@ import pytest
 from instinct_fleet.converge import content, health
 from instinct_fleet.model import paths, render, secrets
 from instinct_fleet.model.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
+from instinct_fleet.model.pools import Pool
 from instinct_fleet.verify.conftest import Target
 
 
@@ -166,20 +167,44 @@ def test_the_watch_holds_no_instance_out(target: Target) -> None:
     for svc in spec.serves:
         unit = paths.vllm_unit(svc.name)
         state = seen.get(unit, {})
+        if target.plan.quarantined(unit):  # the GPU health verdict holds it out: the watch says so and leaves it be
+            assert state.get("state") == "quarantined", (
+                f"{target.name}: the watch has quarantined {unit} as {state.get('state', 'unknown')}"
+            )
+            continue
         assert state.get("state") in ("in", "paused"), (
             f"{target.name}: the watch has {unit} as {state.get('state', 'unknown')} ({state.get('reason', 'its /state does not answer')})"
         )
 
 
+def test_the_gpus_are_healthy(target: Target) -> None:
+    """The GPU health verdict on the preflight fact's amd-smi evidence (converge/gpuhealth.py) finds no error: a GPU in
+    error is quarantined by the deploy, and named here until it is fixed."""
+    assert not target.plan.health, f"{target.name}: " + "; ".join(f.brief for f in target.plan.health)
+
+
+def _quarantined_workers(target: Target, pool: Pool) -> set[str]:
+    """The pool's workers whose own host's watch says the GPU health verdict holds them out (read from this host)."""
+    held = set()
+    for line in pool.watch_list.splitlines():
+        url, state_url = line.split()
+        seen = json.loads(target.host.run(f"curl -s -m 5 {state_url}").stdout or "{}").get("instances", {})
+        port = int(url.rsplit(":", 1)[1])
+        if any(s.get("port") == port and s.get("state") == "quarantined" for s in seen.values()):
+            held.add(url)
+    return held
+
+
 def test_each_router_pool_is_the_inventory_s(target: Target) -> None:
-    """Each router answers on its port and its running pool (its own /list_workers) is every instance of its model."""
+    """Each router answers on its port and its running pool (its own /list_workers) is every instance of its model,
+    but those quarantined on their hosts."""
     for pool in target.plan.spec.pools:
         listed = target.sh(f"curl -s -m 10 http://127.0.0.1:{pool.port}/list_workers")
         try:
             live = sorted(json.loads(listed)["urls"])
         except (ValueError, KeyError, TypeError):
             pytest.fail(f"{target.name}: the router {pool.unit} on :{pool.port} does not answer /list_workers: {listed[:300]!r}")
-        assert live == sorted(w.url for w in pool.workers), (
+        assert live == sorted({w.url for w in pool.workers} - _quarantined_workers(target, pool)), (
             f"{target.name}: {pool.unit}'s pool is {live}, the inventory's {pool.worker_list.split()}"
         )
 

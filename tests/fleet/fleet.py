@@ -495,6 +495,10 @@ def standin_sysfs() -> Path:
         (device / "current_memory_partition").write_text("NPS1\n")
         (device / "available_compute_partition").write_text("SPX, DPX, QPX, CPX\n")
         (device / "available_memory_partition").write_text("NPS1, NPS2, NPS4\n")
+        # The PCI device's link as trained, as sysfs gives it (and lspci's LnkSta: "Speed 32GT/s (ok), Width x16 (ok)",
+        # the Dell XE9680 capture in the fixtures).
+        (device / "current_link_width").write_text("16\n")
+        (device / "current_link_speed").write_text("32.0 GT/s PCIe\n")
     return root
 
 

@@ -365,7 +365,7 @@ def _inventory_commands() -> dict[str, list[str]]:
 
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.choices and isinstance(a.choices, dict))
-    needs = {"tune": ["--instance", "main", "--vary", "max-num-seqs=8,16"]}
+    needs = {"tune": ["--instance", "main", "--vary", "max-num-seqs=8,16"], "quarantine": ["gpu-1", "--reason", "RMA"], "admit": ["gpu-1"]}
     return {
         name: needs.get(name, [])
         for name, sub in subparsers.choices.items()  # type: ignore[union-attr]
@@ -374,7 +374,9 @@ def _inventory_commands() -> dict[str, list[str]]:
 
 
 def test_every_command_with_an_inventory_is_covered() -> None:
-    assert set(_inventory_commands()) == {"plan", "deploy", "verify", "rollback", "warm", "status", "bench", "targets", "tune"}
+    assert set(_inventory_commands()) == {
+        *("plan", "deploy", "verify", "rollback", "warm", "status", "bench", "targets", "tune", "quarantine", "admit"),
+    }
 
 
 @pytest.mark.parametrize("command", sorted(_inventory_commands()))
@@ -426,3 +428,25 @@ def test_targets_of_hosts_that_serve_nothing_is_a_usage_error(tmp_path: Path, ca
     out_file = tmp_path / "t.json"
     code, _, err = run(capsys, "targets", str(inventory), "-o", str(out_file))
     assert code == 2 and "serve no vLLM instance, metrics exporter or router" in err and not out_file.exists()
+
+
+def test_quarantine_and_admit_name_one_host_of_the_inventory_before_any_contact(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from instinct_fleet import scaffold
+
+    project = tmp_path / "infra"
+    scaffold.init(project)
+    inventory = project / "inventories" / "t.py"
+    inventory.write_text("gpu = ['gpu-1', 'gpu-2']\n")
+    monkeypatch.chdir(project)
+    for argv, said in (
+        (["quarantine", str(inventory), "gpu-9", "--reason", "x"], "gpu-9 is not a host of"),
+        (["admit", str(inventory), "gpu"], "gpu is not a host of"),
+        (["quarantine", str(inventory), "gpu-1", "--gpu", "8", "--reason", "x"], "gpu-1 has GPUs 0 to 7 (gpu_count), not 8"),
+    ):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and said in err, (argv, err)
+    with pytest.raises(SystemExit):
+        run(capsys, "quarantine", str(inventory), "gpu-1")  # --reason is required
+    assert "--reason" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from instinct_fleet.fleet.run import plan_inventory
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData
 from instinct_fleet.model.spec import resolve_host
+from tests.unit import smi
 from tests.unit.files import unit_files
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -49,6 +50,7 @@ def mi300x_host(**changes: str) -> str:
     sections = {
         "amd_smi_static": STATIC,
         "amd_smi_version": VERSION,
+        **{k: v for k, v in smi.sections().items() if k != "amd_smi_static"},  # healthy GPUs (the stand-in amd-smi)
         "kfd": "present",
         "render_nodes": "\n".join(f"renderD{128 + i}" for i in range(8)),
         "render_by_path": "\n".join(

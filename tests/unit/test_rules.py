@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from instinct_fleet.model.inventory import HostData, plan_hosts
-from instinct_fleet.model.rules import RULES
+from instinct_fleet.model.rules import GPU_RULES, RULES
 
 from .conftest import CLUSTER, check, check_cluster, rules_of
 
@@ -49,6 +49,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"canary_probe": str(ROOT / "tests" / "fixtures" / "probe-golden.jsonl")},
     ),
     "watch-timing": ({"watch_interval": 60}, {"watch_interval": 5}),
+    "gpu-health-thresholds": ({"gpu_health_recovery_warning": 4}, {"gpu_health_recovery_warning": 3}),
     "watch-stall-step": (
         {"vllm_args": {"enable-chunked-prefill": False, "max-model-len": 131072}},
         {"vllm_args": {"enable-chunked-prefill": False, "max-model-len": 131072}, "watch_prefill_tokens_per_second": 20000},
@@ -265,7 +266,10 @@ def test_every_rule_has_a_case() -> None:
     # group-data-unread (a project's file, not a host): tests/unit/test_findings.py.
     # watch-metrics (a table without metrics): tests/unit/test_watch.py.
     others = {"inventory-conflict", "router-wheel", "router-api-key", "group-data-unread", "watch-metrics"}
-    assert set(CASES) | set(CLUSTER_CASES) | others | preflight_rules == set(RULES)
+    # gpu-* rules judge the preflight fact's amd-smi evidence, quarantine-* the operator's asks and the record's count:
+    # tests/unit/test_gpuhealth.py has a case for each (test_every_gpu_rule_and_quarantine_rule_has_a_case).
+    evidence = {r.id for r in GPU_RULES} | {r for r in RULES if r.startswith("quarantine-")}
+    assert set(CASES) | set(CLUSTER_CASES) | others | preflight_rules | evidence == set(RULES)
 
 
 def test_every_preflight_rule_is_tested() -> None:

@@ -209,6 +209,7 @@ def start_watch(tmp_path: Path, port: int, max_restarts: int) -> tuple[subproces
         "roll_marker": str(tmp_path / "roll-in-progress"),
         "roll_pause": 600,
         "tune_lock": str(tmp_path),
+        "quarantine": str(tmp_path / "quarantine.json"),
         "instances": [
             # No such unit here: systemctl's restart fails, and the watch goes on as after any restart.
             {

@@ -1,0 +1,326 @@
+"""GPU health: the verdict on each GPU and host from the preflight fact's evidence, and what it quarantines.
+
+Pure, like the rest of the preflight policy: :func:`judge` reads one host's
+:class:`~instinct_fleet.converge.evidence.Evidence` against its thresholds (the
+``gpu_health_*`` variables, whose defaults are AMD's node-scraper's) and a
+:class:`Majority` made once for the run from every host read (:func:`majority`), or the
+host's pinned ``gpu_health_expected``. Each finding has its ``gpu-*``
+rule (instinct_fleet/model/rules.py), at the severity ``gpu_health_levels`` gives it
+on that host.
+
+An error quarantines (:func:`quarantine`): the instances on the GPU it names, or all
+of the host's for a host-wide rule. The quarantine is planned like any state: the run
+drains those instances out of their routers, stops them, keeps their files as they
+are, and writes the record (``paths.QUARANTINE``) that the watch and ``status`` read.
+The evidence is read again on every run: once it has cleared, the record goes and the
+roll starts the instances behind their health gate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from instinct_fleet.converge.evidence import Evidence, GpuEvidence
+from instinct_fleet.converge.preflight import HostReport
+from instinct_fleet.model import paths
+from instinct_fleet.model.defaults import FleetVars
+from instinct_fleet.model.rules import RULES, Finding
+from instinct_fleet.model.spec import HostSpec
+
+# How `instinct-fleet quarantine` and `admit` tell the deploy they run what the operator asked (Ask, as JSON).
+ASK_ENV = "INSTINCT_FLEET_GPU_ASK"
+
+# What the fleet must agree on (gpu-fleet-drift), per GPU (firmware, driver) or per host (partitions).
+AGREED = ("firmware", "driver", "compute_partition", "memory_partition")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One finding of the verdict; ``gpu``: the GPU it names, None for the host as a whole."""
+
+    gpu: int | None
+    finding: Finding
+
+
+@dataclass(frozen=True)
+class Majority:
+    """The most common value of each agreed field over the hosts read in this run; ``split``: fields where the most
+    common values tie (no majority)."""
+
+    values: Mapping[str, str]
+    split: Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    """The units this run holds out, each with its reasons, and the record it writes for the watch and ``status``."""
+
+    units: Mapping[str, tuple[str, ...]]
+    record: bytes
+
+    def reason(self, unit: str) -> str:
+        return "; ".join(self.units[unit])
+
+
+def values(report: HostReport) -> dict[str, list[str]]:
+    """The agreed fields as this host reports them: one value per GPU for firmware and driver, one per host otherwise."""
+    gpus = report.evidence.gpus
+    found: dict[str, list[str]] = {
+        "firmware": [g.firmware for g in gpus if g.firmware],
+        "driver": [g.driver for g in gpus if g.driver],
+    }
+    if report.compute_partition:
+        found["compute_partition"] = [report.compute_partition]
+    if report.memory_partition:
+        found["memory_partition"] = [report.memory_partition]
+    return found
+
+
+def majority(reports: Iterable[HostReport]) -> Majority:
+    """The most common value of each agreed field over every GPU (or host) read; a tie for the most common leaves the
+    field without one (a ``gpu-fleet-split`` warning, unless the host pins it in ``gpu_health_expected``)."""
+    counts: dict[str, Counter[str]] = {k: Counter() for k in AGREED}
+    for report in reports:
+        for key, seen in values(report).items():
+            counts[key].update(seen)
+    chosen: dict[str, str] = {}
+    split: dict[str, tuple[str, ...]] = {}
+    for key, counter in counts.items():
+        ranked = counter.most_common()
+        top = [value for value, n in ranked if n == ranked[0][1]]
+        if len(top) == 1:
+            chosen[key] = top[0]
+        elif top:
+            split[key] = tuple(sorted(top))
+    return Majority(chosen, split)
+
+
+def _finding(rule: str, host: str, gpu: int | None, message: str, levels: Mapping[str, str]) -> Judged | None:
+    level = levels.get(rule, RULES[rule].severity)
+    if level == "off":
+        return None
+    key = "preflight.gpus" if gpu is None else f"preflight.gpu{gpu}"
+    where = "" if gpu is None else f"GPU {gpu}: "
+    return Judged(gpu, Finding(rule=rule, severity="error" if level == "error" else "warning", host=host, key=key, message=where + message))
+
+
+def _gpu(g: GpuEvidence, v: FleetVars) -> list[tuple[str, str]]:
+    """(rule, message) for each rule one GPU's evidence trips."""
+    found: list[tuple[str, str]] = []
+    reset = "the counters clear at a GPU reset or reboot, and the next deploy re-admits it"
+    bad_blocks = {name: e.uncorrectable for name, e in g.blocks.items() if e.uncorrectable}
+    if g.ecc.uncorrectable or bad_blocks:
+        blocks = ", ".join(f"{name} {n}" for name, n in sorted(bad_blocks.items()))
+        found.append(
+            (
+                "gpu-ecc-uncorrectable",
+                f"{g.ecc.uncorrectable or sum(bad_blocks.values())} uncorrectable ECC error(s)"
+                + (f" (blocks: {blocks})" if blocks else "")
+                + f": quarantined; read them with `amd-smi metric --ecc --ecc-blocks`; {reset}",
+            )
+        )
+    if g.ecc.correctable:
+        found.append(("gpu-ecc-correctable", f"{g.ecc.correctable} correctable ECC error(s) (`amd-smi metric --ecc`)"))
+    if g.ecc.deferred:
+        found.append(("gpu-ecc-deferred", f"{g.ecc.deferred} deferred ECC error(s) (`amd-smi metric --ecc`)"))
+    pages = (g.retired or 0) + (g.pending or 0)
+    threshold = g.bad_page_threshold
+    if g.threshold_exceeded or (threshold and pages >= threshold):
+        found.append(
+            (
+                "gpu-bad-pages",
+                f"{g.retired or 0} retired and {g.pending or 0} pending bad page(s) against ras.bad_page_threshold "
+                f"{threshold if threshold is not None else 'N/A'} (bad_page_threshold_exceeded {g.threshold_exceeded}): "
+                "the driver stops initialising this GPU; replace it or reset its RAS table (`amd-smi bad-pages`)",
+            )
+        )
+    elif threshold and pages >= v.gpu_health_bad_page_warning * threshold:
+        found.append(
+            (
+                "gpu-bad-pages-near",
+                f"{pages} retired and pending bad page(s), {pages / threshold:.0%} of ras.bad_page_threshold {threshold} "
+                f"(gpu_health_bad_page_warning {v.gpu_health_bad_page_warning:g})",
+            )
+        )
+    source = "" if g.link_source == "amd-smi" else f" (read from {g.link_source})"
+    if g.width is not None and g.width != v.gpu_health_pcie_width:
+        found.append(
+            (
+                "gpu-pcie-width",
+                f"PCIe link trained at x{g.width}{source}, not x{v.gpu_health_pcie_width} (gpu_health_pcie_width; the card's maximum is "
+                f"x{g.max_width if g.max_width is not None else 'N/A'}): reseat or check the slot and riser, then reboot",
+            )
+        )
+    if g.speed is not None and g.speed != float(v.gpu_health_pcie_speed):
+        found.append(
+            (
+                "gpu-pcie-speed",
+                f"PCIe link trained at {g.speed:g} GT/s{source}, not {v.gpu_health_pcie_speed:g} GT/s (gpu_health_pcie_speed; the card's "
+                f"maximum is {f'{g.max_speed:g}' if g.max_speed is not None else 'N/A'} GT/s): check the slot, the riser and the BIOS's PCIe setting",
+            )
+        )
+    if g.recoveries is not None and g.recoveries > v.gpu_health_recovery_error:
+        found.append(
+            (
+                "gpu-pcie-recovery",
+                f"{g.recoveries} L0-to-recovery transitions, over gpu_health_recovery_error {v.gpu_health_recovery_error}",
+            )
+        )
+    elif g.recoveries is not None and g.recoveries > v.gpu_health_recovery_warning:
+        found.append(
+            (
+                "gpu-pcie-recovery-warning",
+                f"{g.recoveries} L0-to-recovery transitions, over gpu_health_recovery_warning {v.gpu_health_recovery_warning}",
+            )
+        )
+    if g.replays:
+        found.append(("gpu-pcie-replay", f"{g.replays} PCIe replay(s)"))
+    if g.naks:
+        found.append(("gpu-pcie-nak", f"{g.naks} PCIe NAK(s) sent or received"))
+    down = [peer for peer, state in enumerate(g.xgmi) if state == "D"]
+    if down:
+        found.append(
+            (
+                "gpu-xgmi-down",
+                f"XGMI link(s) to GPU {', '.join(map(str, down))} down (`amd-smi xgmi -l`): reboot; a link that stays down needs service",
+            )
+        )
+    return found
+
+
+def judge(report: HostReport, spec: HostSpec, most: Majority) -> list[Judged]:
+    """Every ``gpu-*`` finding of this host, at its severity here (``gpu_health_levels``); none when gpu_health is off."""
+    v, host = spec.vars, str(spec.host)
+    if not v.gpu_health:
+        return []
+    evidence: Evidence = report.evidence
+    levels = v.gpu_health_levels
+    judged: list[Judged | None] = [_finding("gpu-evidence", host, None, why, levels) for why in evidence.unread]
+    for g in evidence.gpus:
+        judged += [_finding(rule, host, g.index, message, levels) for rule, message in _gpu(g, v)]
+    for what, pick in (("model", "market"), ("compute units", "cus"), ("gfx version", "arch")):
+        seen = {_field(report, g, pick) for g in evidence.gpus} - {None}
+        if len(seen) > 1:
+            judged.append(
+                _finding("gpu-node-mismatch", host, None, f"the GPUs disagree on {what}: {', '.join(sorted(map(str, seen)))}", levels)
+            )
+    judged += _drift(report, v.gpu_health_expected.model_dump(), most, host, levels)
+    return [j for j in judged if j is not None]
+
+
+def _field(report: HostReport, g: GpuEvidence, pick: str) -> str | int | None:
+    if pick == "market":
+        gpu = next((x for x in report.gpus if x.index == g.index), None)
+        return gpu.market_name if gpu is not None and gpu.market_name != "N/A" else None
+    return g.compute_units if pick == "cus" else g.arch
+
+
+def _drift(
+    report: HostReport, pinned: Mapping[str, str | None], most: Majority, host: str, levels: Mapping[str, str]
+) -> list[Judged | None]:
+    """Each agreed field against the host's ``gpu_health_expected``, or where it pins none, the run's majority."""
+    found: list[Judged | None] = []
+    for key in AGREED:
+        want = pinned.get(key)
+        whose = "gpu_health_expected"
+        if want is None and key in most.split:
+            tied = " and ".join(most.split[key])
+            found.append(
+                _finding(
+                    "gpu-fleet-split", host, None, f"{key}: the hosts split evenly between {tied}; pin one in gpu_health_expected", levels
+                )
+            )
+            continue
+        if want is None:
+            want, whose = most.values.get(key), "the fleet's majority"
+        if want is None:
+            continue
+        if key in ("firmware", "driver"):
+            for g in report.evidence.gpus:
+                have = getattr(g, key)
+                if have is not None and have != want:
+                    found.append(_finding("gpu-fleet-drift", host, g.index, f"{key} {have}, where {whose} is {want}", levels))
+        else:
+            have = getattr(report, key)
+            if have is not None and have != want:
+                found.append(_finding("gpu-fleet-drift", host, None, f"{key.replace('_', ' ')} {have}, where {whose} is {want}", levels))
+    return found
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What an operator asked of this run: ``instinct-fleet quarantine`` (host -> the GPU, None for all, and why) and
+    ``instinct-fleet admit`` (hosts whose operator entries and re-admission count are cleared, if the evidence allows)."""
+
+    quarantine: Mapping[str, tuple[int | None, str]] = field(default_factory=dict)
+    admit: frozenset[str] = frozenset()
+
+    def as_env(self) -> str:
+        return json.dumps({"quarantine": {h: list(v) for h, v in self.quarantine.items()}, "admit": sorted(self.admit)})
+
+    @classmethod
+    def of_env(cls, text: str | None) -> Ask:
+        if not text:
+            return cls()
+        data = json.loads(text)
+        return cls({h: (v[0], str(v[1])) for h, v in data.get("quarantine", {}).items()}, frozenset(data.get("admit", ())))
+
+
+def _operator(previous: Mapping[str, Any], ask: Ask, host: str, now: float) -> list[dict[str, Any]]:
+    """The operator's entries this run keeps: the record's, none after ``admit``, plus the one ``quarantine`` adds."""
+    kept = [] if host in ask.admit else [e for e in previous.get("operator", []) if isinstance(e, dict)]
+    if host in ask.quarantine:
+        gpu, reason = ask.quarantine[host]
+        kept = [e for e in kept if e.get("gpu") != gpu] + [{"gpu": gpu, "reason": reason, "at": round(now)}]
+    return kept
+
+
+def quarantine(spec: HostSpec, judged: Iterable[Judged], previous: Mapping[str, Any], ask: Ask, now: float) -> Quarantine | None:
+    """The units this run holds out, and the record it leaves; None when there is nothing to hold or remember.
+
+    Held: the units whose instance runs on a GPU an error names (all of the host's for a host-wide one), the units of
+    the operator's entries, and units the evidence released after ``gpu_health_readmit_max`` re-admissions within
+    ``gpu_health_readmit_window``. ``previous``: the record the host has (the preflight fact read it)."""
+    v, host = spec.vars, str(spec.host)
+    reasons: list[tuple[int | None, str]] = [
+        (j.gpu, f"{j.finding.message} [{j.finding.rule}]") for j in judged if j.finding.severity == "error"
+    ]
+    operator = _operator(previous, ask, host, now)
+    reasons += [(e.get("gpu"), f"{e.get('reason', '')} (by an operator) [quarantine-operator]") for e in operator]
+    units: dict[str, list[str]] = {}
+    for svc in spec.serves:
+        unit = paths.vllm_unit(svc.name)
+        for gpu, why in reasons:
+            if gpu is None or gpu in svc.gpus:
+                units.setdefault(unit, []).append(why)
+    before = previous.get("units", {}) if isinstance(previous.get("units"), dict) else {}
+    history = (
+        []
+        if host in ask.admit
+        else [t for t in previous.get("readmitted", []) if isinstance(t, int | float) and now - t < v.gpu_health_readmit_window]
+    )
+    released = sorted(u for u in before if u not in units and u in spec.serving_units)
+    if released and len(history) >= v.gpu_health_readmit_max:
+        held = (
+            f"its evidence cleared, but it was re-admitted {len(history)} times within {v.gpu_health_readmit_window} s "
+            f"(gpu_health_readmit_max {v.gpu_health_readmit_max}): it stays out until `instinct-fleet admit INVENTORY {host}` [quarantine-held]"
+        )
+        units.update({u: [held] for u in released})
+    elif released:
+        history.append(round(now))
+    if not units and not history and not operator:
+        return None
+    since = previous.get("since", {}) if isinstance(previous.get("since"), dict) else {}
+    record = {
+        "state": "quarantined",
+        "units": {u: why for u, why in sorted(units.items())},
+        "since": {u: since.get(u, round(now)) if u in before else round(now) for u in sorted(units)},
+        "operator": operator,
+        "readmitted": history,
+    }
+    text = json.dumps(record, indent=2, sort_keys=True) + "\n"
+    return Quarantine({u: tuple(r) for u, r in units.items()}, text.encode())

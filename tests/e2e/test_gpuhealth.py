@@ -1,0 +1,116 @@
+"""GPU health on the simulated fleet: the stand-in amd-smi reads a per-host fault file (tests/fleet/standin/amd-smi),
+and the deploy judges its evidence, quarantines what an error touches, and re-admits once it clears.
+
+On share 0, on the fault tests' inventory (BASELINE): it leaves the fleet as it found it, faults cleared and every
+instance back in its pool.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from fleetctl import BASELINE, CLI, ROOT, Load, deploy, inventory, quiet, router_url, ssh
+
+FLEET_SHARE = 0
+FAULTS = "/etc/instinct-fleet-standin/faults.json"  # what the stand-in amd-smi reads (tests/fleet/standin/amd-smi)
+HOST = "sim-gpu-2"  # vllm-llama-a on GPUs 0-3, vllm-oss on GPU 4 (in the router's pool of gpt-oss-120b)
+QUARANTINE = "/var/lib/instinct-fleet/quarantine.json"
+
+
+def faults(fleet: dict[str, Any], value: dict[str, Any] | None) -> None:
+    if value is None:
+        ssh(fleet, HOST, f"rm -f {FAULTS}")
+    else:
+        ssh(fleet, HOST, f"mkdir -p {FAULTS.rsplit('/', 1)[0]} && printf '%s' {shlex.quote(json.dumps(value))} > {FAULTS}")
+
+
+def pool(fleet: dict[str, Any]) -> list[str]:
+    with urllib.request.urlopen(f"{router_url(fleet)}/list_workers", timeout=10) as reply:
+        return sorted(json.loads(reply.read())["urls"])
+
+
+def until(what: Any, seconds: float) -> None:
+    started = time.monotonic()
+    while not what():
+        assert time.monotonic() - started < seconds, f"not within {seconds} s"
+        time.sleep(0.5)
+
+
+def cli(command: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, command, "--project-dir", str(ROOT), *argv], cwd=ROOT, capture_output=True, text=True)
+
+
+def active(fleet: dict[str, Any], unit: str) -> str:
+    return ssh(fleet, HOST, f"systemctl is-active {unit} || true").strip()
+
+
+def test_an_uncorrectable_ecc_gpu_is_quarantined_under_load_admitted_once_cleared_and_an_operator_holds_one_out(
+    fleet: dict[str, Any], baseline: str, tmp_path: Path
+) -> None:
+    address = next(h["address"] for h in fleet["hosts"] if h["name"] == HOST)
+    oss = f"http://{address}:8001"
+    until(lambda: oss in pool(fleet), 60)
+
+    # (1) Two uncorrectable errors in GPU 4's memory under steady load: the next deploy drains vllm-oss out of the
+    # router, stops it and records why; vllm-llama-a on GPUs 0-3 serves on, and no client request fails.
+    faults(fleet, {"gpus": {"4": {"uncorrectable": 2, "block": "UMC"}}})
+    with Load(router_url(fleet), key=fleet["api_key"]) as load:
+        time.sleep(2)
+        run = deploy(inventory=baseline)
+        time.sleep(2)
+    assert run.results["failed_hosts"] == ["sim-nogpu"], run.stderr[-3000:]
+    rows = {(r["host"], r["instance"]): r for r in run.roll}
+    held = rows[(HOST, "vllm-oss")]
+    assert held["status"] == "quarantined" and "GPU 4: 2 uncorrectable ECC error(s) (blocks: UMC 2)" in held["why"], held
+    assert load.failed() == [] and load.served(True) + load.served(False) >= 20, (load.failed()[:5], len(load.done))
+    assert oss not in pool(fleet)
+    assert active(fleet, "vllm-oss") == "inactive" and active(fleet, "vllm-llama-a") == "active"
+    record = json.loads(ssh(fleet, HOST, f"cat {QUARANTINE}"))
+    assert list(record["units"]) == ["vllm-oss"] and "[gpu-ecc-uncorrectable]" in record["units"]["vllm-oss"][0]
+    quiet(deploy(inventory=baseline))  # the same evidence again: nothing to change
+
+    # status shows it, and the verdict; verify names the GPU.
+    shown = cli("status", baseline, "--limit", HOST, "--json")
+    assert shown.returncode == 1, shown.stderr[-2000:]
+    seen = {r["instance"]: r for r in json.loads(shown.stdout)}
+    assert seen["oss"]["quarantined"] and "GPU 4" in seen["oss"]["quarantined"] and seen["llama-a"]["ok"]
+    assert "GPU 4: 2 uncorrectable ECC" in seen["gpu health"]["error"]
+    checked = cli("verify", baseline, "--limit", HOST, "--", "-q", "-k", "gpus_are_healthy or watch_holds or units_are")
+    assert checked.returncode != 0 and "GPU 4: 2 uncorrectable ECC" in checked.stdout, checked.stdout[-3000:]
+
+    # (2) admit reads the evidence again and refuses while it is there.
+    refused = cli("admit", baseline, HOST, "-y")
+    assert refused.returncode != 0 and "[quarantine-admit]" in refused.stderr, refused.stderr[-3000:]
+    assert active(fleet, "vllm-oss") == "inactive"
+
+    # (3) The counter clears (a GPU reset): the next deploy re-admits it behind its health gate, into its pool.
+    faults(fleet, None)
+    back = deploy(inventory=baseline)
+    assert back.results["failed_hosts"] == ["sim-nogpu"], back.stderr[-3000:]
+    assert "quarantined" not in back.status(HOST)
+    until(lambda: oss in pool(fleet), 60)
+    assert active(fleet, "vllm-oss") == "active"
+    assert len(json.loads(ssh(fleet, HOST, f"cat {QUARANTINE}"))["readmitted"]) == 1
+
+    # (4) An operator holds GPU 4 out whatever its evidence, and admits it back.
+    taken = cli("quarantine", baseline, HOST, "--gpu", "4", "--reason", "RMA ticket 41", "-y")
+    assert taken.returncode == 0, taken.stderr[-3000:]
+    assert oss not in pool(fleet) and active(fleet, "vllm-oss") == "inactive"
+    assert "RMA ticket 41 (by an operator)" in json.loads(ssh(fleet, HOST, f"cat {QUARANTINE}"))["units"]["vllm-oss"][0]
+    quiet(deploy(inventory=baseline))  # a plain deploy keeps the operator's quarantine
+    admitted = cli("admit", baseline, HOST, "-y")
+    assert admitted.returncode == 0, admitted.stderr[-3000:]
+    until(lambda: oss in pool(fleet), 60)
+
+    # (5) Firmware that drifts from the fleet: named with both versions (a warning on this inventory).
+    faults(fleet, {"gpus": {"0": {"firmware": "00159999"}}})
+    drift = deploy(inventory=inventory(tmp_path, "drift", {**BASELINE, "gpu_health_levels": {"gpu-fleet-drift": "warning"}}))
+    faults(fleet, None)
+    assert "GPU 0: firmware 00159999, where the fleet's majority is 00159017 [gpu-fleet-drift]" in drift.stderr, drift.stderr[-3000:]
+    assert "quarantined" not in drift.status(HOST)
