@@ -73,6 +73,15 @@ gpu_health_bad_page_warning = 0.9
 # majority of the hosts read in the run.
 gpu_health_expected = {"firmware": None, "driver": None, "compute_partition": None, "memory_partition": None}
 
+# Junction temperature (°C) above which the `GpuJunctionTemperatureHigh` alert fires after 5
+# minutes (`instinct-fleet targets --alerts`); our default, not AMD's limit: set your
+# platform's.
+gpu_alert_junction_celsius = 100
+
+# Memory (HBM) temperature (°C) above which the `GpuMemoryTemperatureHigh` alert fires after 5
+# minutes; our default, not AMD's limit: set your platform's.
+gpu_alert_memory_celsius = 90
+
 # Automatic re-admissions of a host's quarantined instances within `gpu_health_readmit_window`;
 # once the evidence clears after that, they stay out until `instinct-fleet admit` (`quarantine-
 # held`; the AMD GPU Operator's bound).
@@ -253,6 +262,10 @@ metrics_exporter_fields = [
     "GPU_USED_VRAM",
     "GPU_TOTAL_VRAM",
     "GPU_ECC_UNCORRECT_TOTAL",
+    "GPU_MEMORY_TEMPERATURE",
+    "PCIE_SPEED",
+    "PCIE_MAX_SPEED",
+    "PCIE_RECOVERY_COUNT",
 ]
 
 # Run the watch on every serving host (`instinct-fleet-watch.service`): it reads each instance's

@@ -528,6 +528,8 @@ def cmd_targets(opts: argparse.Namespace) -> int:
     if not groups:  # an empty file would leave Prometheus scraping nothing, without a word
         raise UsageError("the chosen hosts serve no vLLM instance, metrics exporter or router: no target to write")
     text = json.dumps(groups, indent=2) + "\n"
+    if opts.alerts:
+        _write_alerts(opts.alerts, [spec for spec, _ in planned])
     if opts.output:
         out = Path(opts.output)
         if out.is_dir():
@@ -538,6 +540,18 @@ def cmd_targets(opts: argparse.Namespace) -> int:
     else:
         print(text, end="")
     return 0
+
+
+def _write_alerts(target: str, specs: list[HostSpec]) -> None:
+    """The GPU health alerting rules (fleet/monitoring.py) as a Prometheus rule file (JSON, which is YAML); what cannot
+    fire is said, once per alert."""
+    rules, unfired = monitoring.alert_rules(specs)
+    out = Path(target)
+    if out.is_dir() or not out.parent.is_dir():
+        raise UsageError(f"--alerts {target!r}: name a file in an existing directory, which Prometheus's rule_files lists")
+    out.write_text(json.dumps(rules, indent=2) + "\n")
+    for line in unfired:
+        print(f"warning: {line}: that alert cannot fire there", file=sys.stderr)
 
 
 def _valid_specs(opts: argparse.Namespace, doing: str) -> list[HostSpec] | None:
@@ -953,6 +967,9 @@ def build_parser() -> argparse.ArgumentParser:
     warm.set_defaults(func=cmd_warm)
     verify.set_defaults(func=cmd_verify)
     targets.add_argument("-o", "--output", help="write to this file (Prometheus re-reads it) instead of printing")
+    targets.add_argument(
+        "--alerts", metavar="FILE", help="also write the GPU health alerting rules to FILE, for Prometheus's rule_files (README)"
+    )
     targets.set_defaults(func=cmd_targets)
     status_p.add_argument("--json", action="store_true", help="machine-readable output")
     status_p.set_defaults(func=cmd_status)

@@ -54,7 +54,10 @@ class HostPlan(HostFacts):
         return any(state.image_drifts(i, self.report) for i in self.desired.images if i.stage == "pull")
 
     def serving_in_place(self, unit: str) -> bool:
-        """A unit whose files match, which is enabled and running, and whose instances answered at preflight."""
+        """A unit whose files match, which is enabled and running, and whose instances answered at preflight (never a
+        quarantined one: it is stopped on purpose)."""
+        if self.quarantined(unit):
+            return False
         if self.drifted(*self.desired.unit_files(unit)) or self.unit_drifted(unit):
             return False
         return all(e.port in self.report.healthy_ports for e in self.desired.endpoints if e.unit == unit)

@@ -111,6 +111,10 @@ class HostTuner:
         plan = self.plan(BASELINE)
         if not plan.ok:
             return "; ".join(str(f) for f in plan.errors)
+        if plan.quarantine is not None and plan.quarantined(self.unit):
+            return (
+                f"{self.unit} is quarantined (GPU health): {plan.quarantine.reason(self.unit)}; tune another host, or admit this one first"
+            )
         if not plan.serving_in_place(self.unit):
             return f"{self.unit} is not as its deploy left it (files, state or health): deploy the inventory first, then tune"
         marker = self.runner.run(self.name, f"cat {paths.ROLL_MARKER} 2>/dev/null || true", 30)

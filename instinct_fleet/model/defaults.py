@@ -351,6 +351,11 @@ EXPORTER_FIELDS = (
     "GPU_USED_VRAM",
     "GPU_TOTAL_VRAM",
     "GPU_ECC_UNCORRECT_TOTAL",
+    # What the GPU health alerts read (instinct_fleet/fleet/monitoring.py ALERTS).
+    "GPU_MEMORY_TEMPERATURE",
+    "PCIE_SPEED",
+    "PCIE_MAX_SPEED",
+    "PCIE_RECOVERY_COUNT",
 )
 
 
@@ -465,6 +470,14 @@ class FleetVars(_Strict):
     gpu_health_expected: GpuExpected = Field(
         default_factory=_as_written(GpuExpected().model_dump()),
         description='What every GPU must run (`gpu-fleet-drift`): `{"firmware": "00159017", "driver": "6.16.13", "compute_partition": "SPX", "memory_partition": "NPS1"}`; a key left out is compared with the majority of the hosts read in the run.',
+    )
+    gpu_alert_junction_celsius: Annotated[StrictInt, Field(ge=1, le=150)] = Field(
+        default=100,
+        description="Junction temperature (°C) above which the `GpuJunctionTemperatureHigh` alert fires after 5 minutes (`instinct-fleet targets --alerts`); our default, not AMD's limit: set your platform's.",
+    )
+    gpu_alert_memory_celsius: Annotated[StrictInt, Field(ge=1, le=150)] = Field(
+        default=90,
+        description="Memory (HBM) temperature (°C) above which the `GpuMemoryTemperatureHigh` alert fires after 5 minutes; our default, not AMD's limit: set your platform's.",
     )
     gpu_health_readmit_max: Annotated[StrictInt, Field(ge=1)] = Field(
         default=3,

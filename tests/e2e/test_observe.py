@@ -78,12 +78,13 @@ def test_status_agrees_with_the_units(converged: Run, fleet: dict[str, Any]) -> 
 @pytest.fixture
 def prometheus(converged: Run, tmp_path: Path) -> Iterator[str]:
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
-    targets = tmp_path / "targets.json"
-    done = cli("targets", INVENTORY, "-o", str(targets))
+    targets, alerts = tmp_path / "targets.json", tmp_path / "alerts.yml"
+    done = cli("targets", INVENTORY, "-o", str(targets), "--alerts", str(alerts))
     assert done.returncode == 0, done.stderr
     config = tmp_path / "prometheus.yml"
     config.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files: ['{alerts}']\n"
         f"scrape_configs:\n  - job_name: instinct-fleet\n    file_sd_configs:\n      - files: ['{targets}']\n"
     )
     address = "127.0.0.1:19090"
@@ -126,6 +127,12 @@ def test_prometheus_scrapes_every_vllm_instance_and_exporter(prometheus: str) ->
     assert {r["metric"]["host"] for r in gfx} == EXPORTERS
     assert {r["metric"]["card_series"] for r in gfx} == {"AMD Instinct MI300X OAM"}
     assert len(gfx) == 8 * len(EXPORTERS)  # one series per GPU
+    # The GPU health alerts load beside the targets and evaluate on the exporters' series: healthy GPUs, none firing.
+    with urllib.request.urlopen(f"{prometheus}/api/v1/rules", timeout=5) as reply:
+        (group,) = json.load(reply)["data"]["groups"]
+    assert group["name"] == "instinct-fleet-gpu-health" and len(group["rules"]) == 5
+    assert {r["health"] for r in group["rules"]} == {"ok"} and {r["state"] for r in group["rules"]} == {"inactive"}, group["rules"]
+    assert query(prometheus, "pcie_max_speed") and query(prometheus, "gpu_memory_temperature")  # the fields the alerts read
 
 
 def test_the_exporter_port_answers_only_prometheus_allow_from(converged: Run, fleet: dict[str, Any]) -> None:

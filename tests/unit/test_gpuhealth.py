@@ -230,6 +230,7 @@ def test_an_error_on_one_gpu_quarantines_the_instance_on_it_and_the_other_serves
     (stop,) = [u for u in p.desired.units if u.name == "vllm-b"]
     assert (stop.stage, stop.running, stop.enabled) == ("services", False, False) and "quarantined: GPU 5" in stop.why
     assert p.desired.serving == ("vllm-a",) and [e.unit for e in p.desired.endpoints] == ["vllm-a"]
+    assert not p.serving_in_place("vllm-b")  # tune and the roll never take it for a serving unit
     assert not [f for f in p.desired.files if f.path in (paths.unit_path("vllm-b"), paths.unit_env_path("vllm-b"))]
     (record,) = [f for f in p.desired.files if f.path == paths.QUARANTINE]
     assert record.content is not None and record.stage == "services"

@@ -563,3 +563,16 @@ def test_an_interrupt_mid_restart_restores_the_host_behind_the_lock_and_prints_n
     assert f"--label {bench.LABEL}=tune-sweep" in next(c for c in runner.commands if "bench serve" in c)
     assert signal.getsignal(signal.SIGINT) is before
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_sweep_refuses_an_instance_the_gpu_health_verdict_quarantines(tmp_path: Path) -> None:
+    """Its unit is stopped on purpose: a trial would start it on a GPU with uncorrectable errors."""
+    from tests.unit import smi
+
+    results = trials.Results(tmp_path)
+    results.start(sweep(profile="seed-001-gpt-oss"))
+    runner = Answers(mi300x_host(**smi.sections({"gpus": {"0": {"uncorrectable": 1}}})))
+    tuner = tune.HostTuner(runner, HOSTS[0], sweep(profile="seed-001-gpt-oss"), results)  # type: ignore[arg-type]
+    why = tuner.prepare()
+    assert why is not None and why.startswith("vllm-main is quarantined (GPU health): GPU 0: 1 uncorrectable ECC error(s)"), why
+    assert "admit this one first" in why

@@ -32,6 +32,8 @@ CARD = {
     "gpu_partition_id": "0",
 }
 VALUES = {"gpu_total_vram": 196592.0, "gpu_junction_temperature": 45.0, "gpu_hbm_temperature": 40.0, "gpu_package_power": 140.0}
+# Not in the capture: a healthy Gen5 x16 link (PCIe speed in GT/s, as amd-smi gives it) and a cool HBM.
+VALUES |= {"pcie_speed": 32.0, "pcie_max_speed": 32.0, "gpu_memory_temperature": 40.0}
 
 
 def labels(gpu: int, names: list[str]) -> str:
