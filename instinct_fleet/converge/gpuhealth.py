@@ -120,7 +120,7 @@ def _gpu(g: GpuEvidence, v: FleetVars) -> list[tuple[str, str]]:
                 "gpu-ecc-uncorrectable",
                 f"{g.ecc.uncorrectable or sum(bad_blocks.values())} uncorrectable ECC error(s)"
                 + (f" (blocks: {blocks})" if blocks else "")
-                + f": quarantined; read them with `amd-smi metric --ecc --ecc-blocks`; {reset}",
+                + f": read them with `amd-smi metric --ecc --ecc-blocks`; {reset}",
             )
         )
     if g.ecc.correctable:

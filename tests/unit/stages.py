@@ -115,6 +115,8 @@ class SimHost:
             "weights": "\n".join(f"{s}|{self.weights.get(s, ('', ''))[0]}|{self.weights.get(s, ('', ''))[1]}" for s, _ in probe.weights),
             "commands": " ".join(sorted(self.commands)),
             "generations": self._generations(probe.restore),
+            # The quarantine record, on one line as the fact's tr prints it (converge/gpuhealth.py reads it back).
+            "quarantine": self.files[paths.QUARANTINE][0].decode().replace("\n", "") if paths.QUARANTINE in self.files else "",
             **sections,
         }
         return mi300x_host(**values)

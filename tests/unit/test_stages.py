@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, event, given, settings
 from instinct_fleet.converge import managed
 from instinct_fleet.converge.state import Action, Roll, Run, Stage
 from instinct_fleet.model import paths
+from tests.unit import smi
 from tests.unit.stages import STAGES, SimHost, deploy, drifted, emitted, plan, run_stage
 from tests.unit.test_consumers import CLUSTER, EXAMPLES, host_data
 
@@ -433,3 +434,29 @@ def test_the_watch_switched_off_is_stopped_and_its_files_removed_then_nothing(mo
     gone = converged(monkeypatch, DATA)
     deploy(monkeypatch, plan(off, gone), gone)
     assert only(monkeypatch, off, gone) == {}
+
+
+def test_a_gpu_in_error_stops_its_instance_once_keeps_its_files_and_the_roll_starts_it_when_the_evidence_clears(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The quarantine is planned like any state: stopped and recorded once, nothing on the next run, back in the
+    roll's batch (behind its gate) once amd-smi shows the GPU clean."""
+    sim = converged(monkeypatch, DATA)
+    files = sim.serving_files()
+    bad = smi.sections({"gpus": {"0": {"uncorrectable": 3}}})
+    held = only(monkeypatch, DATA, sim, **bad)
+    assert held["services"] == [
+        "Stop vllm-main (quarantined: GPU 0: 3 uncorrectable ECC error(s) (blocks: UMC 3): read them "
+        "with `amd-smi metric --ecc --ecc-blocks`; the counters clear at a GPU reset or reboot, and the next deploy re-admits it "
+        "[gpu-ecc-uncorrectable])",
+        "GPU health quarantine record",
+    ], held
+    assert "health" not in held  # no endpoint left to wait for
+    deploy(monkeypatch, plan(DATA, sim, **bad), sim)
+    assert "vllm-main" not in sim.active and "vllm-main" not in sim.enabled and sim.serving_files() == files
+    assert only(monkeypatch, DATA, sim, **bad) == {}  # the same evidence: nothing
+    back = only(monkeypatch, DATA, sim, **smi.sections())
+    assert back["services"][0] == "GPU health quarantine record" and "vllm-main running and enabled" in back["services"]
+    assert back["health"] == ["vllm-main healthy"]
+    deploy(monkeypatch, plan(DATA, sim, **smi.sections()), sim)
+    assert "vllm-main" in sim.active and only(monkeypatch, DATA, sim, **smi.sections()) == {}

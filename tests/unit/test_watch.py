@@ -316,6 +316,29 @@ def test_the_watch_only_reads_while_a_roll_runs_on_the_host(tmp_path: Path, engi
         proc.communicate(timeout=10)
 
 
+def test_a_quarantined_instance_is_out_and_left_alone_until_its_record_lets_it_go(tmp_path: Path, engine: tuple[Any, int]) -> None:
+    """The deploy's GPU health record (converge/gpuhealth.py) holds it out: /state lists it out (the pool sync adds
+    no worker held out), and a hung engine under it is not restarted; once the record lets it go, the watch judges it."""
+    module, port = engine
+    (tmp_path / "quarantine.json").write_text(
+        json.dumps({"units": {"vllm-absent": ["GPU 4: 2 uncorrectable ECC error(s) [gpu-ecc-uncorrectable]"]}})
+    )
+    proc, listen = start_watch(tmp_path, port, max_restarts=1)
+    try:
+        seen = wait_for(listen, "quarantined", 10)
+        assert seen["state"] == "quarantined" and "GPU 4" in seen["reason"] and state(listen)["out"] == [port]
+        module.State.hung.set()
+        threading.Thread(target=ask, args=(port,), daemon=True).start()
+        time.sleep(3)  # twice the stall window
+        assert state(listen)["instances"]["vllm-absent"]["state"] == "quarantined"
+        assert not (tmp_path / "state" / "vllm-absent.restarts").exists()
+        (tmp_path / "quarantine.json").write_text(json.dumps({"units": {}, "readmitted": [1]}))
+        assert wait_for(listen, "left-out", 20)["state"] == "left-out"  # judged again: hung, restarted once, left out
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
 def test_a_unit_s_watch_files_are_the_same_with_or_without_service() -> None:
     assert paths.watch_out("vllm-a.service") == paths.watch_out("vllm-a") == f"{paths.WATCH_STATE}/vllm-a.out"
     assert paths.watch_restarts("vllm-a.service") == paths.watch_restarts("vllm-a") == f"{paths.WATCH_STATE}/vllm-a.restarts"
