@@ -478,6 +478,30 @@ def ssh_key() -> Path:
     return key
 
 
+SMI_ANSWERS = {
+    "metric.json": "metric --ecc --ecc-blocks --pcie --json",
+    "bad-pages.json": "bad-pages --json",
+    "xgmi.json": "xgmi -l --json",
+}
+
+
+def standin_smi_healthy() -> Path:
+    """What the stand-in amd-smi answers on a host without faults, written once: the hosts print these files."""
+    root = STATE / "amd-smi-healthy"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    data = STATE / "amd-smi-data"
+    data.mkdir(parents=True, exist_ok=True)
+    shutil.copy(STATIC_JSON, data / "amd-smi-static.json")
+    shutil.copy(VERSION_JSON, data / "amd-smi-version.json")
+    env = {**os.environ, "STANDIN_AMD_SMI_DATA": str(data), "STANDIN_AMD_SMI_FAULTS": str(data / "no-faults.json")}
+    for name, command in SMI_ANSWERS.items():
+        argv = [sys.executable, str(HERE / "standin" / "amd_smi.py"), *command.split()]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+        (root / name).write_text(done.stdout)
+    return root
+
+
 def standin_sysfs() -> Path:
     """A stand-in /sys/module: amdgpu loaded, one PCI device per captured GPU in SPX/NPS1."""
     root = STATE / "sys-module"
@@ -521,7 +545,7 @@ def gpu_device_script() -> str:
     return "\n".join(lines)
 
 
-def start_host(host: SimHost, key: Path, sysfs: Path) -> None:
+def start_host(host: SimHost, key: Path, sysfs: Path, smi_healthy: Path) -> None:
     name = host.container
     run(DOCKER, "rm", "-f", name, check=False, capture=True)
     argv = [
@@ -552,6 +576,10 @@ def start_host(host: SimHost, key: Path, sysfs: Path) -> None:
             f"{sysfs}:/sys/module:ro",
             "-v",
             f"{HERE / 'standin' / 'amd-smi'}:/usr/bin/amd-smi:ro",
+            "-v",
+            f"{HERE / 'standin' / 'amd_smi.py'}:/usr/share/instinct-fleet-standin/amd_smi.py:ro",
+            "-v",
+            f"{smi_healthy}:/usr/share/instinct-fleet-standin/healthy:ro",
             "-v",
             f"{STATIC_JSON}:/usr/share/instinct-fleet-standin/amd-smi-static.json:ro",
             "-v",
@@ -619,7 +647,7 @@ def up(count: int | None = None, clusters: int | None = None) -> dict[str, objec
     if count is not None:
         check_disk(light_hosts(count, clusters), registry)
     key = ssh_key()
-    sysfs = standin_sysfs()
+    sysfs, smi_healthy = standin_sysfs(), standin_smi_healthy()
     log(f"images in {registry}; starting hosts")
     # systemd in each host takes inotify instances from the machine's per-user pool (128 on
     # Debian); past about 18 hosts the next one's systemd exits at once without it.
@@ -630,7 +658,7 @@ def up(count: int | None = None, clusters: int | None = None) -> dict[str, objec
         inotify.write_text(str(wanted))
     hosts = []
     for host in HOSTS if count is None else light_hosts(count, clusters):
-        start_host(host, key, sysfs)
+        start_host(host, key, sysfs, smi_healthy)
         address = out(DOCKER, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", host.container)
         hosts.append(dataclasses.replace(host, address=address))
     wait_hosts(hosts, key)

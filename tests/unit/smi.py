@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
-STANDIN = ROOT / "tests" / "fleet" / "standin" / "amd-smi"
+STANDIN = ROOT / "tests" / "fleet" / "standin" / "amd_smi.py"
 COMMANDS = {
     "amd_smi_static": "static --json",
     "amd_smi_metric": "metric --ecc --ecc-blocks --pcie --json",
