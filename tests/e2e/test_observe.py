@@ -61,7 +61,11 @@ def test_status_agrees_with_the_units(converged: Run, fleet: dict[str, Any]) -> 
     # Each router's row: its pool as the router's health checks see it (sim-nogpu's instance never answers).
     pools = {r["instance"]: r["pool"] for r in rows if r["pool"] is not None}
     assert pools == {OSS: "3 of 4 healthy"}, pools
+    health = {r["host"]: r for r in rows if r["instance"] == "gpu health"}  # the GPU health verdict, one row per host
+    assert set(health) == {"sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2"} and all(r["ok"] and r["health"] == "ok" for r in health.values())
     for row in rows:
+        if row["instance"] == "gpu health":
+            continue
         active = ssh(fleet, row["host"], f"systemctl show -p ActiveState --value {row['unit']}").strip()
         assert row["state"] == active == "active", row
     ssh(fleet, "sim-c2", f"systemctl stop {paths.EXPORTER_UNIT}")
