@@ -66,9 +66,6 @@ class Evidence:
     gpus: tuple[GpuEvidence, ...] = ()
     unread: tuple[str, ...] = ()
 
-    def gpu(self, index: int) -> GpuEvidence | None:
-        return next((g for g in self.gpus if g.index == index), None)
-
 
 def json_in(text: str) -> Any:
     """The first JSON object or list in amd-smi's output: warnings may come before it (on stdout or, merged,
@@ -123,11 +120,13 @@ def rate(value: Any) -> float | None:
     return None
 
 
-def _text(value: Any) -> str | None:
+def text(value: Any) -> str | None:
+    """A value amd-smi printed, or None for N/A, nothing, or an object where a value was expected."""
     return None if value in (None, "", "N/A") or isinstance(value, dict | list) else str(value)
 
 
-def _dig(row: Any, *keys: str) -> Any:
+def dig(row: Any, *keys: str) -> Any:
+    """row[k1][k2]..., or None where amd-smi put "N/A" (or nothing) instead of an object."""
     for key in keys:
         if not isinstance(row, dict):
             return None
@@ -218,7 +217,7 @@ def parse(part: dict[str, str]) -> Evidence:
         m = metric.get(index, {})
         found_pcie = m.get("pcie")
         pcie: dict[str, Any] = found_pcie if isinstance(found_pcie, dict) else {}
-        bdf = _text(_dig(row, "bus", "bdf"))
+        bdf = text(dig(row, "bus", "bdf"))
         width, speed, source = number(pcie.get("width")), rate(pcie.get("speed")), "amd-smi"
         if (width is None or speed is None) and bdf is not None and bdf.lower() in links:
             width, speed, source = (
@@ -229,7 +228,7 @@ def parse(part: dict[str, str]) -> Evidence:
         blocks = m.get("ecc_blocks")
         retired, pending = _pages(pages[index]) if index in pages else (None, None)
         naks = [n for n in (number(pcie.get("nak_sent_count")), number(pcie.get("nak_received_count"))) if n is not None]
-        link_states = _dig(xgmi.get(index), "link_status")
+        link_states = dig(xgmi.get(index), "link_status")
         gpus.append(
             GpuEvidence(
                 index=index,
@@ -238,20 +237,20 @@ def parse(part: dict[str, str]) -> Evidence:
                 blocks={str(k): _ecc(v) for k, v in blocks.items()} if isinstance(blocks, dict) else {},
                 retired=retired,
                 pending=pending,
-                bad_page_threshold=number(_dig(row, "ras", "bad_page_threshold")),
-                threshold_exceeded=_flag(_dig(row, "ras", "bad_page_threshold_exceeded")),
+                bad_page_threshold=number(dig(row, "ras", "bad_page_threshold")),
+                threshold_exceeded=_flag(dig(row, "ras", "bad_page_threshold_exceeded")),
                 width=width,
                 speed=speed,
-                max_width=number(_dig(row, "bus", "max_pcie_width")),
-                max_speed=rate(_dig(row, "bus", "max_pcie_speed")),
+                max_width=number(dig(row, "bus", "max_pcie_width")),
+                max_speed=rate(dig(row, "bus", "max_pcie_speed")),
                 replays=number(pcie.get("replay_count")),
                 recoveries=number(pcie.get("l0_to_recovery_count")),
                 naks=sum(naks) if naks else None,
                 xgmi=tuple(str(s) for s in link_states) if isinstance(link_states, list) else (),
-                firmware=_text(_dig(row, "ifwi", "version")) or _text(_dig(row, "vbios", "version")),
-                driver=_text(_dig(row, "driver", "version")),
-                compute_units=number(_dig(row, "asic", "num_compute_units")),
-                arch=_text(_dig(row, "asic", "target_graphics_version")),
+                firmware=text(dig(row, "ifwi", "version")) or text(dig(row, "vbios", "version")),
+                driver=text(dig(row, "driver", "version")),
+                compute_units=number(dig(row, "asic", "num_compute_units")),
+                arch=text(dig(row, "asic", "target_graphics_version")),
                 link_source=source,
             )
         )

@@ -264,10 +264,16 @@ class Ask:
 
     @classmethod
     def of_env(cls, text: str | None) -> Ask:
+        """The ask as :meth:`as_env` wrote it; what a person typed wrong is refused, with the form it must have."""
         if not text:
             return cls()
-        data = json.loads(text)
-        return cls({h: (v[0], str(v[1])) for h, v in data.get("quarantine", {}).items()}, frozenset(data.get("admit", ())))
+        try:
+            data = json.loads(text)
+            asked = {str(h): (None if v[0] is None else int(v[0]), str(v[1])) for h, v in data.get("quarantine", {}).items()}
+            return cls(asked, frozenset(str(h) for h in data.get("admit", ())))
+        except (ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
+            form = '{"quarantine": {"HOST": [GPU or null, "reason"]}, "admit": ["HOST"]}'
+            raise ValueError(f"{ASK_ENV} is {text!r}, not {form}: {exc}") from exc
 
 
 def _operator(previous: Mapping[str, Any], ask: Ask, host: str, now: float) -> list[dict[str, Any]]:

@@ -6,14 +6,13 @@ facts mean for a host, the policy, is :mod:`instinct_fleet.converge.hostchecks`.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from instinct_fleet.converge import evidence, generations
-from instinct_fleet.converge.evidence import Evidence
+from instinct_fleet.converge.evidence import Evidence, dig, json_in
 from instinct_fleet.converge.generations import Generations
 from instinct_fleet.converge.probe import IMAGE_MARK, MARK
 from instinct_fleet.model import paths
@@ -126,17 +125,6 @@ def sections(text: str, mark: str = MARK) -> dict[str, str]:
     return {name: "\n".join(lines).strip() for name, lines in found.items()}
 
 
-def _json(text: str) -> Any:
-    """amd-smi may print warnings before its JSON; take the JSON part."""
-    start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
-    if start < 0:
-        return None
-    try:
-        return json.loads(text[start:])
-    except json.JSONDecodeError:
-        return None
-
-
 def _by_path(text: str) -> dict[str, str]:
     """``pci-0000:1b:00.0-render -> ../renderD128`` lines to {bdf: renderD128}."""
     mapping = {}
@@ -145,40 +133,27 @@ def _by_path(text: str) -> dict[str, str]:
     return mapping
 
 
-def _na(value: Any) -> str | None:
-    return None if value in (None, "", "N/A") or isinstance(value, (dict, list)) else str(value)
-
-
-def _dig(row: Any, *keys: str) -> Any:
-    """row[k1][k2]..., or None where amd-smi put "N/A" (or nothing) instead of an object."""
-    for key in keys:
-        if not isinstance(row, dict):
-            return None
-        row = row.get(key)
-    return row
-
-
 def _amd_smi_gpus(static: Any, by_path: dict[str, str], nodes: tuple[str, ...]) -> tuple[tuple[Gpu, ...], str | None]:
     rows = static.get("gpu_data") if isinstance(static, dict) else static
     if not isinstance(rows, list):
         return (), "amd-smi static --json printed no GPU list"
     gpus = []
     for position, row in enumerate(rows):
-        market = _na(_dig(row, "asic", "market_name")) or "N/A"
-        bdf = _na(_dig(row, "bus", "bdf"))
+        market = evidence.text(dig(row, "asic", "market_name")) or "N/A"
+        bdf = evidence.text(dig(row, "bus", "bdf"))
         render = by_path.get(bdf.lower()) if bdf else None
         if render is None and not by_path and position < len(nodes):
             render = nodes[position]  # no udev by-path links: render nodes follow PCI order
         gpus.append(
             Gpu(
-                index=int(gpu) if isinstance(gpu := _dig(row, "gpu"), int) else position,
+                index=int(gpu) if isinstance(gpu := dig(row, "gpu"), int) else position,
                 model=model_of(market),
                 market_name=market,
                 bdf=bdf,
                 render_node=render,
-                driver=_na(_dig(row, "driver", "version")),
-                firmware=_na(_dig(row, "ifwi", "version")) or _na(_dig(row, "vbios", "version")),
-                arch=_na(_dig(row, "asic", "target_graphics_version")),
+                driver=evidence.text(dig(row, "driver", "version")),
+                firmware=evidence.text(dig(row, "ifwi", "version")) or evidence.text(dig(row, "vbios", "version")),
+                arch=evidence.text(dig(row, "asic", "target_graphics_version")),
             )
         )
     if gpus and all(g.market_name == "N/A" for g in gpus):
@@ -224,7 +199,7 @@ def parse_report(text: str) -> HostReport:
     gpus: tuple[Gpu, ...] = ()
     if part.get("amd-smi-static"):
         smi = "amd-smi"
-        static = _json(part["amd-smi-static"])
+        static = json_in(part["amd-smi-static"])
         if static is None:
             smi_error = f"amd-smi static --json failed: {part['amd-smi-static'].splitlines()[-1][:200]}"
         else:
@@ -232,7 +207,7 @@ def parse_report(text: str) -> HostReport:
     elif part.get("rocm-smi"):
         smi = "rocm-smi"
         gpus = _rocm_smi_gpus(part["rocm-smi"], nodes)
-    version = _json(part.get("amd-smi-version", ""))
+    version = json_in(part.get("amd-smi-version", ""))
     version_row = version[0] if isinstance(version, list) and version and isinstance(version[0], dict) else {}
     partitions = [line.split() for line in part.get("partitions", "").splitlines() if line.strip()]
     compute = sorted({p[0] for p in partitions if p})
@@ -251,8 +226,8 @@ def parse_report(text: str) -> HostReport:
         smi=smi,
         smi_error=smi_error,
         gpus=gpus,
-        rocm_version=_na(version_row.get("rocm_version")),
-        amdgpu_version=_na(version_row.get("amdgpu_version")) or _na(part.get("amdgpu-version")),
+        rocm_version=evidence.text(version_row.get("rocm_version")),
+        amdgpu_version=evidence.text(version_row.get("amdgpu_version")) or evidence.text(part.get("amdgpu-version")),
         amdgpu_loaded=part.get("amdgpu-initstate") == "live",
         kfd=part.get("kfd") == "present",
         render_nodes=nodes,
@@ -282,7 +257,7 @@ def parse_report(text: str) -> HostReport:
         generations=generations.parse(part.get("generations", "")),
         router_drift=_router_drift(part.get("router-drift", "")),
         evidence=evidence.parse(part) if smi == "amd-smi" else Evidence(),
-        quarantine=record if isinstance(record := _json(part.get("quarantine", "")), dict) else {},
+        quarantine=record if isinstance(record := json_in(part.get("quarantine", "")), dict) else {},
     )
 
 
@@ -311,7 +286,7 @@ def _docker(text: str) -> tuple[str | None, dict[str, str]]:
 def _image_id(value: str) -> str | None:
     """An image's id: its API's inspect JSON (``Id``), or what ``docker image inspect`` printed; None: docker lacks it."""
     if value.startswith("{"):
-        found = _json(value)
+        found = json_in(value)
         value = str(found.get("Id", "")) if isinstance(found, dict) else ""
     return value if value.startswith("sha256:") else None
 

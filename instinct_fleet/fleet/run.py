@@ -359,7 +359,12 @@ def _plan_run(state: Any) -> FleetPlan:
         # A read the watchdog ended holds GreenletExit: no facts from that host.
         return {name: job.value if isinstance(job.value, HostReport) else None for name, job in jobs.items()}
 
-    ask = gpuhealth.Ask.of_env(os.environ.get(gpuhealth.ASK_ENV))  # instinct-fleet quarantine and admit
+    try:
+        ask = gpuhealth.Ask.of_env(os.environ.get(gpuhealth.ASK_ENV))  # instinct-fleet quarantine and admit
+    except ValueError as exc:
+        from pyinfra.api.exceptions import PyinfraError
+
+        raise PyinfraError(f"{exc}; nothing was deployed") from exc
     plans = plan_inventory(data, active, read_all, restore, gate.catalog(state), ask)
     return FleetPlan.of(plans, warm=os.environ.get(WARM_ENV) == "1")
 

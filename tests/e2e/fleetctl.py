@@ -224,6 +224,21 @@ def router_url(fleet: dict[str, Any], port: int = ROUTER_PORT) -> str:
     return f"http://{next(h['address'] for h in fleet['hosts'] if h['name'] == 'sim-gpu-1')}:{port}"
 
 
+def pool(url: str) -> list[str]:
+    """The workers of the router at ``url``, as its own /list_workers says."""
+    with urllib.request.urlopen(f"{url}/list_workers", timeout=10) as reply:
+        return sorted(json.loads(reply.read())["urls"])
+
+
+def until(what: Callable[[], bool], seconds: float) -> float:
+    """Seconds until ``what()`` holds; fails after ``seconds``."""
+    started = time.monotonic()
+    while not what():
+        assert time.monotonic() - started < seconds, f"not within {seconds} s"
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
 @dataclass(frozen=True)
 class Sample:
     """One client request: streamed or not, whether it succeeded (a streamed one must end with [DONE]), its wall time."""

@@ -16,16 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetctl import ROUTER_PORT, Run, deploy, inventory, router_url, ssh, started_at
+from fleetctl import ROUTER_PORT, Run, deploy, inventory, pool, router_url, ssh, started_at
 
 FLEET_SHARE = 1
 
 UNIT = f"instinct-fleet-router-{ROUTER_PORT}"
-
-
-def pool(url: str) -> list[str]:
-    with urllib.request.urlopen(f"{url}/list_workers", timeout=10) as reply:
-        return sorted(json.loads(reply.read())["urls"])
 
 
 def healthy_workers(url: str) -> set[str]:

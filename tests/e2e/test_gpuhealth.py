@@ -11,11 +11,10 @@ import json
 import shlex
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from fleetctl import BASELINE, CLI, ROOT, Load, deploy, inventory, quiet, router_url, ssh
+from fleetctl import BASELINE, CLI, ROOT, Load, deploy, inventory, pool, quiet, router_url, ssh, until
 
 FLEET_SHARE = 0
 FAULTS = "/etc/instinct-fleet-standin/faults.json"  # what the stand-in amd-smi reads (tests/fleet/standin/amd-smi)
@@ -28,18 +27,6 @@ def faults(fleet: dict[str, Any], value: dict[str, Any] | None) -> None:
         ssh(fleet, HOST, f"rm -f {FAULTS}")
     else:
         ssh(fleet, HOST, f"mkdir -p {FAULTS.rsplit('/', 1)[0]} && printf '%s' {shlex.quote(json.dumps(value))} > {FAULTS}")
-
-
-def pool(fleet: dict[str, Any]) -> list[str]:
-    with urllib.request.urlopen(f"{router_url(fleet)}/list_workers", timeout=10) as reply:
-        return sorted(json.loads(reply.read())["urls"])
-
-
-def until(what: Any, seconds: float) -> None:
-    started = time.monotonic()
-    while not what():
-        assert time.monotonic() - started < seconds, f"not within {seconds} s"
-        time.sleep(0.5)
 
 
 def cli(command: str, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -55,7 +42,7 @@ def test_an_uncorrectable_ecc_gpu_is_quarantined_under_load_admitted_once_cleare
 ) -> None:
     address = next(h["address"] for h in fleet["hosts"] if h["name"] == HOST)
     oss = f"http://{address}:8001"
-    until(lambda: oss in pool(fleet), 60)
+    until(lambda: oss in pool(router_url(fleet)), 60)
 
     # (1) Two uncorrectable errors in GPU 4's memory under steady load: the next deploy drains vllm-oss out of the
     # router, stops it and records why; vllm-llama-a on GPUs 0-3 serves on, and no client request fails.
@@ -69,7 +56,7 @@ def test_an_uncorrectable_ecc_gpu_is_quarantined_under_load_admitted_once_cleare
     held = rows[(HOST, "vllm-oss")]
     assert held["status"] == "quarantined" and "GPU 4: 2 uncorrectable ECC error(s) (blocks: UMC 2)" in held["why"], held
     assert load.failed() == [] and load.served(True) + load.served(False) >= 20, (load.failed()[:5], len(load.done))
-    assert oss not in pool(fleet)
+    assert oss not in pool(router_url(fleet))
     assert active(fleet, "vllm-oss") == "inactive" and active(fleet, "vllm-llama-a") == "active"
     record = json.loads(ssh(fleet, HOST, f"cat {QUARANTINE}"))
     assert list(record["units"]) == ["vllm-oss"] and "[gpu-ecc-uncorrectable]" in record["units"]["vllm-oss"][0]
@@ -94,19 +81,19 @@ def test_an_uncorrectable_ecc_gpu_is_quarantined_under_load_admitted_once_cleare
     back = deploy(inventory=baseline)
     assert back.results["failed_hosts"] == ["sim-nogpu"], back.stderr[-3000:]
     assert "quarantined" not in back.status(HOST)
-    until(lambda: oss in pool(fleet), 60)
+    until(lambda: oss in pool(router_url(fleet)), 60)
     assert active(fleet, "vllm-oss") == "active"
     assert len(json.loads(ssh(fleet, HOST, f"cat {QUARANTINE}"))["readmitted"]) == 1
 
     # (4) An operator holds GPU 4 out whatever its evidence, and admits it back.
     taken = cli("quarantine", baseline, HOST, "--gpu", "4", "--reason", "RMA ticket 41", "-y")
     assert taken.returncode == 0, taken.stderr[-3000:]
-    assert oss not in pool(fleet) and active(fleet, "vllm-oss") == "inactive"
+    assert oss not in pool(router_url(fleet)) and active(fleet, "vllm-oss") == "inactive"
     assert "RMA ticket 41 (by an operator)" in json.loads(ssh(fleet, HOST, f"cat {QUARANTINE}"))["units"]["vllm-oss"][0]
     quiet(deploy(inventory=baseline))  # a plain deploy keeps the operator's quarantine
     admitted = cli("admit", baseline, HOST, "-y")
     assert admitted.returncode == 0, admitted.stderr[-3000:]
-    until(lambda: oss in pool(fleet), 60)
+    until(lambda: oss in pool(router_url(fleet)), 60)
 
     # (5) Firmware that drifts from the fleet: named with both versions (a warning on this inventory).
     faults(fleet, {"gpus": {"0": {"firmware": "00159999"}}})

@@ -15,27 +15,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from fleetctl import BASELINE, CLI, ROOT, Load, deploy, hang, inventory, router_url, ssh
+from fleetctl import BASELINE, CLI, ROOT, Load, deploy, hang, inventory, pool, router_url, ssh, until
 
 FLEET_SHARE = 0
 
 # A stall window the tests can wait for, and a budget of two restarts.
 WATCHED = {"watch_interval": 1, "watch_stall_seconds": 8, "watch_max_restarts": 2}
 UNIT = "vllm-batch"  # sim-gpu-1's second instance, on port 8081, in the router's pool of gpt-oss-120b
-
-
-def pool(fleet: dict[str, Any]) -> list[str]:
-    with urllib.request.urlopen(f"{router_url(fleet)}/list_workers", timeout=10) as reply:
-        return sorted(json.loads(reply.read())["urls"])
-
-
-def until(what: Any, seconds: float) -> float:
-    """Seconds until ``what()`` holds; fails after ``seconds``."""
-    started = time.monotonic()
-    while not what():
-        assert time.monotonic() - started < seconds, f"not within {seconds} s"
-        time.sleep(0.5)
-    return time.monotonic() - started
 
 
 def watch_state(fleet: dict[str, Any]) -> dict[str, Any]:
@@ -54,15 +40,15 @@ def test_a_hung_instance_leaves_the_pool_restarts_and_returns_and_one_that_alway
     assert ("sim-gpu-1", "Watch config") in changed and not [op for _, op in changed if op.startswith("Roll:")], changed
     address = next(h["address"] for h in fleet["hosts"] if h["name"] == "sim-gpu-1")
     url = f"http://{address}:8081"
-    until(lambda: url in pool(fleet) and watch_state(fleet)["state"] == "in", 60)
+    until(lambda: url in pool(router_url(fleet)) and watch_state(fleet)["state"] == "in", 60)
 
     # (1) One hang under load: out within the stall window and a reading, restarted, back after its gate.
     with Load(router_url(fleet), key=fleet["api_key"]) as load:
         time.sleep(3)
         hang(url, fleet["api_key"])
-        out = until(lambda: url not in pool(fleet), 60)
+        out = until(lambda: url not in pool(router_url(fleet)), 60)
         left = time.monotonic()
-        until(lambda: url in pool(fleet), 120)
+        until(lambda: url in pool(router_url(fleet)), 120)
         time.sleep(3)
     assert out <= 8 + 2 * 1 + 5, out  # the stall window, two readings, and the router call
     # Requests sent to it between the hang and its leaving fail; none sent after it left does.
@@ -75,13 +61,13 @@ def test_a_hung_instance_leaves_the_pool_restarts_and_returns_and_one_that_alway
 
     # (2) It hangs again after every restart: the second restart spends the budget of two, the next stall leaves it out.
     hang(url, fleet["api_key"])
-    until(lambda: url not in pool(fleet), 60)
-    until(lambda: url in pool(fleet), 120)
+    until(lambda: url not in pool(router_url(fleet)), 60)
+    until(lambda: url in pool(router_url(fleet)), 120)
     hang(url, fleet["api_key"])
     with Load(router_url(fleet), key=fleet["api_key"]) as load:
         until(lambda: watch_state(fleet)["state"] == "left-out", 60)
         time.sleep(5)
-    assert url not in pool(fleet)
+    assert url not in pool(router_url(fleet))
     assert watch_state(fleet)["restarts"] == 2
     journal = ssh(fleet, "sim-gpu-1", "journalctl -u instinct-fleet-watch -p err --no-pager -o cat")
     assert f"{UNIT} is left out of its router pools" in journal, journal
@@ -94,11 +80,11 @@ def test_a_hung_instance_leaves_the_pool_restarts_and_returns_and_one_that_alway
     assert again.results["failed_hosts"] == ["sim-gpu-1", "sim-nogpu"], again.stderr[-3000:]
     assert "the watch holds it out of its router pools" in again.why("sim-gpu-1"), again.roll
     assert not [op for host, op in again.changed_ops() if host == "sim-gpu-1" and "Router pool" in op], again.changed_ops()
-    assert url not in pool(fleet)
+    assert url not in pool(router_url(fleet))
 
     # (3) The operator fixes it (here: a restart) and re-admits it, then deploys again (the failed deploy's roll marker
     # pauses the watch until a deploy finishes there): the deploy passes, the watch gates it and puts it back.
     ssh(fleet, "sim-gpu-1", f"systemctl restart {UNIT} && rm /var/lib/instinct-fleet/watch/{UNIT}.out")
     fixed = deploy(inventory=watched)
     assert fixed.results["failed_hosts"] == ["sim-nogpu"], fixed.stderr[-3000:]
-    until(lambda: url in pool(fleet) and watch_state(fleet)["state"] == "in", 120)
+    until(lambda: url in pool(router_url(fleet)) and watch_state(fleet)["state"] == "in", 120)

@@ -358,6 +358,9 @@ def test_an_operator_quarantines_a_gpu_and_admit_refuses_while_the_evidence_is_b
     assert admitted.quarantine is not None and admitted.quarantine.units == {} and record(admitted)["readmitted"] == [700]  # type: ignore[index]
     # The ask goes to the deploy through its environment, whole.
     assert gpuhealth.Ask.of_env(ask.as_env()) == ask and gpuhealth.Ask.of_env(None) == gpuhealth.Ask()
+    for typed in ('{"quarantine": {"h1": "RMA"}}', "quarantine h1", '{"quarantine": {"h1": ["x", "why"]}}'):
+        with pytest.raises(ValueError, match=f"{gpuhealth.ASK_ENV} is .* not .*HOST"):
+            gpuhealth.Ask.of_env(typed)
 
 
 def test_every_gpu_rule_and_quarantine_rule_has_a_case() -> None:
