@@ -49,7 +49,12 @@ def test_every_alert_fires_on_its_fault_at_each_host_s_threshold_and_not_otherwi
     cases = [
         # Two uncorrectable errors on HOT's GPU 3 fire at once; COOL's counter that stays flat does not.
         (
-            [series("gpu_ecc_uncorrect_total", HOT, "0 0 2 2 2 2 2", "3"), series("gpu_ecc_uncorrect_total", COOL, "5x6")],
+            [
+                series("gpu_ecc_uncorrect_total", HOT, "0 0 2 2 2 2 2", "3"),
+                series("gpu_ecc_uncorrect_total", COOL, "5x6"),
+                # Not a host of the inventory: its name matches HOT's only where the dot is not escaped.
+                series("gpu_ecc_uncorrect_total", HOT.replace(".", "x", 1), "0 0 2 2 2 2 2", "3"),
+            ],
             [("3m", "GpuUncorrectableEccIncreased", [expected("GpuUncorrectableEccIncreased", HOT, "3", "2")])],
         ),
         # Five recoveries in 15 minutes: over HOT's 3, under COOL's 10.
