@@ -172,6 +172,11 @@ class Probe:
         """The fewest serving units that were fully healthy at any sample."""
         return min(sum(units.values()) for _, units in self.samples)
 
+    def seen_down(self) -> set[str]:
+        """The units some sample found not healthy: the probe resolved their restarts, whatever its rate on a loaded
+        machine (a probe too sparse to see a restart would make :meth:`worst` vacuous)."""
+        return {unit for _, units in self.samples for unit, up in units.items() if not up}
+
     def rate(self) -> float:
         span = self.samples[-1][0] - self.samples[0][0]
         return (len(self.samples) - 1) / span if span else 0.0

@@ -71,7 +71,9 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(on_loc
     assert ssh(fleet, "sim-gpu-1", f"test -e {jit}/module_moe/lock && echo left || echo gone") == "gone\n"
     # (a) Through the router, while every unit rolled: not one client request failed.
     assert load.failed() == [] and load.served(True) >= 20 and load.served(False) >= 20, (load.failed()[:5], len(load.done))
-    assert probe.rate() >= 4, f"the probe sampled at {probe.rate():.1f} Hz"
+    # Every unit restarted, and the probe saw each one down: its samples resolve a restart, so the bound below is not
+    # vacuous (its rate, about 5 Hz, falls on a loaded machine and goes to the figures, not to an assertion).
+    assert probe.seen_down() == set(UNITS), (probe.seen_down(), f"{probe.rate():.1f} Hz")
     # rolling_batch = 1: at every sample, every serving unit but at most one answered on all its endpoints.
     assert probe.worst() >= len(UNITS) - 1, [s for s in probe.samples if sum(s[1].values()) < len(UNITS) - 1][:5]
     for host in ("sim-gpu-1", "sim-gpu-2", "sim-c1", "sim-c2"):
