@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: test checks check lint unit e2e $(E2E_TARGETS) unit-deps fleet-deps fleet-images floor-venv wheel-venv demo demo-down install clean
+.PHONY: test checks check lint unit mutate e2e $(E2E_TARGETS) unit-deps fleet-deps fleet-images floor-venv wheel-venv demo demo-down install clean
 
 # The readers the unit tests hand rendered files to (tests/unit/consumers.py): nft, promtool; curl runs health.serving.
 # systemd-analyze and ip come with the machine's image (systemd, iproute2).
@@ -35,6 +35,11 @@ unit: install unit-deps
 # consumer property at 40 examples instead of make test's 150.
 check: lint
 	INSTINCT_FLEET_CONSUMER_EXAMPLES=40 $(MAKE) --no-print-directory unit
+
+# Plants each small bug of scripts/mutate.py's table in the verdict code (noise, canary, report, validation) and
+# shows that a test fails on it; not part of make test (a few minutes), its table's anchors are checked there.
+mutate: install unit-deps
+	$(BIN)/python scripts/mutate.py
 
 # Installs what is missing of a list of Debian packages.
 apt_install = missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \

@@ -350,8 +350,10 @@ canary_max_regression = 10
 canary_floors = {"output_throughput": 10.0, "median_tpot_ms": 0.5, "median_ttft_ms": 2.0}
 
 # Runs of the canary profile before and after the change. Every run is kept; the figures
-# compared are the medians over the runs, and the spreads of the runs on both sides, added up,
-# are the noise band of output throughput (one run gives none).
+# compared are the medians over the runs, and the run is the unit of the noise test
+# (`canary_alpha`), so one run a side gives no verdict beyond inconclusive. Three tell a 1.5x
+# slowdown up to 5% run-to-run variation and a 4x one up to 15%; more tell smaller changes on
+# noisier hosts.
 canary_runs = 3
 
 # Requests sent to each canary instance before its measured runs, before and after the change,
@@ -359,9 +361,11 @@ canary_runs = 3
 # change does not cause. 0: none.
 canary_warmup = 8
 
-# Significance level of the canary's noise test on TTFT and TPOT: a one-sided Mann-Whitney U
-# test over the requests of every run before and after the change.
-canary_alpha = 0.001
+# The most often a harmless change may be judged a regression by the noise test: split evenly
+# over the three figures judged (Bonferroni), each a one-sided Student's t-test on the
+# logarithms of the runs' figures, with a Mann-Whitney U test over the requests as a second
+# condition where vLLM recorded them. `tune` splits it over the points it picks the best of.
+canary_alpha = 0.01
 
 # What a canary does whose figures moved beyond `canary_max_regression` and `canary_floors` but
 # not beyond the noise: `"proceed"` rolls on and says so in the summary; `"rollback"` treats it

@@ -8,11 +8,20 @@ So a difference counts only when all of these hold:
 - it is beyond the relative threshold (the canary's ``canary_max_regression``);
 - it is beyond an absolute floor per metric (``canary_floors``: a 0.9 ms TTFT change is not a regression of a
   serving fleet, whatever its percentage);
-- it is beyond what the repeated runs show as noise. For TTFT and TPOT that is a one-sided Mann-Whitney U test over
-  the requests of every run on each side (vLLM's per-request records, ``vllm bench serve --save-detailed``); for
-  output throughput, which is one figure per run, the difference of the medians must exceed the spreads (max - min)
-  of both sides' runs added up, so it needs two runs or more a side. Simulated with three runs a side of one
-  configuration, that band is crossed by chance in 0.7% of comparisons (the spread of the baseline alone: 8.6%).
+- it is beyond what the repeated runs show as noise. **The unit is the run**: the requests of one run share its
+  conditions (a busy neighbour, a warm or a cold cache), so they are not independent draws, and a test that pools
+  them sees a run-to-run difference as a real one (simulated with 5-25% run-to-run variation, a Mann-Whitney test
+  over the pooled requests gave p < 0.001 in a fifth of harmless comparisons). The test is Student's two-sample
+  t on the logarithm of each run's figure (the run's median TTFT, median TPOT, output throughput), pooled variance
+  (a harmless change leaves the noise as it was), one-sided; it needs three runs in all. Where vLLM's per-request
+  records are there (``--save-detailed``), the one-sided Mann-Whitney U test over them must agree as a second
+  condition: it can only make a false alarm rarer.
+- **Corrected for the comparisons made at once** (Bonferroni): the canary judges three figures, so each is tested
+  at ``canary_alpha / 3`` and the canary as a whole raises a false alarm at most ``canary_alpha`` of the time;
+  ``tune`` picks the best of K points, so the winner is tested at ``alpha / K``.
+
+tests/unit/test_noise.py simulates harmless changes with run-to-run variation from 0 to 25% and measures the false
+alarms against alpha, and measures how often 1.5x and 4x slowdowns are caught.
 
 A difference beyond the threshold and the floor but not beyond the noise is *inconclusive*: what happens then is
 the caller's setting (the canary's ``canary_inconclusive``).
@@ -108,6 +117,58 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularised incomplete beta function (modified Lentz, as Numerical Recipes)."""
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)), -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1 + numerator * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return h
+
+
+def _beta_regularised(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularised incomplete beta function."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _beta_fraction(a, b, x) / a
+    return 1 - front * _beta_fraction(b, a, 1 - x) / b
+
+
+def student_sf(t: float, df: int) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom (no SciPy on the control machine)."""
+    tail = 0.5 * _beta_regularised(df / 2, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1 - tail
+
+
+def runs_greater(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """One-sided p that ``y``'s runs tend to be greater than ``x``'s: Student's two-sample t with pooled variance
+    on the logarithms (a slowdown multiplies a figure), on the values themselves where one is not positive. None
+    with fewer than three runs in all, or a side with none: no variance to judge by."""
+    if not x or not y or len(x) + len(y) < 3:
+        return None
+    if min(*x, *y) > 0:
+        x, y = [math.log(v) for v in x], [math.log(v) for v in y]
+    n1, n2 = len(x), len(y)
+    m1, m2 = sum(x) / n1, sum(y) / n2
+    df = n1 + n2 - 2
+    pooled = (sum((v - m1) ** 2 for v in x) + sum((v - m2) ** 2 for v in y)) / df
+    if pooled <= 0:  # every run alike on each side: the difference is all there is
+        return 0.5 if m1 == m2 else (0.0 if m2 > m1 else 1.0)
+    return student_sf((m2 - m1) / math.sqrt(pooled * (1 / n1 + 1 / n2)), df)
+
+
 @dataclass(frozen=True)
 class Judged:
     """One metric compared: the figures (median over each side's runs), and which tests the difference passed."""
@@ -118,18 +179,24 @@ class Judged:
     runs: tuple[int, int]  # runs on each side
     beyond_limit: bool
     beyond_floor: bool
-    band: float | None  # the spreads (max - min) of both sides' runs, added up (None: a side ran once)
-    p: float | None  # Mann-Whitney's one-sided p in the difference's direction (None: no per-request records)
+    p_runs: float | None  # Student's t over the runs, one-sided in the difference's direction (None: too few runs)
+    p: float | None  # Mann-Whitney's one-sided p over the requests, the second condition (None: no per-request records)
     requests: tuple[int, int]  # per-request values on each side
     limit: float
     floor: float
-    alpha: float
+    alpha: float  # the false-alarm rate of the whole comparison, split evenly over ``tests``
+    tests: int = 1
+    of: str = "figures"  # what the tests made at once are: the canary's figures, tune's points
+
+    @property
+    def level(self) -> float:
+        """The significance level of this one test: ``alpha`` split over the tests made at once (Bonferroni)."""
+        return self.alpha / self.tests
 
     @property
     def beyond_noise(self) -> bool:
-        if self.p is not None:
-            return self.p < self.alpha
-        return self.band is not None and abs(self.after - self.before) > self.band
+        """The runs tell the difference at :attr:`level`, and the requests, where recorded, agree."""
+        return self.p_runs is not None and self.p_runs < self.level and (self.p is None or self.p < self.level)
 
     @property
     def status(self) -> Status:
@@ -145,11 +212,13 @@ class Judged:
 
     def noise(self) -> str:
         """The noise evidence, as the summary gives it."""
+        if self.p_runs is None:
+            return f"{self.runs[0]} and {self.runs[1]} runs: too few to judge the noise (3 in all at least)"
+        split = f"alpha {self.alpha:g}" + (f" / {self.tests} {self.of} = {self.level:.2g}" if self.tests > 1 else "")
+        said = f"t-test p={self.p_runs:.3g} over the {self.runs[0]} and {self.runs[1]} runs"
         if self.p is not None:
-            return f"Mann-Whitney p={self.p:.3g} over {self.requests[0]} and {self.requests[1]} requests (alpha {self.alpha:g})"
-        if self.band is not None:
-            return f"the {self.runs[0]} and {self.runs[1]} runs' spreads add up to {self.band:.1f} {self.metric.unit}"
-        return "one run a side: no noise band"
+            said += f", Mann-Whitney p={self.p:.3g} over {self.requests[0]} and {self.requests[1]} requests"
+        return f"{said} ({split})"
 
     def evidence(self) -> str:
         """The figures, and why they count or not."""
@@ -163,6 +232,12 @@ class Judged:
         return f"{head}: beyond {self.limit:g}% and {self.floor:g} {self.metric.unit}, but within the noise ({self.noise()})"
 
 
+def figures(metric: Metric, runs: Sequence[Mapping[str, Any]]) -> list[float] | None:
+    """Each run's figure of ``metric``; None when there are no runs or one lacks it (a side is judged whole)."""
+    found = [float(r[metric.key]) for r in runs if isinstance(r.get(metric.key), int | float)]
+    return found if found and len(found) == len(runs) else None
+
+
 def judge(
     metric: Metric,
     before: Sequence[Mapping[str, Any]],
@@ -171,18 +246,23 @@ def judge(
     floor: float,
     alpha: float,
     direction: Literal["worse", "better"] = "worse",
+    tests: int = 1,
+    of: str = "figures",
 ) -> Judged | None:
     """Compare one metric of two sides' runs (vLLM's result JSON each); None when a side lacks the figure.
 
     ``direction``: the canary asks whether the change made things worse; ``tune`` whether a point is better.
+    ``alpha`` is split over ``tests``, the comparisons made at once (``of`` says what they are).
     """
-    b = [float(r[metric.key]) for r in before if isinstance(r.get(metric.key), int | float)]
-    a = [float(r[metric.key]) for r in after if isinstance(r.get(metric.key), int | float)]
-    if not b or not a or len(b) != len(before) or len(a) != len(after):
+    b, a = figures(metric, before), figures(metric, after)
+    if b is None or a is None:
         return None
     mb, ma = median(b), median(a)
     bad = (mb - ma) if metric.higher_is_better else (ma - mb)  # > 0: worse
     moved = bad if direction == "worse" else -bad
+    # Worse for a latency is larger; better is smaller: test the side that should be greater.
+    larger_after = (direction == "worse") != metric.higher_is_better
+    p_runs = runs_greater(b, a) if larger_after else runs_greater(a, b)
     p = None
     requests = (0, 0)
     if metric.per_request is not None:
@@ -190,8 +270,6 @@ def judge(
         xa = [v for r in after for v in per_request(r, metric.per_request)]
         requests = (len(xb), len(xa))
         if xb and xa:
-            # Worse for a latency is larger; better is smaller: test the side that should be greater.
-            larger_after = (direction == "worse") != metric.higher_is_better
             p = mann_whitney_greater(xb, xa) if larger_after else mann_whitney_greater(xa, xb)
     return Judged(
         metric=metric,
@@ -200,12 +278,14 @@ def judge(
         runs=(len(b), len(a)),
         beyond_limit=mb != 0 and moved / abs(mb) * 100 > limit,
         beyond_floor=moved > floor,
-        band=(max(b) - min(b)) + (max(a) - min(a)) if len(b) > 1 and len(a) > 1 else None,
+        p_runs=p_runs,
         p=p,
         requests=requests,
         limit=limit,
         floor=floor,
         alpha=alpha,
+        tests=tests,
+        of=of,
     )
 
 
@@ -241,8 +321,10 @@ def compare(
     alpha: float,
     direction: Literal["worse", "better"] = "worse",
 ) -> Verdict:
-    """Judge every metric both sides report (``floors``: the absolute floor per metric key, 0 when absent)."""
-    found = (judge(m, before, after, limit, floors.get(m.key, 0.0), alpha, direction) for m in METRICS)
+    """Judge every metric both sides report (``floors``: the absolute floor per metric key, 0 when absent), each at
+    ``alpha`` over the number of metrics judged, so that the verdict is a false alarm at most ``alpha`` of the time."""
+    judged = [m for m in METRICS if figures(m, before) is not None and figures(m, after) is not None]
+    found = (judge(m, before, after, limit, floors.get(m.key, 0.0), alpha, direction, len(judged)) for m in judged)
     return Verdict(tuple(j for j in found if j is not None))
 
 

@@ -260,6 +260,7 @@ class Checked:
     points: tuple[Point, ...]
     skipped: tuple[tuple[Point, Finding], ...]
     floor: float  # the smallest throughput gain (tok/s) that counts: the hosts' canary_floors.output_throughput
+    alpha: float  # how often a harmless best point may be named: the hosts' canary_alpha, split over the points
     catalog: Catalog = dataclasses.field(default_factory=Catalog)  # the project's recipes and tables, as validated
 
 
@@ -307,8 +308,10 @@ def check(hosts: list[HostData], chosen: set[str], sweep: Sweep, catalog: Catalo
     if not points:  # a sweep of baselines alone measures nothing that tune could choose between
         why = "; ".join(f"{point.label()}: [{found.rule}] {found.key}: {found.message}" for point, found in skipped)
         raise TuneError(f"every point of the sweep is invalid, so there is nothing to measure ({len(skipped)} skipped: {why})")
-    floor = planned[used[0]].vars.canary_floors.output_throughput  # validation keeps it one value for the fleet
-    return Checked(tuple(used), tuple(idle), tuple(points), tuple(skipped), floor, catalog)
+    first = planned[used[0]].vars  # validation keeps the canary's variables one value for the fleet
+    return Checked(
+        tuple(used), tuple(idle), tuple(points), tuple(skipped), first.canary_floors.output_throughput, first.canary_alpha, catalog
+    )
 
 
 def assign(points: list[Point], hosts: tuple[str, ...]) -> dict[str, list[Point]]:

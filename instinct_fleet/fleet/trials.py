@@ -64,10 +64,12 @@ def samples(trial: Trial) -> list[dict[str, float]]:
     return trial.runs or ([trial.figures] if trial.figures else [])
 
 
-def gain(trial: Trial, base: Trial, floor: float) -> noise.Judged | None:
+def gain(trial: Trial, base: Trial, floor: float, alpha: float, points: int) -> noise.Judged | None:
     """The trial's output throughput against the deployed configuration's: ``beyond`` only when it is higher by more
-    than ``floor`` tok/s and by more than the spreads of both sides' runs added up (:mod:`instinct_fleet.fleet.noise`)."""
-    return noise.judge(noise.THROUGHPUT, samples(base), samples(trial), 0, floor, 1.0, direction="better")
+    than ``floor`` tok/s and beyond the noise of the runs (:mod:`instinct_fleet.fleet.noise`) at ``alpha`` split over
+    the ``points`` it was picked from as the best: the best of many harmless points beats the baseline by chance
+    more often than any one of them."""
+    return noise.judge(noise.THROUGHPUT, samples(base), samples(trial), 0, floor, alpha, "better", max(1, points), "points")
 
 
 def judge(figures: Mapping[str, Any], slos: tuple[Slo, ...]) -> bool:

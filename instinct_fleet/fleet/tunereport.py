@@ -26,12 +26,12 @@ def best_fragment(hosts: list[HostData], host: str, sweep: Sweep, winner: Trial)
     return head + "vllm_instances = " + pprint.pformat(entries, sort_dicts=False, width=100) + "\n"
 
 
-def champion(trials: list[Trial], sweep: Sweep, floor: float) -> tuple[Trial | None, str]:
+def champion(trials: list[Trial], sweep: Sweep, floor: float, alpha: float) -> tuple[Trial | None, str]:
     """The point best.py names, and what tune.md says of it: the best point within the SLOs
     (:func:`instinct_fleet.fleet.trials.best`), only when it beats the deployed configuration on its host beyond the
     noise. Where the deployed configuration meets the SLOs too, its throughput must be higher by more than ``floor``
-    tok/s and by more than the spread of the baseline's repeats; where it misses them, the point must meet them in
-    every one of its runs, not by its median alone."""
+    tok/s and beyond the noise of the runs at ``alpha`` split over the measured points it is the best of; where it
+    misses them, the point must meet them in every one of its runs, not by its median alone."""
     winner = best(trials)
     if winner is None:
         return None, "No measured point meets every SLO."
@@ -62,14 +62,14 @@ def champion(trials: list[Trial], sweep: Sweep, floor: float) -> tuple[Trial | N
             None,
             f"No point beats the deployed configuration beyond the noise. The best, {head}, meets the SLOs by its median, not in each of its runs.",
         )
-    judged = gain(winner, base, floor)
+    judged = gain(winner, base, floor, alpha, sum(1 for t in trials if t.status == "measured" and not t.baseline))
     evidence = judged.evidence() if judged is not None else "no throughput to compare"
     if judged is None or judged.status != "beyond":
         return None, f"No point beats the deployed configuration beyond the noise. The best, {head}; {evidence}."
     return winner, f"{head}; {evidence}. `best.py` holds it as group_data."
 
 
-def markdown(trials: list[Trial], sweep: Sweep, skipped: tuple[tuple[Point, Finding], ...], speed: str, floor: float) -> str:
+def markdown(trials: list[Trial], sweep: Sweep, skipped: tuple[tuple[Point, Finding], ...], speed: str, floor: float, alpha: float) -> str:
     """tune.md: the table by median throughput with each figure's spread over the runs, the Pareto fronts (of the
     medians), and the best point within the SLOs when it beats the deployed configuration beyond the noise."""
     measured = sorted((t for t in trials if t.status == "measured"), key=lambda t: -t.figures.get("output_throughput", 0))
@@ -98,7 +98,7 @@ def markdown(trials: list[Trial], sweep: Sweep, skipped: tuple[tuple[Point, Find
         f"- {t.label()} on {t.host}: {t.figures['output_throughput']:.1f} tok/s, {t.figures['median_ttft_ms']:.1f} ms"
         for t in pareto(trials, "median_ttft_ms")
     ]
-    lines += ["", "## Best point within the SLOs", "", champion(trials, sweep, floor)[1]]
+    lines += ["", "## Best point within the SLOs", "", champion(trials, sweep, floor, alpha)[1]]
     failed = [t for t in trials if t.status == "failed"]
     if failed:
         lines += ["", "## Failed trials", ""]
@@ -138,9 +138,9 @@ def write_report(results: Results, hosts: list[HostData], sweep: Sweep, checked:
         if not any(t.key == point.key for t in results.trials):
             results.trials.append(Trial(dict(point.settings), "", "skipped", why=f"[{found.rule}] {found.key}: {found.message}"))
     results.save()
-    (results.dir / "tune.md").write_text(markdown(results.trials, sweep, checked.skipped, speed, checked.floor))
+    (results.dir / "tune.md").write_text(markdown(results.trials, sweep, checked.skipped, speed, checked.floor, checked.alpha))
     plot(results.trials, results.dir / "pareto.png")
-    winner, _ = champion(results.trials, sweep, checked.floor)
+    winner, _ = champion(results.trials, sweep, checked.floor, checked.alpha)
     best_file = results.dir / "best.py"
     if winner is not None:
         best_file.write_text(best_fragment(hosts, winner.host, sweep, winner))

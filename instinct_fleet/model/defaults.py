@@ -715,15 +715,15 @@ class FleetVars(_Strict):
     )
     canary_runs: Annotated[StrictInt, Field(ge=1, le=10)] = Field(
         default=3,
-        description="Runs of the canary profile before and after the change. Every run is kept; the figures compared are the medians over the runs, and the spreads of the runs on both sides, added up, are the noise band of output throughput (one run gives none).",
+        description="Runs of the canary profile before and after the change. Every run is kept; the figures compared are the medians over the runs, and the run is the unit of the noise test (`canary_alpha`), so one run a side gives no verdict beyond inconclusive. Three tell a 1.5x slowdown up to 5% run-to-run variation and a 4x one up to 15%; more tell smaller changes on noisier hosts.",
     )
     canary_warmup: Annotated[StrictInt, Field(ge=0)] = Field(
         default=8,
         description="Requests sent to each canary instance before its measured runs, before and after the change, whose results are discarded: the first requests after a restart are slow for reasons the change does not cause. 0: none.",
     )
     canary_alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
-        default=0.001,
-        description="Significance level of the canary's noise test on TTFT and TPOT: a one-sided Mann-Whitney U test over the requests of every run before and after the change.",
+        default=0.01,
+        description="The most often a harmless change may be judged a regression by the noise test: split evenly over the three figures judged (Bonferroni), each a one-sided Student's t-test on the logarithms of the runs' figures, with a Mann-Whitney U test over the requests as a second condition where vLLM recorded them. `tune` splits it over the points it picks the best of.",
     )
     canary_inconclusive: Literal["proceed", "rollback"] = Field(
         default="proceed",

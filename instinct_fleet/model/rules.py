@@ -186,6 +186,11 @@ _RULES = (
         "`canary_profile` must name a bench profile (built-in or in `bench_profiles`) that every instance of the host can run: a random prompt plus its output must fit the instance's `--max-model-len`, as `instinct-fleet bench` requires.",
     ),
     Rule(
+        "canary-runs",
+        "warning",
+        'The canary\'s speed verdict takes the run as its unit (instinct_fleet/fleet/noise.py): with one run a side it can never tell a slowdown from noise, so no slowdown fails the canary while `canary_inconclusive` is `"proceed"`, and with two it catches few (benchmarks/RESULTS.md, "Canary against noise"). Three runs a side or more, or `canary_inconclusive = "rollback"`.',
+    ),
+    Rule(
         "canary-probe",
         "error",
         "`canary_probe` is read on the control machine and asked of the canary: each line one JSON object with a `prompt` and exactly one of `answer` (a number) or `pattern` (a regular expression), at least one item; a probe that cannot be scored would pass or fail every change.",

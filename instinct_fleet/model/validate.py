@@ -561,6 +561,14 @@ def validate_canary(spec: HostSpec) -> list[Finding]:
             workload.jobs(spec, svc, str(name), None, None)
     except workload.BenchRequestError as exc:
         found.append(finding("canary-profile", spec.host, "canary_profile", str(exc)))
+    runs = spec.vars.canary_runs
+    if name is not None and runs < 3 and spec.vars.canary_inconclusive == "proceed":
+        said = "no slowdown can fail the canary" if runs == 1 else "few slowdowns fail the canary"
+        found.append(
+            finding(
+                "canary-runs", spec.host, "canary_runs", f"{runs} run(s) a side: {said}; set 3 or more, or canary_inconclusive = 'rollback'"
+            )
+        )
     _, _, wrong = probe.of(spec)
     if wrong is not None:
         found.append(finding("canary-probe", spec.host, "canary_probe", wrong))

@@ -60,7 +60,7 @@ def test_a_signal_while_the_main_greenlet_runs_is_raised_at_once() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         while time.monotonic() - began < 5:  # busy, never waits: nothing else would run
             pass
-    assert raised.value.name == "SIGTERM" and time.monotonic() - began < 1
+    assert raised.value.name == "SIGTERM" and time.monotonic() - began < 4  # not after the 5 s loop
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 

@@ -44,6 +44,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "flag-removed": ({"vllm_args": {"num-scheduler-steps": 15}}, {"vllm_args": {"async-scheduling": True}}),
     "flag-not-boolean": ({"vllm_args": {"max-model-len": True}}, {"vllm_args": {"max-model-len": 4096}}),
     "canary-profile": ({"canary_profile": "seed-001-gpt-oss", "vllm_args": {"max-model-len": 4096}}, {"canary_profile": "latency"}),
+    "canary-runs": (
+        {"canary_profile": "latency", "canary_runs": 1},
+        {"canary_profile": "latency", "canary_runs": 2, "canary_inconclusive": "rollback"},
+    ),
     "canary-probe": (
         {"canary_probe": str(ROOT / "tests" / "fixtures" / "probe-no-answer.jsonl")},
         {"canary_probe": str(ROOT / "tests" / "fixtures" / "probe-golden.jsonl")},

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Plant each mutation of the verdict code in turn and show that a test fails on it (``make mutate``).
+
+The verdicts (the noise test, the canary, the report's comparisons, validation) are where a test that cannot fail
+does the most harm: a verdict that says "passed" whatever it is given looks exactly like one that works. Each entry
+below is one small, plausible bug: a change of one expression in one file, and the tests that must fail on it.
+The script plants it, runs those tests (stopping at the first failure), puts the file back byte for byte, and
+prints ``killed`` or ``SURVIVED``. It exits 1 when any mutation survives or its anchor is gone (the code moved on:
+update the entry). tests/unit/test_mutate.py checks on every ``make test`` that every anchor is still there, once.
+
+Usage: ``.venv/bin/python scripts/mutate.py [NAME ...]`` (all of them without names); about two minutes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # relative to the checkout
+    old: str  # must occur exactly once in the file
+    new: str
+    tests: tuple[str, ...]  # pytest node ids or files that must fail
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation(
+        "noise: no split of alpha over the figures",
+        "instinct_fleet/fleet/noise.py",
+        "return self.alpha / self.tests",
+        "return self.alpha",
+        ("tests/unit/test_noise.py",),
+    ),
+    Mutation(
+        "noise: the pooled requests as the unit",
+        "instinct_fleet/fleet/noise.py",
+        "return self.p_runs is not None and self.p_runs < self.level and (self.p is None or self.p < self.level)",
+        "return (self.p if self.p is not None else (self.p_runs if self.p_runs is not None else 1.0)) < self.level",
+        ("tests/unit/test_noise.py",),
+    ),
+    Mutation(
+        "noise: the runs' figures, not their logarithms",
+        "instinct_fleet/fleet/noise.py",
+        "if min(*x, *y) > 0:",
+        "if False:",
+        ("tests/unit/test_noise.py",),
+    ),
+    Mutation(
+        "noise: the t-test's degrees of freedom",
+        "instinct_fleet/fleet/noise.py",
+        "df = n1 + n2 - 2",
+        "df = n1 + n2",
+        ("tests/unit/test_noise.py",),
+    ),
+    Mutation(
+        "noise: Mann-Whitney without its tie correction",
+        "instinct_fleet/fleet/noise.py",
+        "ties += t**3 - t",
+        "ties += 0",
+        ("tests/unit/test_noise.py",),
+    ),
+    Mutation(
+        "noise: the direction of a latency",
+        "instinct_fleet/fleet/noise.py",
+        'larger_after = (direction == "worse") != metric.higher_is_better',
+        'larger_after = (direction == "worse") == metric.higher_is_better',
+        ("tests/unit/test_noise.py",),
+    ),
+    Mutation(
+        "tune: the best of K points judged as one",
+        "instinct_fleet/fleet/trials.py",
+        'alpha, "better", max(1, points), "points")',
+        'alpha, "better", 1, "points")',
+        ("tests/unit/test_tune.py",),
+    ),
+    Mutation(
+        "canary: the probe's alpha not split over the instances",
+        "instinct_fleet/fleet/canary.py",
+        "self.probe_alpha / max(1, instances)",
+        "self.probe_alpha",
+        ("tests/unit/test_accuracy.py",),
+    ),
+    Mutation(
+        "canary: an inconclusive verdict rolls back under proceed",
+        "instinct_fleet/fleet/canary.py",
+        '(outcome == "inconclusive" and self.inconclusive == "proceed")',
+        '(outcome == "inconclusive" and self.inconclusive == "rollback")',
+        ("tests/unit/test_canary.py",),
+    ),
+    Mutation(
+        "report: a reference compared across prompt counts",
+        "instinct_fleet/fleet/report.py",
+        '("prompt count", self.config.get("num_prompts"), reference.num_prompts),',
+        "",
+        ("tests/unit/test_report.py",),
+    ),
+    Mutation(
+        "report: an outlier confirmed by one run",
+        "instinct_fleet/fleet/report.py",
+        "confirmed = len(members) > 1 and best",
+        "confirmed = best",
+        ("tests/unit/test_report.py",),
+    ),
+    Mutation(
+        "validation: too few canary runs let through",
+        "instinct_fleet/model/validate.py",
+        "runs < 3 and spec.vars.canary_inconclusive",
+        "runs < 1 and spec.vars.canary_inconclusive",
+        ("tests/unit/test_rules.py",),
+    ),
+)
+
+
+def plant(mutation: Mutation) -> str:
+    """Run the mutation's tests with it planted; the file is restored whatever happens. ``killed``, ``SURVIVED`` or
+    ``anchor gone``."""
+    path = ROOT / mutation.path
+    original = path.read_bytes()
+    text = original.decode()
+    if text.count(mutation.old) != 1:
+        return "anchor gone"
+    try:
+        path.write_text(text.replace(mutation.old, mutation.new))
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutation.tests],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        path.write_bytes(original)
+    return "SURVIVED" if done.returncode == 0 else "killed"
+
+
+def main(names: list[str]) -> int:
+    chosen = [m for m in MUTATIONS if not names or m.name in names]
+    unknown = set(names) - {m.name for m in MUTATIONS}
+    if unknown:
+        print(f"no such mutation: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    bad = 0
+    for mutation in chosen:
+        started = time.monotonic()
+        outcome = plant(mutation)
+        bad += outcome != "killed"
+        print(f"{outcome:11} {mutation.name} ({mutation.path}, {time.monotonic() - started:.0f} s)", flush=True)
+    print(f"{len(chosen) - bad} of {len(chosen)} mutations killed")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
