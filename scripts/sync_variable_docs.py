@@ -1,4 +1,4 @@
-"""Rewrite the README's Variables and Validation rules tables and group_data/all.py from the code.
+"""Rewrite the README's Variables, Validation rules and vLLM start-up checks tables and group_data/all.py from the code.
 
 tests/unit/test_docs.py fails when they drift apart; run this after adding or changing a
 variable or a rule: ``python scripts/sync_variable_docs.py``. The README is the user guide, so
@@ -11,10 +11,12 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from instinct_fleet.model import knowledge
 from instinct_fleet.model.defaults import VARIABLES
-from instinct_fleet.model.knowledge import without_lines
+from instinct_fleet.model.knowledge import Flag, without_lines
 from instinct_fleet.model.rules import RULES
 from instinct_fleet.scaffold import group_data_all
 
@@ -33,6 +35,77 @@ def rules_table() -> str:
     return "\n".join(rows)
 
 
+def _walk(flags: dict[str, Flag]) -> Iterator[Flag]:
+    """Every flag and, within a JSON config flag, every key, nested ones too."""
+    for flag in flags.values():
+        yield flag
+        if flag.json_fields:
+            yield from _walk(flag.json_fields)
+
+
+def startup_table() -> str:
+    """What each shipped table holds of vLLM's start-up refusals, counted from the tables themselves."""
+    versions = knowledge.supported_versions()
+    tables = [knowledge.load(v) for v in versions]
+
+    def row(kind: str, source: str, cell: Callable[[knowledge.VllmKnowledge], str]) -> str:
+        return f"| {kind} | {source} | " + " | ".join(cell(t) for t in tables) + " |"
+
+    def json_cell(t: knowledge.VllmKnowledge) -> str:
+        configs = [f for f in t.flags.values() if f.json_fields is not None]
+        return f"{len(configs)} flags, {sum(1 for f in configs for _ in _walk(f.json_fields or {}))} keys"
+
+    def metrics(t: knowledge.VllmKnowledge) -> str:
+        return " / ".join(str(sum(1 for k in t.metrics.values() if k == kind)) for kind in ("gauge", "counter", "histogram"))
+
+    checked_in = sorted(
+        {c.split(":")[0].removeprefix("vllm/").removeprefix("config/") for t in tables for c in map(str, t.startup_checks.values())}
+    )
+    lines = ["| kind | read from | " + " | ".join(versions) + " |", "| --- | --- | " + "--- | " * len(versions)]
+    lines[-1] = lines[-1].rstrip()
+    lines += [
+        row(
+            "quantization methods (known / deprecated / run on ROCm)",
+            "`quantization/__init__.py`, `platforms/rocm.py`",
+            lambda t: f"{len(t.quantization.methods)} / {len(t.quantization.deprecated)} / {len(t.quantization.rocm)}",
+        ),
+        row(
+            "JSON config flags, keys checked (nested)", "the config dataclasses behind each flag (`@config` forbids extra keys)", json_cell
+        ),
+        row(
+            "pydantic bounds (flags and JSON keys)",
+            "`Field(gt=, ge=, lt=, le=)`",
+            lambda t: str(sum(1 for f in _walk(t.flags) if f.bounds)),
+        ),
+        row(
+            "keys a config computes itself (refused)",
+            "`Field(init=False)`",
+            lambda t: str(sum(1 for f in _walk(t.flags) if not f.settable)),
+        ),
+        row(
+            "enum-typed flags with choices",
+            "`Literal` aliases (nested ones resolved) and `Enum`s",
+            lambda t: str(sum(1 for f in t.flags.values() if f.choices)),
+        ),
+        row(
+            "ROCm attention backends (KV dtypes, block sizes, MLA, sparse, sinks)",
+            "`_get_backend_priorities`, the registry and each backend class",
+            lambda t: str(len(t.backends)) if t.backends else f"none: {t.version} chooses in code",
+        ),
+        row(
+            "checks between settings, each anchored to the line that raises it",
+            ", ".join(f"`{name.rsplit('/', 1)[-1] if name.startswith('v1/') else name}`" for name in checked_in),
+            lambda t: str(len(t.startup_checks)),
+        ),
+        row(
+            "Prometheus metrics (gauges / counters / histograms), which `status` reads by name",
+            "`v1/metrics/*.py`: each `_gauge_cls`, `_counter_cls`, `_histogram_cls`",
+            metrics,
+        ),
+    ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     readme = ROOT / "README.md"
     text = readme.read_text()
@@ -43,7 +116,11 @@ def main() -> None:
     rules = re.compile(r"^\| rule \| severity \| why \|\n(?:^\|.*\|\n)+", re.M)
     if not rules.search(text):
         raise SystemExit("README.md has no rules table to replace")
-    readme.write_text(rules.sub(lambda _: rules_table() + "\n", text, count=1))
+    text = rules.sub(lambda _: rules_table() + "\n", text, count=1)
+    startup = re.compile(r"^\| kind \| read from \|.*\|\n(?:^\|.*\|\n)+", re.M)
+    if not startup.search(text):
+        raise SystemExit("README.md has no start-up checks table to replace")
+    readme.write_text(startup.sub(lambda _: startup_table() + "\n", text, count=1))
     all_py = ROOT / "group_data" / "all.py"
     all_py.write_text(group_data_all(commented=False))
     # The project's one formatter owns the layout of Python files, generated or not.

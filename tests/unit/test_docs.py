@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -85,3 +86,15 @@ def test_the_readme_says_what_its_own_words_mean_before_using_them() -> None:
         first = text.lower().index(word)
         defined = text.index(f"**{word}**")
         assert defined - first < 900, f"{word!r} is used at {first} but defined only at {defined}"
+
+
+def test_readme_start_up_table_is_counted_from_the_shipped_tables() -> None:
+    """The README's table of vLLM's start-up checks per version is what scripts/sync_variable_docs.py counts in the
+    knowledge tables, row for row: a table extracted again, or a version added, fails here until it is synced."""
+    spec = importlib.util.spec_from_file_location("sync_variable_docs", ROOT / "scripts" / "sync_variable_docs.py")
+    assert spec is not None and spec.loader is not None
+    sync = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sync)
+    table = sync.startup_table()
+    assert table in (ROOT / "README.md").read_text()
+    assert "| checks between settings, each anchored to the line that raises it |" in table and table.count("\n") == 9
