@@ -130,7 +130,7 @@ _RULES = (
     Rule(
         "gpu-overlap",
         "error",
-        "Instances sharing a GPU must each set --gpu-memory-utilization and together stay at or below 1.0 (002:327).",
+        "Instances sharing a GPU must each set --gpu-memory-utilization and together stay at or below 1.0: each reserves that fraction of the whole GPU's memory, so shares above 1.0 cannot all start. The seed lowers it to pack instances (002:326) and gives two 0.45 as an example (002:327); the limit is the arithmetic, not the seed's.",
     ),
     Rule(
         "awq-rocm",
