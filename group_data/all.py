@@ -91,6 +91,12 @@ gpu_health_readmit_max = 3
 # counts its remediations).
 gpu_health_readmit_window = 900
 
+# Another severity for a rule about what vLLM starts with, though not as you meant (it warns and
+# ignores a variable, or emulates a format), as `{"env-unknown": "error"}`: an error stops the
+# run before any connection. Only those rules: what vLLM refuses to start with is always an
+# error.
+validation_levels = {}
+
 # Another severity for a `gpu-*` rule on these hosts, as `{"gpu-pcie-speed": "warning"}`: an
 # error quarantines, a warning is shown, `off` is not judged.
 gpu_health_levels = {}

@@ -103,6 +103,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/unit/test_report.py",),
     ),
     Mutation(
+        "report: the ratio inverted",
+        "instinct_fleet/fleet/report.py",
+        'f"{measured / published:.2f}"',
+        'f"{published / measured:.2f}"',
+        ("tests/unit/test_report.py",),
+    ),
+    Mutation(
         "report: an outlier confirmed by one run",
         "instinct_fleet/fleet/report.py",
         "confirmed = len(members) > 1 and best",

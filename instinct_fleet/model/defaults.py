@@ -38,7 +38,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from instinct_fleet.model.rules import GPU_RULES
+from instinct_fleet.model.rules import GPU_RULES, STARTS_RULES
 
 DEFAULT_VLLM_VERSION = "0.22.0"
 MAX_GPUS = 64  # logical GPUs one host can show: 8 MI300X in CPX mode
@@ -246,6 +246,7 @@ InstanceName = Annotated[
 ]
 GpuModel = Annotated[StrictStr, PlainValidator(_one_of(GPU_MODELS))]
 GpuRuleId = Annotated[StrictStr, PlainValidator(_one_of(tuple(r.id for r in GPU_RULES)))]
+StartsRuleId = Annotated[StrictStr, PlainValidator(_one_of(STARTS_RULES))]
 GdrLevel = Annotated[str, PlainValidator(_one_of(GDR_LEVELS))]
 Memlock = Annotated[bool | int, PlainValidator(_memlock)]
 RollingBatch = Annotated[int | str, PlainValidator(_rolling_batch)]
@@ -486,6 +487,10 @@ class FleetVars(_Strict):
     gpu_health_readmit_window: Seconds = Field(
         default=900,
         description="Seconds over which `gpu_health_readmit_max` is counted (15 minutes, as the AMD GPU Operator counts its remediations).",
+    )
+    validation_levels: dict[StartsRuleId, Literal["error", "warning"]] = Field(
+        default_factory=dict,
+        description='Another severity for a rule about what vLLM starts with, though not as you meant (it warns and ignores a variable, or emulates a format), as `{"env-unknown": "error"}`: an error stops the run before any connection. Only those rules: what vLLM refuses to start with is always an error.',
     )
     gpu_health_levels: dict[GpuRuleId, Literal["error", "warning", "off"]] = Field(
         default_factory=dict,

@@ -254,9 +254,16 @@ def plan_hosts(hosts: list[HostData], catalog: Catalog | None = None) -> list[tu
     specs, routing = router.attach([spec for spec, _ in planned])
     across = [*validate_clusters(specs), *validate_rolling(specs), *routing, *(f for s in specs if s.pools for f in port_map(s, "router"))]
     return [
-        (spec, [located(spec, host.origins, f) for f in distinct([*findings, *[f for f in across if f.host == spec.host]])])
+        (spec, [located(spec, host.origins, leveled(spec, f)) for f in distinct([*findings, *[f for f in across if f.host == spec.host]])])
         for spec, host, (_, findings) in zip(specs, hosts, planned, strict=True)
     ]
+
+
+def leveled(spec: HostSpec, f: Finding) -> Finding:
+    """The finding at the severity the host's ``validation_levels`` gives its rule (only the rules of what vLLM starts
+    with, though not as meant, can be named there)."""
+    level = spec.vars.validation_levels.get(f.rule)
+    return f if level is None or level == f.severity else dataclasses.replace(f, severity=level)
 
 
 def variable_of(spec: HostSpec, key: str, written: Collection[str]) -> str | None:

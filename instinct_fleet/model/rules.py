@@ -3,6 +3,12 @@
 Rules live in one table so the CLI, the README and the tests all name the same
 ids. Errors stop a run before any connection; warnings are printed and the run
 goes on.
+
+A rule about vLLM tells apart two outcomes: vLLM **refuses to start** (an error: the
+instance would crash-loop), and vLLM **starts, but not as you meant** (it warns and
+ignores a variable, or emulates a format slowly). The second kind (``starts=True``)
+is a warning by default, and ``validation_levels`` raises it to an error per host or
+group: validated means "it starts", in both directions.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ class Rule:
     id: str
     severity: Severity
     reason: str
+    starts: bool = False  # vLLM starts with it, though not as meant: a warning that validation_levels may raise
 
 
 @dataclass(frozen=True)
@@ -88,18 +95,39 @@ _RULES = (
         "warning",
         "The image tag names a vLLM version other than `vllm_version`, so the checks may use the wrong table.",
     ),
-    Rule("env-unknown", "error", "vLLM silently ignores VLLM_* variables it does not know (generated from vllm/envs.py)."),
+    Rule(
+        "env-unknown",
+        "warning",
+        "vLLM starts and ignores a VLLM_* variable it does not know, with a warning in its log ('Unknown vLLM environment variable detected', vllm/envs.py); a typo's setting never takes effect. Raise it to an error with validation_levels (generated from vllm/envs.py).",
+        starts=True,
+    ),
     Rule(
         "env-unread",
         "warning",
         "vLLM defines the variable in envs.py but no running code reads it, so it has no effect (generated: a read must reach code that runs).",
+        starts=True,
     ),
-    Rule("env-removed", "error", "The variable is gone from the pinned vLLM; knowledge/replaced.toml says what replaced it."),
+    Rule(
+        "env-removed",
+        "warning",
+        "The variable is gone from the pinned vLLM, which starts and ignores it with a warning; knowledge/replaced.toml says what replaced it.",
+        starts=True,
+    ),
+    Rule(
+        "env-refused",
+        "error",
+        "With --fail-on-environ-validation (vLLM 0.22.0 and later) vLLM refuses to start on a VLLM_* variable it does not know, a removed one included (EngineArgs.fail_on_environ_validation).",
+    ),
     Rule("flag-unknown", "error", "`vllm serve` exits on flags it does not know (generated from vLLM's engine and frontend arguments)."),
     Rule("flag-removed", "error", "The flag was removed (V0 or later); knowledge/replaced.toml says what replaced it."),
     Rule("flag-not-boolean", "error", "Only boolean flags take true/false; a value flag needs a value."),
     Rule("managed-key", "error", "The port, GPU set and GPU visibility come from `vllm_instances`, so they cannot also be set by hand."),
-    Rule("aiter-subflag-inert", "warning", "VLLM_ROCM_USE_AITER_* sub-flags only act when VLLM_ROCM_USE_AITER=1 (002:23, 003:59)."),
+    Rule(
+        "aiter-subflag-inert",
+        "warning",
+        "VLLM_ROCM_USE_AITER_* sub-flags only act when VLLM_ROCM_USE_AITER=1 (002:23, 003:59).",
+        starts=True,
+    ),
     Rule(
         "unified-attention-needs-mha-off",
         "error",
@@ -148,7 +176,7 @@ _RULES = (
         "error",
         "Data parallel on ROCm needs the allgather_reducescatter all-to-all and --disable-nccl-for-dp-synchronization (002:202).",
     ),
-    Rule("nccl-single-gpu", "warning", "NCCL_MIN_NCHANNELS only helps multi-GPU collectives; one GPU has none (002:17)."),
+    Rule("nccl-single-gpu", "warning", "NCCL_MIN_NCHANNELS only helps multi-GPU collectives; one GPU has none (002:17).", starts=True),
     Rule(
         "cluster-topology",
         "error",
@@ -315,6 +343,7 @@ _RULES = (
         "quick-reduce-tp1",
         "warning",
         "Quick reduce quantizes all-reduces; at world size 1 vLLM creates no device communicator, so VLLM_ROCM_QUICK_REDUCE_QUANTIZATION does nothing.",
+        starts=True,
     ),
 )
 
@@ -341,8 +370,9 @@ _STARTUP_RULES = (
     ),
     Rule(
         "mxfp4-native",
-        "error",
-        "Native MXFP4 GEMMs need gfx950 (RocmPlatform.supports_mx); elsewhere vLLM emulates them in high precision. 002:445 lists the MXFP4 models for MI350/MI355.",
+        "warning",
+        "Native MXFP4 GEMMs need gfx950 (RocmPlatform.supports_mx); elsewhere vLLM starts and emulates them in high precision, with no memory or speed gain. 002:445 lists the MXFP4 models for MI350/MI355.",
+        starts=True,
     ),
     Rule(
         "attention-backend",
@@ -503,6 +533,8 @@ GPU_RULES = (
 )
 
 RULES: dict[str, Rule] = {r.id: r for r in (*_RULES, *_STARTUP_RULES, *_HOST_RULES, *GPU_RULES)}
+# The rules for what vLLM starts with, though not as meant: warnings that validation_levels may raise.
+STARTS_RULES: tuple[str, ...] = tuple(r.id for r in RULES.values() if r.starts)
 
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")

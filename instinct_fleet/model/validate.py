@@ -82,15 +82,21 @@ def _env_findings(svc: ServiceSpec, table: knowledge.VllmKnowledge | None) -> li
                 )
             )
         elif name.startswith("VLLM_") and table is not None and name not in table.env_vars:
+            # vLLM warns and starts (envs.py), unless the instance asks it to refuse (--fail-on-environ-validation).
+            refuses = svc.args.get("fail-on-environ-validation") is True
             if name in removed_env:
                 r = removed_env[name]
-                found.append(
-                    finding("env-removed", host, f"{key}.{name}", f"vLLM {table.version} does not read it ({r.why}); use {r.replacement}")
-                )
+                said = f"vLLM {table.version} does not read it ({r.why}); use {r.replacement}"
             else:
                 close = table.suggest_env(name)
-                hint = f"; did you mean {' or '.join(close)}?" if close else ""
-                found.append(finding("env-unknown", host, f"{key}.{name}", f"vLLM {table.version} does not know this variable{hint}"))
+                said = f"vLLM {table.version} does not know this variable" + (f"; did you mean {' or '.join(close)}?" if close else "")
+            if refuses:
+                found.append(
+                    finding("env-refused", host, f"{key}.{name}", f"{said}. With --fail-on-environ-validation it refuses to start")
+                )
+            else:
+                rule = "env-removed" if name in removed_env else "env-unknown"
+                found.append(finding(rule, host, f"{key}.{name}", f"{said}. It starts and ignores it, with a warning"))
     level = svc.env.get("VLLM_ROCM_QUICK_REDUCE_QUANTIZATION")
     if level is not None and level not in QUICK_REDUCE_LEVELS:
         found.append(

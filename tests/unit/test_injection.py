@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +44,6 @@ PLACES: dict[str, Any] = {
     "instance env": lambda s: {"vllm_instances": [{"name": "main", "env": {"X": s}}]},
     "instance name": lambda s: {"vllm_instances": [{"name": s}]},
     "vllm_image": lambda s: {"vllm_image": s},
-    "vllm_shm_size": lambda s: {"vllm_shm_size": s},
     "hf_cache_dir": lambda s: {"hf_cache_dir": "/data/" + s},
     "hf_token_path": lambda s: {"hf_token_path": "/etc/" + s},
     "service_user": lambda s: {"service_user": s},
@@ -83,22 +83,47 @@ def _tree(value: Any) -> Any:
     return type(value).__name__
 
 
-# The harmless value of a place, where "a1" is not valid there (a flag name must be one vLLM knows).
-HARMLESS = {"vllm_args name": "seed"}
+# The harmless value of a place, where "a1" is not valid there (a flag name must be one vLLM knows, an address an
+# address, a choice one of vLLM's, an image pinned).
+HARMLESS = {
+    "vllm_args name": "seed",
+    "allow_from": "10.2.0.0/16",
+    "compilation-config": "NONE",
+    "vllm_image": "vllm/vllm-openai-rocm:v0.22.0",
+}
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(place=st.sampled_from(sorted(PLACES)), value=hostile)
-@example(place="vllm_args name", value="n")  # vLLM 0.22.0's short alias of --nnodes: the unit says --nnodes
-@example(place="vllm_args name", value="tp")  # an alias of a flag the recipe sets: it replaces that line
-@example(place="vllm_args name", value="max_num_s")  # underscores and a unique prefix of --max-num-seqs
-def test_a_value_is_refused_or_changes_no_line_structure(place: str, value: str) -> None:
+# Values each place accepts, the most unusual its rule allows: the class of inputs that reaches the files. Random
+# hostile strings are refused in half of the places, so without these the comparison below would never run there.
+ACCEPTED: dict[str, tuple[str, ...]] = {
+    "vllm_env value": ("a b", "$(id)", "x'y\"z", "100%;#"),
+    "vllm_env name": ("MY_SETTING_2", "A1"),
+    "vllm_args value": ("my model", "$(id)", "a`b`;c", "x'y"),
+    "vllm_args name": ("seed", "tp", "max_num_s"),
+    "vllm_model": ("org/model-v2.5", "é1"),
+    "instance model": ("org/model-v2.5", "a.b-c_d"),
+    "instance env": ("a b", "$HOME", "{}"),
+    "instance name": ("a-b", "main2"),
+    "vllm_image": ("reg.local:5000/vllm/vllm-openai-rocm:v0.22.0", "a:b"),
+    "hf_cache_dir": ("a b", "$(id)"),
+    "hf_token_path": ("a#b", "x'y"),
+    "service_user": ("vllm-svc", "_svc"),
+    "registry mirror": ("mirror.local:5000", "a/b"),
+    "insecure registry": ("reg.local:5000", "10.0.0.1:5000"),
+    "allow_from": ("192.168.0.0/16", "10.1.2.3"),
+    "hook": ("a;b", "$(id)"),
+    "compilation-config": ("FULL", "PIECEWISE"),
+}
+
+
+def judged(place: str, value: str) -> bool:
+    """Refused with the host, a key and a rule (False), or planned with every file shaped as a harmless value's (True)."""
     base = {"vllm_allow_from": ["10.0.0.0/8"]}
     planned = plan({**base, **PLACES[place](value)}, REPORT)
     if not planned.ok:
         # Refused: every error names the host, a key and a rule of the table; nothing is rendered.
         assert all(e.host == "h1" and e.key and e.rule in RULES for e in planned.errors)
-        return
+        return False
     harmless_value = HARMLESS.get(place, "a1")
     if place == "vllm_args name":
         # A flag vLLM knows under another spelling (-n, tp, underscores, a unique prefix) is that flag, written
@@ -122,3 +147,21 @@ def test_a_value_is_refused_or_changes_no_line_structure(place: str, value: str)
             path,
         )
         assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]", text), (place, value, path)
+    return True
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(place=st.sampled_from(sorted(PLACES)), value=hostile)
+@example(place="vllm_args name", value="n")  # vLLM 0.22.0's short alias of --nnodes: the unit says --nnodes
+@example(place="vllm_args name", value="tp")  # an alias of a flag the recipe sets: it replaces that line
+@example(place="vllm_args name", value="max_num_s")  # underscores and a unique prefix of --max-num-seqs
+def test_a_value_is_refused_or_changes_no_line_structure(place: str, value: str) -> None:
+    judged(place, value)
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+def test_every_place_accepts_its_unusual_values_and_they_reach_the_files(place: str) -> None:
+    """The floor under the property above: in every place, values its rule accepts are planned and compared, file
+    by file, with a harmless value's."""
+    assert set(ACCEPTED) == set(PLACES)
+    assert all(judged(place, value) for value in ACCEPTED[place]), place

@@ -94,7 +94,11 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"service_user": "Root User"}, "service_user", "value-format"),
     ({"vllm_env": {"VLLM_ROCM_USE_AITER": "yes"}}, "vllm_env.VLLM_ROCM_USE_AITER", "value-format"),
     ({"gpu_model": "MI250X"}, "gpu_model", "value-format"),
-    ({"vllm_env": {"vllm_rocm_use_aiter": "1"}}, "vllm_env.vllm_rocm_use_aiter", "env-unknown"),
+    (
+        {"vllm_env": {"vllm_rocm_use_aiter": "1"}, "validation_levels": {"env-unknown": "error"}},
+        "vllm_env.vllm_rocm_use_aiter",
+        "env-unknown",
+    ),
     ({"gpu_count": 0}, "gpu_count", "value-format"),
     ({"gpu_count": 4096}, "gpu_count", "value-format"),
     ({"gpu_count": "8"}, "gpu_count", "schema"),

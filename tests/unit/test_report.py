@@ -86,6 +86,17 @@ def test_the_seed_run_matches_its_published_figures_exactly(tmp_path: Path) -> N
     assert report.seed_marks(runs, "output_throughput") == (("seed 001: openai/gpt-oss-120b", 8, 479.07),)
 
 
+def test_each_ratio_is_measured_over_published_throughput_and_latency_alike(tmp_path: Path) -> None:
+    """A run at half the seed's throughput and twice its median TTFT: ratios 0.50 and 2.00 (the figure measured over
+    the figure published, whichever way is better), not their inverses."""
+    seed_profile_run(tmp_path, "gpu-1", GPT_OSS_TP1)
+    run = tmp_path / "r" / "gpu-1" / "main" / "run.json"
+    data = json.loads(run.read_text())
+    run.write_text(json.dumps({**data, "output_throughput": data["output_throughput"] / 2, "median_ttft_ms": data["median_ttft_ms"] * 2}))
+    ratios = {row[3]: row[6] for row in report.reference_rows(report.load(tmp_path / "r"))[1:]}
+    assert (ratios["output_throughput"], ratios["median_ttft_ms"], ratios["median_tpot_ms"]) == ("0.50", "2.00", "1.00")
+
+
 @pytest.mark.parametrize(
     ("change", "why"),
     [

@@ -40,6 +40,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "image-version-mismatch": ({"vllm_image": "vllm/vllm-openai-rocm:v0.11.0"}, {"vllm_image": "vllm/vllm-openai-rocm:v0.22.0"}),
     "env-unknown": ({"vllm_env": {"VLLM_ROCM_USE_AITR": "1"}}, {"vllm_env": {"VLLM_ROCM_USE_AITER": "1"}}),
     "env-removed": ({"vllm_env": {"VLLM_USE_TRITON_FLASH_ATTN": "0"}}, {"vllm_env": {"TORCH_BLAS_PREFER_HIPBLASLT": "1"}}),
+    "env-refused": (
+        {"vllm_env": {"VLLM_ROCM_USE_AITR": "1"}, "vllm_args": {"fail-on-environ-validation": True}},
+        {"vllm_env": {"VLLM_ROCM_USE_AITER": "1"}, "vllm_args": {"fail-on-environ-validation": True}},
+    ),
     "flag-unknown": ({"vllm_args": {"max-num-sequences": 8, "kv-cache-dtpe": "fp8"}}, {"vllm_args": {"max-num-seqs": 8}}),
     "flag-removed": ({"vllm_args": {"num-scheduler-steps": 15}}, {"vllm_args": {"async-scheduling": True}}),
     "flag-not-boolean": ({"vllm_args": {"max-model-len": True}}, {"vllm_args": {"max-model-len": 4096}}),
@@ -482,3 +486,31 @@ def test_the_vllm_version_is_read_from_every_tag_scheme(image: str, version: str
         _, findings = check({"vllm_image": image, "vllm_version": "0.22.0"})
         (hit,) = [f for f in findings if f.rule == "image-version-mismatch"]
         assert f"names vLLM {version} but vllm_version is '0.22.0'" in hit.message
+
+
+def test_what_vllm_starts_with_is_a_warning_that_validation_levels_raises() -> None:
+    """vLLM warns and starts on a variable it does not know (envs.py): a warning by default, an error where the
+    host asks for one, and an error of its own where the instance makes vLLM refuse (--fail-on-environ-validation)."""
+    typo = {"vllm_env": {"VLLM_ROCM_USE_AITR": "1"}}
+    _, found = check(typo)
+    (unknown,) = [f for f in found if f.rule == "env-unknown"]
+    assert unknown.severity == "warning" and "It starts and ignores it" in unknown.message and "VLLM_ROCM_USE_AITER" in unknown.message
+    _, raised = check({**typo, "validation_levels": {"env-unknown": "error"}})
+    assert [f.severity for f in raised if f.rule == "env-unknown"] == ["error"]
+    _, refused = check({**typo, "vllm_args": {"fail-on-environ-validation": True}, "validation_levels": {"env-refused": "warning"}})
+    assert "value-format" in rules_of(refused) and [f.severity for f in refused if f.rule == "env-refused"] == ["error"]
+    assert any(f.key == "validation_levels.env-refused" for f in refused if f.rule == "value-format")
+    # A rule of what vLLM refuses cannot be lowered: the variable names only the rules of what it starts with.
+    _, lowered = check({"vllm_args": {"max-num-sequences": 8}, "validation_levels": {"flag-unknown": "warning"}})
+    assert [f.severity for f in lowered if f.rule == "flag-unknown"] == ["error"] and "value-format" in rules_of(lowered)
+
+
+def test_the_rules_of_what_vllm_starts_with_are_warnings_and_say_so() -> None:
+    starts = [r for r in RULES.values() if r.starts]
+    assert {r.id for r in starts} >= {"env-unknown", "env-removed", "env-unread", "mxfp4-native"}
+    assert all(r.severity == "warning" for r in starts)
+    assert all(
+        r.severity == "error"
+        for r in RULES.values()
+        if r.id in {"flag-unknown", "env-refused", "quantization-unknown", "attention-backend"}
+    )

@@ -86,7 +86,25 @@ REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
         {"vllm_args": {"max-num-seqs": 16384, "enable-chunked-prefill": None}},
     ),
     "a dict flag that is not a JSON object": ("value-domain", {"vllm_args": {"mm-processor-kwargs": "[1, 2]"}}),
+    "an unknown variable under --fail-on-environ-validation": (
+        "env-refused",
+        {"vllm_env": {"VLLM_ROCM_USE_AITR": "1"}, "vllm_args": {"fail-on-environ-validation": True}},
+    ),
 }
+
+
+def test_what_validation_warns_of_the_stand_in_starts_with_vllm_s_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown variable and an emulated MXFP4 checkpoint: validation warns (the rules of what vLLM starts with), and
+    the stand-in starts, as vLLM does, saying so for the variable."""
+    for data in (
+        {"vllm_env": {"VLLM_ROCM_USE_AITR": "1"}},
+        {"vllm_model": "amd/Llama-3.3-70B-Instruct-MXFP4-Preview", "vllm_recipe": None},
+    ):
+        spec, findings = check(data)
+        assert [f for f in findings if f.severity == "error"] == [] and any(f.severity == "warning" for f in findings), data
+        svc = spec.services[0]
+        assert consumers.argv_check(svc.model, render_args(svc), svc.env) == "", data
+    assert "WARNING Unknown vLLM environment variable detected: VLLM_ROCM_USE_AITR" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))

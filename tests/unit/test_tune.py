@@ -122,11 +122,11 @@ def test_every_point_is_validated_as_a_deploy_would_and_invalid_ones_are_skipped
     ]
     assert {f.rule for _, f in checked.skipped} == {"scheduler-batched-below-model-len"}
     assert all(f.host == "s1" and f.rule in RULES for _, f in checked.skipped)
-    # an env var this vLLM does not read, and a flag it does not have, are refused the same way
-    odd = sweep(vary={"max-num-seqs": [8, 16]}, vary_env={"VLLM_ROCM_USE_AITERR": ["1", "0"]})
+    # an env var value vLLM refuses, and a flag it does not have, are refused the same way
+    odd = sweep(vary={"max-num-seqs": [8, 16]}, vary_env={"VLLM_ROCM_USE_AITER": ["yes", "no"]})
     with pytest.raises(TuneError, match=r"every point of the sweep is invalid, so there is nothing to measure \(4 skipped: ") as raised:
         sweeps.check(HOSTS, {"s1"}, odd)
-    assert raised.value.args[0].count("[env-unknown] main.env.VLLM_ROCM_USE_AITERR") == 4
+    assert raised.value.args[0].count("[value-format] vllm_env.VLLM_ROCM_USE_AITER") == 4
     with pytest.raises(TuneError, match=r"\(1 skipped: --max-num-seqz=8: \[flag-unknown\]"):
         sweeps.check(HOSTS, {"s1"}, sweep(vary={"max-num-seqz": [8]}))
 

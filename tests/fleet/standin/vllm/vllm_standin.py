@@ -294,8 +294,14 @@ def check_startup(model: str, args: dict[str, Any]) -> None:
 
     In vLLM's order: flag bounds and JSON configs (pydantic), the quantization
     (ModelConfig._verify_quantization with the checkpoint's config.json), the
-    scheduler limits, then the attention backend's validate_configuration.
+    scheduler limits, then the attention backend's validate_configuration. First, as vLLM's envs.py does: a VLLM_*
+    variable it does not know is a warning, and an error under --fail-on-environ-validation.
     """
+    for name in sorted(os.environ):
+        if name.startswith("VLLM_") and name not in ENV_VARS:
+            if args.get("--fail-on-environ-validation") is True:
+                fail(f"ValueError: Unknown vLLM environment variable detected: {name}", 1)
+            print(f"WARNING Unknown vLLM environment variable detected: {name}", flush=True)
     for flag, value in args.items():
         info = FLAGS[flag]
         if isinstance(value, bool):
@@ -1014,9 +1020,6 @@ def main() -> None:
         sys.exit(bench_standin.main(sys.argv[3:]))
     model, args = parse(sys.argv[1:])
     check_startup(model, args)
-    for name in sorted(os.environ):
-        if name.startswith("VLLM_") and name not in ENV_VARS:
-            print(f"WARNING Unknown vLLM environment variable detected: {name}", flush=True)
     check_devices(args)
     token_path = os.environ.get("HF_TOKEN_PATH")
     if token_path:
