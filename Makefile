@@ -56,7 +56,7 @@ fleet-deps:
 
 $(FLOOR_VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(FLOOR_VENV)
-	$(FLOOR_VENV)/bin/pip install --quiet 'pyinfra==$(PYINFRA_FLOOR)' 'jinja2>=3.1' 'pydantic>=2.7,<3' 'rich>=13'
+	$(FLOOR_VENV)/bin/pip install --quiet 'pyinfra==$(PYINFRA_FLOOR)' 'jinja2>=3.1' 'pydantic>=2.7,<3' 'rich>=13' 'PyYAML>=6'
 	$(FLOOR_VENV)/bin/pip install --quiet --no-deps -e .
 	touch $@
 

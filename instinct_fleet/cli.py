@@ -9,6 +9,7 @@ produces a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import fnmatch
 import importlib.util
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -30,7 +31,7 @@ from instinct_fleet.converge import gpuhealth, managed
 from instinct_fleet.fleet import bench, interrupts, monitoring, remote, status, sweeps, trials, tunereport
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
 from instinct_fleet.fleet.spread import WARM_ENV
-from instinct_fleet.model import knowledge, paths, workload
+from instinct_fleet.model import ansible, knowledge, paths, workload
 from instinct_fleet.model.catalog import Catalog, CatalogError, write_facts
 from instinct_fleet.model.defaults import DEFAULTS, default_image
 from instinct_fleet.model.inventory import (
@@ -1042,6 +1043,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _ansible_inventory(opts: argparse.Namespace) -> Iterator[None]:
+    """An Ansible inventory (YAML, INI or ansible-inventory's JSON) where a pyinfra one is expected: it is read and
+    checked first (refused with its file, line and key), then the command runs on the two-line pyinfra inventory
+    that reads it (instinct_fleet/model/ansible.py), written for the command's lifetime, so that validation,
+    pyinfra, verify and every host command read the same hosts. The project is the Ansible file's."""
+    given = getattr(opts, "inventory", None)
+    if not given or not ansible.is_ansible(given):
+        yield
+        return
+    opts.project_dir = str(_project_dir(opts))
+    try:
+        ansible.read(given)
+    except ansible.AnsibleInventoryError as exc:
+        raise UsageError(str(exc)) from exc
+    with tempfile.TemporaryDirectory(prefix="instinct-fleet-ansible-") as scratch:
+        shim = Path(scratch) / f"{Path(given).stem.replace('.', '_') or 'hosts'}.py"
+        shim.write_text(ansible.pyinfra_inventory(Path(given).resolve()))
+        opts.inventory = str(shim)
+        yield
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     # --arg values start with dashes (--arg --no-enable-prefix-caching); keep them as values.
@@ -1060,7 +1083,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if passthrough and opts.command not in ("deploy", "verify", "rollback", "warm", "quarantine", "admit"):
         parser.error(f"{opts.command} takes no arguments after --")
     try:
-        with interrupts.raised_in_main():
+        with interrupts.raised_in_main(), _ansible_inventory(opts):
             code = int(opts.func(opts))
         sys.stdout.flush()  # here, not at exit: a reader that went away is then a BrokenPipeError below
         return code

@@ -127,8 +127,12 @@ def sibling_groups(sources: Sources) -> set[str]:
 def origins(inventory: Any, name: str, groups: tuple[str, ...], data: Mapping[str, Any], sources: Sources) -> dict[str, str]:
     """For each key of a host's merged data, where it was set, walking pyinfra's layers as pyinfra merges them."""
     own = inventory.get_host_data(name)
+    ansible = own.get("_ansible_where") or {}  # an Ansible inventory's (instinct_fleet/model/ansible.py): file:line per key
     found = {}
     for key in data:
+        if key in ansible:
+            found[key] = sources.shown(Path(ansible[key].rsplit(":", 1)[0])) + " line " + ansible[key].rsplit(":", 1)[1]
+            continue
         if key in own:
             found[key] = f"host data in {sources.in_inventory(name)}"
             continue

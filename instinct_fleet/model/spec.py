@@ -173,6 +173,7 @@ class HostSpec:
 
 # pyinfra's own host data: connection settings and operation arguments (_sudo, _timeout, ...).
 PYINFRA_PREFIXES = ("ssh_", "winrm_", "_")
+TYPO = 0.85  # how alike an Ansible inventory's own variable and one of ours must be to read as a typo of ours
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {
     name: TypeAdapter(Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation)  # type: ignore[arg-type]
     for name, field in FleetVars.model_fields.items()
@@ -244,11 +245,16 @@ def typed_vars(host: str | None, data: Mapping[str, Any]) -> tuple[FleetVars, li
     findings that the rest of the host's data would give.
     """
     found: list[Finding] = []
+    # An Ansible inventory's own variables (instinct_fleet/model/ansible.py lists them): kept as host data, unless
+    # one is so close to a variable of ours that it reads as a typo of it.
+    foreign = set(data.get("_ansible_vars") or ())
     for key in sorted(data):
+        close = difflib.get_close_matches(key.lower(), list(FleetVars.model_fields), n=1)
         if key in REMOVED:
             found.append(finding("unknown-variable", host, key, REMOVED[key]))
+        elif key in foreign and not (close and difflib.SequenceMatcher(None, key.lower(), close[0]).ratio() >= TYPO):
+            continue
         elif key not in FleetVars.model_fields and not key.startswith(PYINFRA_PREFIXES):
-            close = difflib.get_close_matches(key.lower(), list(FleetVars.model_fields), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             found.append(finding("unknown-variable", host, key, f"not an instinct-fleet variable{hint}"))
     values: dict[str, Any] = {}

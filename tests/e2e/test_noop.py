@@ -9,9 +9,13 @@ import re
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
-from fleetctl import FIGURES, ROOT
+import yaml
+from fleetctl import FIGURES, ROOT, deploy, quiet, verify
+
+from instinct_fleet.model.inventory import load_inventory
 
 FLEET_SHARE = 2  # beside test_roll_gates, before it (conftest.py)
 
@@ -29,3 +33,25 @@ def test_a_no_op_re_tune_reads_one_fact_and_runs_at_most_three_commands_per_host
     FIGURES.append("no-op re-tune, commands per host: " + ", ".join(f"{h} {commands[h]}" for h in HOSTS))
     # The performance contract (README, Performance): a converged host costs the one fact, whatever the fleet size.
     assert max(commands[h] for h in HOSTS) <= 3, commands
+
+
+def test_the_same_fleet_as_an_ansible_inventory_deploys_as_a_no_op(converged: Any, tmp_path: Path) -> None:
+    """inventories/local.py written as an Ansible YAML inventory (its groups, every host's data, the connection
+    variables by their Ansible names): a deploy through it changes nothing on the fleet that local.py converged,
+    and `verify` passes through it, as it does through local.py."""
+    back = {
+        "ssh_hostname": "ansible_host",
+        "ssh_port": "ansible_port",
+        "ssh_user": "ansible_user",
+        "ssh_key": "ansible_ssh_private_key_file",
+    }
+    tree: dict[str, Any] = {"all": {"children": {}}}
+    for host in load_inventory(str(ROOT / "inventories" / "local.py"), str(ROOT)):
+        group = tree["all"]["children"].setdefault(host.groups[0], {"hosts": {}})
+        group["hosts"][host.name] = {back.get(k, k): v for k, v in host.data.items() if not k.startswith("_")}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(tree, sort_keys=False))
+    again = deploy(inventory=str(tmp_path / "hosts.yml"))
+    quiet(again)
+    assert again.changed_ops() == set() and {row["status"] for row in again.roll} == {"unchanged"}, again.roll
+    checked = verify("sim-gpu-*", inventory=str(tmp_path / "hosts.yml"))
+    assert checked.returncode == 0, checked.stdout[-3000:]
