@@ -76,17 +76,21 @@ class Where:
 
 @dataclass
 class Group:
+    """A group as the inventory file declares it: its own vars (each with where it was set), its parents, where it
+    was first named and its ``ansible_group_priority``."""
+
     name: str
     vars: dict[str, Any] = field(default_factory=dict)
     where: dict[str, Where] = field(default_factory=dict)
     parents: set[str] = field(default_factory=set)
-    hosts: list[str] = field(default_factory=list)
     line: Where | None = None
     priority: int = 1
 
 
 @dataclass
 class Host:
+    """A host as the inventory file declares it: its own vars and the groups that list it."""
+
     name: str
     vars: dict[str, Any] = field(default_factory=dict)
     where: dict[str, Where] = field(default_factory=dict)
@@ -148,7 +152,7 @@ class Inventory:
             raise AnsibleInventoryError(f"{where}: group {child!r} is its own child")
         group.parents.add(parent)
 
-    def host(self, name: str, group: str, where: Where) -> Host:
+    def host(self, name: str, group: str, where: Where) -> None:
         for expanded in expand(name, where):
             if not _HOST.match(expanded):
                 raise AnsibleInventoryError(
@@ -157,9 +161,6 @@ class Inventory:
             host = self.hosts.setdefault(expanded, Host(expanded))
             if group not in host.groups:
                 host.groups.append(group)
-            if expanded not in self.groups[group].hosts:
-                self.groups[group].hosts.append(expanded)
-        return self.hosts[expand(name, where)[-1]]
 
     def set_host_var(self, name: str, key: str, value: Any, where: Where) -> None:
         for expanded in expand(name, where):

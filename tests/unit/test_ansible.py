@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from instinct_fleet.cli import main as cli_main
 from instinct_fleet.model import ansible
 from instinct_fleet.model.inventory import load_inventory, plan_hosts
 
@@ -273,8 +274,10 @@ globals().update(groups(__file__, "hosts.yml"))
 """
 
 
-def test_the_readme_shows_the_two_lines_this_test_runs() -> None:
+def test_the_readme_and_the_project_init_writes_show_the_two_lines_this_test_runs(tmp_path: Path) -> None:
     assert TWO_LINES in (ROOT / "README.md").read_text()
+    assert cli_main(["init", str(tmp_path / "project")]) == 0
+    assert TWO_LINES in (tmp_path / "project" / "inventories" / "prod.py").read_text()
 
 
 def project(root: Path, inventory: str) -> Path:
