@@ -34,6 +34,8 @@ from typing import Any
 
 import yaml
 
+from instinct_fleet.model.defaults import DEFAULTS  # validation's own table of variables
+
 # Ansible's connection variables and the pyinfra host data each becomes (pyinfra's SSH connector).
 CONNECTION = {
     "ansible_host": "ssh_hostname",
@@ -124,8 +126,6 @@ class AnsibleHost:
 
 
 def _ours(key: str) -> bool:
-    from instinct_fleet.model.defaults import DEFAULTS  # validation's own table of variables
-
     return key in DEFAULTS or key.startswith(("ssh_", "_"))
 
 

@@ -131,7 +131,8 @@ def origins(inventory: Any, name: str, groups: tuple[str, ...], data: Mapping[st
     found = {}
     for key in data:
         if key in ansible:
-            found[key] = sources.shown(Path(ansible[key].rsplit(":", 1)[0])) + " line " + ansible[key].rsplit(":", 1)[1]
+            path, line = ansible[key].rsplit(":", 1)
+            found[key] = f"{sources.shown(Path(path))} line {line}"
             continue
         if key in own:
             found[key] = f"host data in {sources.in_inventory(name)}"

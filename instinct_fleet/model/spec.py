@@ -249,12 +249,16 @@ def typed_vars(host: str | None, data: Mapping[str, Any]) -> tuple[FleetVars, li
     # one is so close to a variable of ours that it reads as a typo of it.
     foreign = set(data.get("_ansible_vars") or ())
     for key in sorted(data):
-        close = difflib.get_close_matches(key.lower(), list(FleetVars.model_fields), n=1)
         if key in REMOVED:
             found.append(finding("unknown-variable", host, key, REMOVED[key]))
-        elif key in foreign and not (close and difflib.SequenceMatcher(None, key.lower(), close[0]).ratio() >= TYPO):
+        elif (
+            key in FleetVars.model_fields
+            or key.startswith(PYINFRA_PREFIXES)
+            or (key in foreign and not difflib.get_close_matches(key.lower(), list(FleetVars.model_fields), n=1, cutoff=TYPO))
+        ):
             continue
-        elif key not in FleetVars.model_fields and not key.startswith(PYINFRA_PREFIXES):
+        else:
+            close = difflib.get_close_matches(key.lower(), list(FleetVars.model_fields), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             found.append(finding("unknown-variable", host, key, f"not an instinct-fleet variable{hint}"))
     values: dict[str, Any] = {}
