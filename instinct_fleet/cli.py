@@ -31,7 +31,7 @@ from instinct_fleet.converge import gpuhealth, managed
 from instinct_fleet.fleet import bench, interrupts, monitoring, remote, status, sweeps, trials, tunereport
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
 from instinct_fleet.fleet.spread import WARM_ENV
-from instinct_fleet.model import ansible, knowledge, paths, workload
+from instinct_fleet.model import ansible, knowledge, origins, paths, workload
 from instinct_fleet.model.catalog import Catalog, CatalogError, write_facts
 from instinct_fleet.model.defaults import DEFAULTS, default_image
 from instinct_fleet.model.inventory import (
@@ -295,13 +295,13 @@ def _plan_project(opts: argparse.Namespace) -> Scope:
     except InventoryError as exc:
         raise UsageError(str(exc)) from exc
     if not hosts:
-        raise UsageError(f"{opts.inventory} lists no host")
+        raise UsageError(f"{origins.named(opts.inventory)} lists no host")
     limits = opts.limit or None
     chosen = {h.name for h in select(hosts, limits)}
     for pattern in limits or ():
         if not select(hosts, [pattern]):
             raise UsageError(
-                f"--limit {pattern!r} matches no host name or group of {opts.inventory} (a group name, or a glob of host names)"
+                f"--limit {pattern!r} matches no host name or group of {origins.named(opts.inventory)} (a group name, or a glob of host names)"
             )
     planned = plan_hosts(hosts, catalog)
     scope = with_cluster_peers(planned, chosen)
@@ -346,7 +346,7 @@ def _deploy_file(opts: argparse.Namespace) -> tuple[Path, str]:
         return project_of(opts.deploy_file), given.name
     if not (project / "deploy.py").is_file():
         raise UsageError(
-            f"no deploy.py in {project} (the project of {opts.inventory}): run this from your project's directory, name the deploy file "
+            f"no deploy.py in {project} (the project of {origins.named(opts.inventory)}): run this from your project's directory, name the deploy file "
             f"(instinct-fleet deploy INVENTORY path/to/deploy.py), or write a project with `instinct-fleet init DIR`"
         )
     return project, "deploy.py"
@@ -435,9 +435,9 @@ def _one_host(opts: argparse.Namespace, verb: str) -> tuple[Path, str]:
     try:
         scope = _plan_project(opts)
     except UsageError as exc:
-        raise UsageError(f"{opts.host} is not a host of {opts.inventory}" if "--limit" in str(exc) else str(exc)) from exc
+        raise UsageError(f"{opts.host} is not a host of {origins.named(opts.inventory)}" if "--limit" in str(exc) else str(exc)) from exc
     if opts.host not in scope.chosen:  # a group's name
-        raise UsageError(f"{opts.host} is not a host of {opts.inventory} (give one host by its inventory name)")
+        raise UsageError(f"{opts.host} is not a host of {origins.named(opts.inventory)} (give one host by its inventory name)")
     spec = next(spec for spec, _ in scope.planned if str(spec.host) == opts.host)
     if spec.cluster is not None:
         raise UsageError(
@@ -460,7 +460,10 @@ def cmd_quarantine(opts: argparse.Namespace) -> int:
         return EXIT_INVALID
     os.environ[gpuhealth.ASK_ENV] = gpuhealth.Ask({opts.host: (opts.gpu, opts.reason)}).as_env()
     code = _deploy(opts, *where)
-    print(f"instinct-fleet: `instinct-fleet admit {opts.inventory} {opts.host}` puts it back once the cause is fixed.", file=sys.stderr)
+    print(
+        f"instinct-fleet: `instinct-fleet admit {origins.named(opts.inventory)} {opts.host}` puts it back once the cause is fixed.",
+        file=sys.stderr,
+    )
     return code
 
 
@@ -607,7 +610,7 @@ def cmd_bench(opts: argparse.Namespace) -> int:
         project = _project_dir(opts)
         everyone = {str(spec.host): spec for spec, _ in plan_hosts(load_inventory(opts.inventory, str(project)), _catalog(project))}
         if opts.client not in everyone:
-            raise UsageError(f"--client {opts.client!r} is not a host of {opts.inventory}")
+            raise UsageError(f"--client {opts.client!r} is not a host of {origins.named(opts.inventory)}")
         client = everyone[opts.client]
     if opts.accuracy:
         return _bench_accuracy(opts, specs)
@@ -845,7 +848,7 @@ def _image_source(opts: argparse.Namespace, directory: Path) -> Path:
     opts.limit = [opts.from_host]
     specs = _valid_specs(opts, "nothing was read from any host")
     if specs is None:
-        raise UsageError(f"{opts.inventory} does not validate (above): nothing was read from any host")
+        raise UsageError(f"{origins.named(opts.inventory)} does not validate (above): nothing was read from any host")
     (spec,) = specs
     image = spec.services[0].image if spec.services else str(spec.vars.vllm_image)
     print(f"reading the vLLM source inside {image} on {spec.host}", file=sys.stderr, flush=True)
@@ -1060,7 +1063,7 @@ def _ansible_inventory(opts: argparse.Namespace) -> Iterator[None]:
         raise UsageError(str(exc)) from exc
     with tempfile.TemporaryDirectory(prefix="instinct-fleet-ansible-") as scratch:
         shim = Path(scratch) / f"{Path(given).stem.replace('.', '_') or 'hosts'}.py"
-        shim.write_text(ansible.pyinfra_inventory(Path(given).resolve()))
+        shim.write_text(origins.ansible_shim(Path(given).resolve()))
         opts.inventory = str(shim)
         yield
 

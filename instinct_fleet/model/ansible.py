@@ -477,11 +477,6 @@ def is_ansible(path: str) -> bool:
     return given.is_file() and given.suffix != ".py"
 
 
-def pyinfra_inventory(source: Path) -> str:
-    """The text of a pyinfra inventory that reads the Ansible inventory at ``source`` (absolute)."""
-    return f"from instinct_fleet.model.ansible import groups\n\nglobals().update(groups({str(source)!r}))\n"
-
-
 def groups(source: str | os.PathLike[str], name: str | None = None) -> dict[str, list[tuple[str, dict[str, Any]]]]:
     """The inventory as pyinfra's Python inventory holds it, one list of ``(host, data)`` per group (``all`` is
     pyinfra's own); ``name``: the inventory's file name beside ``source`` (a pyinfra inventory's ``__file__``). The

@@ -18,6 +18,29 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+_SHIM_HEAD = "from instinct_fleet.model.ansible import groups\n\nglobals().update(groups("
+_SHIM_TAIL = "))\n"
+
+
+def ansible_shim(source: Path) -> str:
+    """The text of a pyinfra inventory that reads the Ansible inventory at ``source`` (absolute), which a command
+    given an Ansible inventory runs on (instinct_fleet/model/ansible.py reads it)."""
+    return f"{_SHIM_HEAD}{str(source)!r}{_SHIM_TAIL}"
+
+
+def named(inventory: str | os.PathLike[str]) -> str:
+    """The inventory as its user named it: a command given an Ansible inventory runs on the pyinfra inventory that
+    ``ansible_shim`` wrote for it in a scratch directory, and its messages name the Ansible file instead."""
+    try:
+        text = Path(inventory).read_text()
+    except (OSError, UnicodeDecodeError):
+        return str(inventory)
+    if text.startswith(_SHIM_HEAD) and text.endswith(_SHIM_TAIL):
+        source = ast.literal_eval(text[len(_SHIM_HEAD) : -len(_SHIM_TAIL)])
+        if isinstance(source, str):
+            return source
+    return str(inventory)
+
 
 def _tree(path: Path) -> ast.Module | None:
     """A Python file of the project, parsed; None when it cannot be read (pyinfra's own loader says why)."""
@@ -100,7 +123,7 @@ class Sources:
 
     @cached_property
     def inventory_text(self) -> str:
-        return self.shown(self.inventory) if self.inventory is not None else "the inventory"
+        return self.shown(Path(named(self.inventory))) if self.inventory is not None else "the inventory"
 
     def in_inventory(self, name: str | None = None) -> str:
         """The inventory, at the line that names ``name`` (a host or a group) when it can be found."""

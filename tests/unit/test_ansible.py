@@ -319,3 +319,18 @@ def test_the_cli_takes_the_ansible_inventory_itself_and_refuses_a_bad_one_with_i
     refused = subprocess.run([*cli, "plan", str(tmp_path / "hosts.yml")], capture_output=True, text=True, cwd=tmp_path)
     assert refused.returncode == 2 and "hosts.yml:28: level: '{{ x }}' is a Jinja expression" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_messages_name_the_ansible_file_not_the_pyinfra_inventory_the_command_runs_on(tmp_path: Path) -> None:
+    """A command given an Ansible inventory runs on a pyinfra inventory written to a scratch directory; what it says
+    names the Ansible file, which the user can open."""
+    project(tmp_path, "hosts.yml")
+    (tmp_path / "group_data" / "gpus.py").write_text('vllm_recipe = "gpt-oss-120b"\n')
+    (tmp_path / "empty.yml").write_text("all:\n  children:\n    gpu: {}\n")
+    cli = [sys.executable, "-m", "instinct_fleet"]
+    runs = {"hosts.yml": ["plan", "hosts.yml"], "empty.yml": ["plan", "empty.yml"], "status": ["status", "hosts.yml", "--limit", "nope"]}
+    said = {name: subprocess.run([*cli, *argv], capture_output=True, text=True, cwd=tmp_path).stderr for name, argv in runs.items()}
+    assert "group_data/gpus.py: no host of hosts.yml is in a group 'gpus'" in said["hosts.yml"], said["hosts.yml"]
+    assert f"{tmp_path / 'empty.yml'} lists no host" in said["empty.yml"], said["empty.yml"]
+    assert f"matches no host name or group of {tmp_path / 'hosts.yml'}" in said["status"], said["status"]
+    assert not any("instinct-fleet-ansible-" in text for text in said.values())
