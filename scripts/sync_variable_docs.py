@@ -93,7 +93,7 @@ def startup_table() -> str:
             lambda t: str(len(t.backends)) if t.backends else f"none: {t.version} chooses in code",
         ),
         row(
-            "checks between settings, each anchored to the line that raises it",
+            "checks between settings, each anchored to the line that raises it, with the conditions that lead there",
             ", ".join(f"`{name.rsplit('/', 1)[-1] if name.startswith('v1/') else name}`" for name in checked_in),
             lambda t: str(len(t.startup_checks)),
         ),

@@ -704,6 +704,53 @@ def anchored_checks(modules: dict[str, str]) -> dict[str, str]:
     return found
 
 
+def _guards(tree: ast.AST, line: int) -> tuple[list[str], ast.Raise | ast.Assert] | None:
+    """The conditions under which the ``raise`` or ``assert`` at ``line`` runs, from its function down (an ``if``'s
+    test on its body, its negation on its ``else``), and that statement; None when no such statement spans the line."""
+
+    def walk(node: ast.AST, conditions: list[str]) -> tuple[list[str], ast.Raise | ast.Assert] | None:
+        for field, value in ast.iter_fields(node):
+            for child in value if isinstance(value, list) else [value]:
+                if not isinstance(child, ast.AST):
+                    continue
+                inner = conditions
+                if isinstance(node, ast.If) and field in ("body", "orelse"):
+                    test = ast.unparse(node.test)
+                    inner = [*conditions, test if field == "body" else f"not ({test})"]
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    inner = []
+                end = getattr(child, "end_lineno", None) or getattr(child, "lineno", 0)
+                if isinstance(child, (ast.Raise, ast.Assert)) and child.lineno <= line <= end:
+                    return inner, child
+                found = walk(child, inner)
+                if found is not None:
+                    return found
+        return None
+
+    return walk(tree, [])
+
+
+def startup_conditions(modules: dict[str, str]) -> dict[str, dict[str, object]]:
+    """Each anchored start-up check as vLLM's source states it: the conditions that lead to its ``raise`` (or the
+    failing ``assert``), the exception, and the message as a Python expression over the same names. The stand-in
+    vLLM evaluates them, and tests hold the checks of ``instinct_fleet/model/startup.py`` to them."""
+    found: dict[str, dict[str, object]] = {}
+    for check, at in anchored_checks(modules).items():
+        path, line = at.rsplit(":", 1)
+        guarded = _guards(ast.parse(modules[path]), int(line))
+        if guarded is None:
+            continue
+        conditions, statement = guarded
+        if isinstance(statement, ast.Assert):
+            raises, says, conditions = "AssertionError", statement.msg, [*conditions, f"not ({ast.unparse(statement.test)})"]
+        else:
+            call = statement.exc
+            raises = ast.unparse(call.func) if isinstance(call, ast.Call) else ast.unparse(call) if call else "Exception"
+            says = call.args[0] if isinstance(call, ast.Call) and call.args else None
+        found[check] = {"when": conditions, "raises": raises, "says": ast.unparse(says) if says is not None else "''"}
+    return found
+
+
 # The start-up lines vLLM logs for each phase (logger format strings, as written in its source): the health gate
 # reads them from a unit's journal to say how long each phase took and whether the compile cache was hit.
 STARTUP_LOG: dict[str, str] = {
@@ -895,6 +942,7 @@ def extract(wheel: Path) -> dict[str, object]:
             "attention_backends": attention_backends(modules),
             "mx_architectures": mx_architectures(modules),
             "startup_checks": anchored_checks(modules),
+            "startup_conditions": startup_conditions(modules),
             "exclusive": [
                 e for e in exclusive_settings(modules["vllm/engine/arg_utils.py"]) if e["flag"] in flags and e["config"] in flags
             ],

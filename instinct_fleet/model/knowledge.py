@@ -150,6 +150,9 @@ class VllmKnowledge:
     backends_source: str
     mx_architectures: tuple[str, ...]  # gfx prefixes with native MXFP4/MXFP6 (RocmPlatform.supports_mx)
     startup_checks: dict[str, str]  # check id -> the file:line that raises it in this version
+    # check id -> the conditions under which that line raises, as vLLM's source writes them (extract.startup_conditions);
+    # empty for a project's table extracted before they were read
+    startup_conditions: dict[str, tuple[str, ...]]
     exclusive: tuple[Exclusive, ...]
     scheduler_defaults: SchedulerDefaults | None
     startup_log: dict[str, tuple[str, ...]]  # phase -> the logger format strings vLLM writes for it
@@ -288,6 +291,7 @@ def from_json(data: dict[str, Any]) -> VllmKnowledge:
         backends_source=backends.get("source", ""),
         mx_architectures=tuple(data["mx_architectures"]),
         startup_checks=dict(data["startup_checks"]),
+        startup_conditions={check: tuple(stated["when"]) for check, stated in data.get("startup_conditions", {}).items()},
         exclusive=tuple(Exclusive(**e) for e in data["exclusive"]),
         scheduler_defaults=_scheduler_defaults(data["scheduler_defaults"]),
         startup_log={phase: tuple(formats) for phase, formats in data["startup_log"].items()},

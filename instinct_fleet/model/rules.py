@@ -422,7 +422,8 @@ _STARTUP_RULES = (
     Rule(
         "shuffle-kv-speculative",
         "error",
-        "ROCM_AITER_FA asserts on the shuffled KV-cache layout together with speculative decoding (multi-token decode).",
+        "ROCM_AITER_FA asserts on the shuffled KV-cache layout together with speculative decoding (multi-token decode), and "
+        "from 0.33.0 on with a model whose attention has sinks (gpt-oss) too.",
     ),
 )
 

@@ -16,6 +16,7 @@ the recipes and seeds name.
 
 from __future__ import annotations
 
+import ast
 import json
 import tomllib
 from collections.abc import Callable, Iterator
@@ -366,16 +367,46 @@ def _speculative_draft_tp(launch: Launch) -> Iterator[tuple[str, str]]:
         yield launch.where("speculative-config") + ".draft_tensor_parallel_size", f"{draft} must be 1 or the target's TP {tp}"
 
 
-DRAFTLESS_METHODS = ("ngram", "[ngram]", "ngram_gpu", "suffix", "mtp", "extract_hidden_states", "custom_class")
+# The methods that need no draft model, for a table extracted before vLLM's conditions were read (0.22.0's list).
+DRAFTLESS_METHODS = frozenset({"ngram", "[ngram]", "ngram_gpu", "suffix", "mtp", "extract_hidden_states", "custom_class"})
+
+
+def _methods(launch: Launch, check: str) -> frozenset[str] | None:
+    """The speculative methods that vLLM's own conditions for ``check`` compare ``self.method`` with (``not
+    (self.method == 'mtp')``, ``self.method in ('ngram', '[ngram]')``); None when the table holds no conditions for it."""
+    conditions = launch.table.startup_conditions.get(check)
+    if conditions is None:
+        return None
+    named: set[str] = set()
+    for condition in conditions:
+        for compare in ast.walk(ast.parse(condition, mode="eval")):
+            if isinstance(compare, ast.Compare) and ast.unparse(compare.left) == "self.method":
+                named |= {
+                    n.value for c in compare.comparators for n in ast.walk(c) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                }
+    return frozenset(named)
+
+
+def _method(spec: dict[str, object]) -> str:
+    """The method as vLLM's SpeculativeConfig holds it when it checks: inferred when unset (``ngram`` for an ngram
+    model, else ``draft_model``), and a deprecated ``*_mtp`` method renamed ``mtp`` (its MTPModelTypes)."""
+    method = spec.get("method")
+    if method is None:
+        return "ngram" if spec.get("model") in ("ngram", "[ngram]") else "draft_model"
+    return "mtp" if str(method).endswith("_mtp") else str(method)
 
 
 def _speculative_tokens_without_model(launch: Launch) -> Iterator[tuple[str, str]]:
     spec = launch.speculative
-    if spec is None or spec.get("model") is not None or "num_speculative_tokens" not in spec:
+    if spec is None or spec.get("model") is not None or spec.get("num_speculative_tokens") is None:
         return
-    method = str(spec.get("method") or "")
-    if method not in DRAFTLESS_METHODS and not method.endswith("_mtp"):
-        yield launch.where("speculative-config") + ".model", f"method {method or 'unset'} with num_speculative_tokens needs a draft model"
+    method = _method(spec)
+    draftless = _methods(launch, "speculative-tokens-without-model")
+    if method not in (DRAFTLESS_METHODS if draftless is None else draftless):
+        yield (
+            launch.where("speculative-config") + ".model",
+            f"method {spec.get('method') or 'unset'} with num_speculative_tokens needs a draft model",
+        )
 
 
 def _speculative_tensor_parallel_key(launch: Launch) -> Iterator[tuple[str, str]]:
@@ -387,6 +418,9 @@ def _speculative_tensor_parallel_key(launch: Launch) -> Iterator[tuple[str, str]
 def _speculative_prompt_lookup(launch: Launch) -> Iterator[tuple[str, str]]:
     spec = launch.speculative or {}
     low, high = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
+    lookups = _methods(launch, "speculative-prompt-lookup")
+    if lookups is not None and _method(spec) not in lookups | {"[ngram]"}:  # vLLM renames [ngram] to ngram first
+        return
     if isinstance(low, int) and isinstance(high, int) and low > high:
         yield launch.where("speculative-config") + ".prompt_lookup_min", f"{low} is above prompt_lookup_max {high}"
 
@@ -398,14 +432,24 @@ def _kv_connector_role(launch: Launch) -> Iterator[tuple[str, str]]:
 
 
 def _shuffle_kv_speculative(launch: Launch) -> Iterator[tuple[str, str]]:
-    env = launch.svc.env
-    if env.get("VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT") in TRUE and launch.speculative is not None:
-        selected = _selected_backend(launch)
-        if selected is None or selected[0] == "ROCM_AITER_FA":
-            yield (
-                f"{launch.svc.name}.env.VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT",
-                "the shuffled KV layout asserts on speculative decoding's multi-token decode in ROCM_AITER_FA; drop one of the two",
-            )
+    """ROCM_AITER_FA asserts at its first decode with the shuffled KV layout and speculative decoding's multi-token
+    steps; where this version's condition also names the attention's sinks (0.33.0), a model with sinks too."""
+    if launch.svc.env.get("VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT") not in TRUE:
+        return
+    conditions = launch.table.startup_conditions.get("shuffle-kv-speculative", ())
+    named = {ast.unparse(n) for c in conditions for n in ast.walk(ast.parse(c, mode="eval")) if isinstance(n, ast.Attribute)}
+    sinks = launch.checkpoint is not None and launch.checkpoint.sinks and "self.sinks" in named
+    if launch.speculative is None and not sinks:
+        return
+    selected = _selected_backend(launch)
+    if selected is None or selected[0] == "ROCM_AITER_FA":
+        why = (
+            "speculative decoding's multi-token decode" if launch.speculative is not None else f"the attention sinks of {launch.svc.model}"
+        )
+        yield (
+            f"{launch.svc.name}.env.VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT",
+            f"the shuffled KV layout asserts on {why} in ROCM_AITER_FA; drop one of the two",
+        )
 
 
 def _executor_backend(launch: Launch) -> str:

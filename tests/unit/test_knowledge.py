@@ -179,12 +179,15 @@ class SchedulerConfig:
     max_num_seqs: int = Field(default=128, ge=1)
     encoder_cache_size: int = Field(init=False)
     def verify(self):
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must "
-                "be greater than or equal to max_num_seqs "
-                f"({self.max_num_seqs})."
-            )
+        if self.strict:
+            return
+        else:
+            if self.max_num_batched_tokens < self.max_num_seqs:
+                raise ValueError(
+                    f"max_num_batched_tokens ({self.max_num_batched_tokens}) must "
+                    "be greater than or equal to max_num_seqs "
+                    f"({self.max_num_seqs})."
+                )
 """
 SPECULATIVE = """
 from typing import Literal
@@ -321,7 +324,15 @@ def test_extractor_on_a_synthetic_wheel(tmp_path: Path) -> None:
     }
     assert data["mx_architectures"] == ["gfx95"]
     # A check is carried where the source raises its message: the concatenated f-string is matched, at its line.
-    assert data["startup_checks"] == {"scheduler-batched-below-seqs": "vllm/config/scheduler.py:9"}
+    assert data["startup_checks"] == {"scheduler-batched-below-seqs": "vllm/config/scheduler.py:12"}
+    # ... with the conditions that lead to the raise (an else branch's as its negation), its exception and message.
+    assert data["startup_conditions"] == {
+        "scheduler-batched-below-seqs": {
+            "when": ["not (self.strict)", "self.max_num_batched_tokens < self.max_num_seqs"],
+            "raises": "ValueError",
+            "says": "f'max_num_batched_tokens ({self.max_num_batched_tokens}) must be greater than or equal to max_num_seqs ({self.max_num_seqs}).'",
+        }
+    }
     # The metrics as the source creates them, with their kinds; a name built at run time or not vllm's is not one.
     assert data["metrics"] == {
         "vllm:generation_tokens": "counter",
@@ -508,3 +519,23 @@ def test_a_config_beside_the_dict_it_is_built_from_gives_its_keys() -> None:
     assert extract._config_class(annotation, set()) is None
     fields = knowledge.load("0.22.0").flag("quantization-config").json_fields
     assert fields is not None and set(fields) == {"linear", "moe", "ignore"}
+
+
+def test_an_assert_that_fails_is_stated_as_its_test_negated_under_its_branch() -> None:
+    source = """
+class Impl:
+    def forward(self, num_decodes):
+        if num_decodes > 0:
+            assert not ops.is_shuffle_kv_cache_enabled(), (
+                "Shuffle KV cache layout is not supported with "
+                "speculative decoding (multi-token decode)."
+            )
+"""
+    found = _extractor().startup_conditions({"vllm/v1/attention/backends/rocm_aiter_fa.py": source})
+    assert found == {
+        "shuffle-kv-speculative": {
+            "when": ["num_decodes > 0", "not (not ops.is_shuffle_kv_cache_enabled())"],
+            "raises": "AssertionError",
+            "says": "'Shuffle KV cache layout is not supported with speculative decoding (multi-token decode).'",
+        }
+    }

@@ -16,6 +16,8 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from instinct_fleet.converge import health
 from instinct_fleet.model import knowledge, startup
@@ -192,3 +194,79 @@ def test_a_ray_node_builds_its_own_ranks_and_hits_a_copy_of_the_same_ranks(tmp_p
     formats = knowledge.load(consumers.STANDIN_VERSION).startup_log
     module.log_build((False, 0.3))  # the driver's line for a start where one node compiled
     assert health.startup(("elapsed 1.0", *capsys.readouterr().out.splitlines()), formats).cache == "cold"
+
+
+VERSIONS = ("0.11.0", "0.22.0", "0.33.0")
+SPECULATIVE_METHODS = (None, "eagle3", "ngram", "[ngram]", "ngram_gpu", "suffix", "mtp", "deepseek_mtp", "dspark", "draft_model")
+
+
+def _maybe(values: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(st.none(), values)
+
+
+@st.composite
+def launches(draw: st.DrawFn, version: str, model: str, env: dict[str, str]) -> dict[str, Any]:
+    """A launch of ``model`` on ``version`` over every setting that a check between settings reads, each drawn near
+    the boundaries the checks compare (absent included)."""
+    small = st.sampled_from([1, 2, 4, 8, 256, 512, 1024, 4096, 8192, 16384, 131072])
+    speculative = {
+        "method": draw(st.sampled_from(SPECULATIVE_METHODS)),
+        "model": draw(_maybe(st.just("m/draft"))),
+        "num_speculative_tokens": draw(_maybe(st.integers(1, 4))),
+        "prompt_lookup_min": draw(_maybe(st.integers(1, 6))),
+        "prompt_lookup_max": draw(_maybe(st.integers(1, 6))),
+        "draft_tensor_parallel_size": draw(_maybe(st.sampled_from([1, 2, 4]))),
+        "tensor_parallel_size": draw(_maybe(st.just(2))),
+    }
+    transfer = {"kv_connector": draw(_maybe(st.just("NixlConnector"))), "kv_role": draw(_maybe(st.just("kv_both")))}
+    args = {
+        "max-num-seqs": draw(_maybe(small)),
+        "max-num-batched-tokens": draw(_maybe(small)),
+        "max-model-len": draw(_maybe(small)),
+        "enable-chunked-prefill": draw(st.sampled_from([None, True, False])),
+        "max-num-partial-prefills": draw(_maybe(st.integers(1, 3))),
+        "max-long-partial-prefills": draw(_maybe(st.integers(1, 3))),
+        "tensor-parallel-size": draw(st.sampled_from([1, 2, 4])),
+        "speculative-config": draw(st.sampled_from([None, *[{k: v for k, v in speculative.items() if v is not None}] * 3])),
+        "kv-transfer-config": draw(st.one_of(st.none(), st.just({k: v for k, v in transfer.items() if v is not None}))),
+        "ray-workers-use-nsight": draw(st.sampled_from([None, True])),
+        "distributed-executor-backend": draw(st.sampled_from([None, "mp", "ray", "uni"])),
+        "nnodes": draw(_maybe(st.integers(1, 2))),
+        "attention-backend": draw(st.sampled_from([None, "ROCM_AITER_FA", "TRITON_ATTN"])),
+    }
+    flags = knowledge.load(version).flags
+    data = {
+        "vllm_recipe": None,
+        "vllm_model": model,
+        "vllm_version": version,
+        "vllm_image": f"vllm/vllm-openai-rocm:v{version}",
+        "vllm_args": {k: v for k, v in args.items() if v is not None and f"--{k}" in flags and v != {}},
+        "vllm_env": env,
+    }
+    return data
+
+
+@pytest.mark.parametrize("env", [{}, {"VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT": "1"}], ids=["plain", "shuffled-kv"])
+@pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-8B-Instruct", "openai/gpt-oss-120b"])  # without and with sinks
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_check_between_settings_trips_exactly_where_vllm_s_own_condition_holds(version: str, model: str, env: dict[str, str]) -> None:
+    """The checks of instinct_fleet/model/startup.py are written by hand; vLLM's own conditions for them are
+    extracted from its source (the table's startup_conditions) and evaluated by the stand-in. On every drawn launch
+    and version, validation finds a check exactly where vLLM's condition holds."""
+
+    @settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    @given(launches(version, model, env))
+    def agree(data: dict[str, Any]) -> None:
+        spec, findings = check(data)
+        ours = {f.rule for f in findings if f.rule in startup.CHECKS}
+        svc = spec.services[0]
+        with mock.patch.dict(os.environ, svc.env):
+            parsed, args = module.parse(["serve", svc.model, *render_args(svc)])
+            vllms = {name for name, _ in module.stated_checks(parsed, args)}
+        assert ours == vllms, (data["vllm_args"], [str(f) for f in findings if f.rule in startup.CHECKS])
+        tripped.update(vllms)
+
+    module = consumers.standin(version)
+    tripped: set[str] = set()
+    agree()
+    assert tripped, "no drawn launch tripped a check: the comparison saw only agreement on nothing"

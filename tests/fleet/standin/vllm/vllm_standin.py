@@ -56,7 +56,8 @@ import zlib
 from collections import OrderedDict
 from glob import glob
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
+from types import SimpleNamespace
+from typing import Any, ClassVar, Literal, get_args
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(HERE, "vllm-knowledge.json")) as _table:
@@ -213,69 +214,123 @@ def executor_backend(args: dict[str, Any]) -> str:
     return "uni"
 
 
-def check_settings(args: dict[str, Any]) -> None:
-    """The checks between settings, in vLLM's words, where this version's source raises them (TABLE["startup_checks"])."""
-    raises = TABLE["startup_checks"]
+# vllm/config/kv_transfer.py: KVProducer, KVConsumer and KVRole, as 0.22.0 and 0.33.0 write them.
+KV_ROLE = Literal["kv_producer", "kv_both", "kv_consumer"]  # Literal[KVProducer, KVConsumer], flattened as Python flattens it
+MTP_SUFFIX = "_mtp"  # vllm/config/speculative.py MTPModelTypes: every deprecated *_mtp method becomes "mtp" before the checks
+
+
+def vllm_names(model: str, args: dict[str, Any], path: str) -> dict[str, Any]:
+    """The names that vLLM's own conditions in ``path`` read (TABLE["startup_conditions"], extracted from its
+    source), as vLLM holds them when it checks: its config objects built from argv, with the defaults and
+    normalisations its code applies first. This is the stand-in's one hand-written part of those checks; each
+    default names the source that sets it."""
     number = numbers(args)
-    seqs, batched, length = number.get("--max-num-seqs"), number.get("--max-num-batched-tokens"), number.get("--max-model-len")
-    chunked_off = args.get("--enable-chunked-prefill") is False
-    seqs, batched = scheduler_defaults(args, seqs, batched, length, chunked_off)
+    if path == "vllm/config/scheduler.py":
+        chunked_off = args.get("--enable-chunked-prefill") is False
+        length = number.get("--max-model-len")  # None: the model's own length, which the stand-in does not model
+        seqs, batched = scheduler_defaults(args, number.get("--max-num-seqs"), number.get("--max-num-batched-tokens"), length, chunked_off)
+        config = SimpleNamespace(
+            max_num_batched_tokens=batched,
+            max_num_seqs=seqs,
+            max_model_len=length,
+            enable_chunked_prefill=not chunked_off,
+            chunked_prefill_enabled=not chunked_off,
+            max_num_partial_prefills=number.get("--max-num-partial-prefills", 1),  # SchedulerConfig's defaults
+            max_long_partial_prefills=number.get("--max-long-partial-prefills", 1),
+            long_prefill_token_threshold=number.get("--long-prefill-token-threshold", 0),
+        )
+        return {"self": config, "max_model_len": length}
+    if path == "vllm/config/speculative.py":
+        spec = json.loads(args["--speculative-config"]) if args.get("--speculative-config") else {}
+        model, method = spec.get("model"), spec.get("method")
+        if method is None:  # SpeculativeConfig.__post_init__ infers it
+            method = "ngram" if model in ("ngram", "[ngram]") else "draft_model"
+        if str(method).endswith(MTP_SUFFIX):
+            method = "mtp"
+        low, high = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
+        low, high = (5, 5) if low is None and high is None else (low if low is not None else high, high if high is not None else low)
+        config = SimpleNamespace(
+            model=model,
+            method=method,
+            num_speculative_tokens=spec.get("num_speculative_tokens"),
+            prompt_lookup_min=low,
+            prompt_lookup_max=high,
+            tensor_parallel_size=spec.get("tensor_parallel_size"),
+        )
+        return {
+            "self": config,
+            "speculative_draft_tensor_parallel_size": spec.get("draft_tensor_parallel_size"),
+            "target_parallel_config": SimpleNamespace(tensor_parallel_size=int(number.get("--tensor-parallel-size", 1))),
+        }
+    if path == "vllm/config/kv_transfer.py":
+        transfer = json.loads(args["--kv-transfer-config"]) if args.get("--kv-transfer-config") else {}
+        return {
+            "self": SimpleNamespace(kv_connector=transfer.get("kv_connector"), kv_role=transfer.get("kv_role")),
+            "get_args": get_args,
+            "KVRole": KV_ROLE,
+        }
+    if path == "vllm/config/parallel.py":
+        backend = executor_backend(args)
+        config = SimpleNamespace(
+            ray_workers_use_nsight=args.get("--ray-workers-use-nsight") is True,
+            use_ray=backend == "ray",
+            distributed_executor_backend=backend,
+            nnodes=number.get("--nnodes", 1),
+        )
+        return {"self": config, "allowed_backends": ("mp", "uni", "external_launcher")}  # ParallelConfig.__post_init__
+    if path == "vllm/v1/attention/backends/rocm_aiter_fa.py":
+        spec = json.loads(args["--speculative-config"]) if args.get("--speculative-config") else None
+        tokens = int(spec.get("num_speculative_tokens") or 1) if spec is not None else 0
+        sinks = CHECKPOINTS.get(model, {}).get("sinks", False)
+        impl = SimpleNamespace(sliding_window=(-1, -1), sinks=True if sinks else None)  # sliding windows are not modelled
+        return {
+            "self": impl,
+            "attn_metadata": SimpleNamespace(use_cascade=False),
+            "num_decodes": 1,  # the engine decodes
+            "decode_max_query_len": 1 + tokens,  # a speculative decode step scores its proposed tokens at once
+            "use_swa_paged": False,
+            "rocm_aiter_ops": SimpleNamespace(
+                is_shuffle_kv_cache_enabled=lambda: os.environ.get("VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT") in ("1", "true", "True")
+            ),
+        }
+    raise KeyError(f"the stand-in holds no names for vLLM's {path}: teach vllm_names how vLLM builds it")
+
+
+def aiter_fa_runs(args: dict[str, Any]) -> bool:
+    """Whether the instance's attention runs in ROCM_AITER_FA: the selected backend, and without one the stand-in
+    takes ROCM_AITER_FA (an assumption: vLLM's own choice, RocmPlatform.get_attn_backend_cls, is not modelled)."""
+    return str(args.get("--attention-backend") or "ROCM_AITER_FA").upper() == "ROCM_AITER_FA"
+
+
+def stated_checks(model: str, args: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each anchored check between settings that vLLM's own source raises on this launch, with vLLM's message: its
+    conditions and message (TABLE["startup_conditions"], extracted at the line TABLE["startup_checks"] names) evaluated
+    over the names vLLM holds (:func:`vllm_names`). A condition over a value the stand-in does not know (the model's
+    own length) does not hold: the product cannot decide it either."""
+    raised = []
+    for check, stated in TABLE.get("startup_conditions", {}).items():
+        path = TABLE["startup_checks"][check].split(":")[0]
+        if path.startswith("vllm/v1/attention/backends/rocm_aiter_fa") and not aiter_fa_runs(args):
+            continue
+        names = vllm_names(model, args, path)
+        try:
+            holds = all(eval(condition, {"__builtins__": {}}, names) for condition in stated["when"])
+        except TypeError:  # a comparison with a value the stand-in does not know
+            holds = False
+        if holds:
+            raised.append((check, f"{stated['raises']}: {eval(stated['says'], {'__builtins__': {}}, names)}"))
+    return raised
+
+
+def check_settings(model: str, args: dict[str, Any]) -> None:
+    """The checks between settings: the pairs of a flag and a JSON key that set the same thing, then the first check
+    that vLLM's source raises (:func:`stated_checks`)."""
     for pair in TABLE.get("exclusive", []):
         config = json.loads(args[pair["config"]]) if args.get(pair["config"]) else {}
         if args.get(pair["flag"]) is not None and isinstance(config, dict) and config.get(pair["key"]) is not None:
             config_error(f"ValueError: {pair['flag']} and {pair['config']}['{pair['key']}'] are mutually exclusive")
-    backend = executor_backend(args)
-    if "executor-nsight-needs-ray" in raises and args.get("--ray-workers-use-nsight") is True and backend != "ray":
-        config_error("ValueError: Unable to use nsight profiling unless workers run with Ray.")
-    if "executor-nnodes-backend" in raises and number.get("--nnodes", 1) > 1 and backend not in ("mp", "uni", "external_launcher"):
-        config_error("ValueError: nnodes > 1 can only be set when distributed executor backend is mp, uni or external_launcher.")
-    if "scheduler-batched-below-model-len" in raises and chunked_off and batched and length and batched < length:
-        config_error(f"ValueError: max_num_batched_tokens ({batched:g}) is smaller than max_model_len ({length:g}).")
-    if "scheduler-batched-below-seqs" in raises and seqs and batched and batched < seqs:
-        config_error(f"ValueError: max_num_batched_tokens ({batched:g}) must be greater than or equal to max_num_seqs ({seqs:g}).")
-    partial, long = number.get("--max-num-partial-prefills", 1), number.get("--max-long-partial-prefills", 1)
-    if "scheduler-partial-prefills-chunked" in raises and partial > 1 and chunked_off:
-        config_error("ValueError: Chunked prefill must be enabled to set max_num_partial_prefills > 1.")
-    if "scheduler-long-partial-prefills" in raises and long > partial:
-        config_error(f"ValueError: max_long_partial_prefills ({long:g}) must be less than or equal to max_num_partial_prefills.")
-    spec = json.loads(args["--speculative-config"]) if args.get("--speculative-config") else None
-    if spec is not None:
-        tp = int(args.get("--tensor-parallel-size", 1))
-        draft = spec.get("draft_tensor_parallel_size")
-        if "speculative-draft-tp" in raises and isinstance(draft, int) and draft not in (1, tp):
-            config_error(
-                f"ValueError: speculative_draft_tensor_parallel_size={draft} cannot be other value than 1 or target model tensor_parallel_size"
-            )
-        method = str(spec.get("method") or "")
-        draftless = method in (
-            "ngram",
-            "[ngram]",
-            "ngram_gpu",
-            "suffix",
-            "mtp",
-            "extract_hidden_states",
-            "custom_class",
-        ) or method.endswith("_mtp")
-        if (
-            "speculative-tokens-without-model" in raises
-            and spec.get("model") is None
-            and "num_speculative_tokens" in spec
-            and not draftless
-        ):
-            config_error("ValueError: num_speculative_tokens was provided but without speculative model.")
-        if "speculative-tensor-parallel-key" in raises and "tensor_parallel_size" in spec:
-            config_error("ValueError: 'tensor_parallel_size' is not a valid argument in the speculative_config.")
-        low, high = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
-        if "speculative-prompt-lookup" in raises and isinstance(low, int) and isinstance(high, int) and low > high:
-            config_error(f"ValueError: prompt_lookup_min={low} must be <= prompt_lookup_max={high}")
-        shuffled = os.environ.get("VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT") in ("1", "true", "True")
-        backend = str(args.get("--attention-backend") or "ROCM_AITER_FA").upper()
-        if "shuffle-kv-speculative" in raises and shuffled and backend == "ROCM_AITER_FA":
-            # vLLM asserts at the first multi-token decode; the stand-in refuses at once.
-            config_error("AssertionError: Shuffle KV cache layout is not supported with speculative decoding (multi-token decode).")
-    transfer = json.loads(args["--kv-transfer-config"]) if args.get("--kv-transfer-config") else None
-    if "kv-connector-role" in raises and transfer and transfer.get("kv_connector") and not transfer.get("kv_role"):
-        config_error("ValueError: Please specify kv_role when kv_connector is set.")
+    for _, message in stated_checks(model, args)[:1]:
+        config_error(message)
 
 
 def json_object(flag: str, value: str) -> dict[str, Any]:
@@ -333,7 +388,7 @@ def check_startup(model: str, args: dict[str, Any]) -> None:
             config_error(f"ValueError: {method} quantization is currently not supported in rocm.")
         if method in quant["deprecated"] and args.get(quant["deprecated_flag"] or "") is not True:
             config_error(f"ValueError: The quantization method {method} is deprecated and will be removed in future versions of vLLM.")
-    check_settings(args)
+    check_settings(model, args)
     backends = TABLE["attention_backends"].get("rocm", {})
     selected = args.get("--attention-backend")
     if backends and selected:
