@@ -678,6 +678,7 @@ ANCHORS: dict[str, tuple[str, str]] = {
     "shuffle-kv-speculative": ("vllm/v1/attention/backends/rocm_aiter_fa.py", r"Shuffle KV cache layout is not supported with"),
     "executor-nsight-needs-ray": ("vllm/config/parallel.py", r"Unable to use nsight profiling unless workers"),
     "executor-nnodes-backend": ("vllm/config/parallel.py", r"nnodes > 1 can only be set when distributed executor"),
+    "partial-prefill-unsupported": ("vllm/engine/arg_utils.py", r"^Concurrent Partial Prefill$"),
 }
 
 
@@ -694,21 +695,48 @@ def _string_literals(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def anchored_checks(modules: dict[str, str]) -> dict[str, str]:
-    """Each start-up check whose message this version's source still raises, with its file and line."""
+    """Each start-up check whose message this version's source still raises, with its file and line: a ``raise``,
+    a failing ``assert``, or a call of a helper that raises (``_raise_unsupported_error(feature_name=...)``)."""
     found: dict[str, str] = {}
-    literals = {path: _string_literals(ast.parse(modules[path])) for path, _ in ANCHORS.values() if path in modules}
+    trees = {path: ast.parse(modules[path]) for path, _ in ANCHORS.values() if path in modules}
+    literals = {path: _string_literals(tree) for path, tree in trees.items()}
     for check, (path, pattern) in ANCHORS.items():
         line = next((n for n, text in literals.get(path, []) if re.search(pattern, text)), None)
-        if line is not None:
+        if line is not None and _guards(trees[path], line) is not None:
             found[check] = f"{path}:{line}"
     return found
 
 
-def _guards(tree: ast.AST, line: int) -> tuple[list[str], ast.Raise | ast.Assert] | None:
-    """The conditions under which the ``raise`` or ``assert`` at ``line`` runs, from its function down (an ``if``'s
-    test on its body, its negation on its ``else``), and that statement; None when no such statement spans the line."""
+def _raising_helpers(tree: ast.AST) -> dict[str, tuple[list[str], str, ast.expr | None]]:
+    """The module's functions whose body ends in a ``raise``: name -> (parameters, exception, message expression, with
+    a local ``msg = ...`` put in its place)."""
+    helpers: dict[str, tuple[list[str], str, ast.expr | None]] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef) or not node.body or not isinstance(node.body[-1], ast.Raise):
+            continue
+        call = node.body[-1].exc
+        if not isinstance(call, ast.Call):
+            continue
+        message = call.args[0] if call.args else None
+        assigned = {t.id: a.value for a in node.body if isinstance(a, ast.Assign) for t in a.targets if isinstance(t, ast.Name)}
+        if isinstance(message, ast.Name) and message.id in assigned:
+            message = assigned[message.id]
+        helpers[node.name] = ([a.arg for a in node.args.args], ast.unparse(call.func), message)
+    return helpers
 
-    def walk(node: ast.AST, conditions: list[str]) -> tuple[list[str], ast.Raise | ast.Assert] | None:
+
+def _guards(tree: ast.AST, line: int) -> tuple[list[str], ast.stmt] | None:
+    """The conditions under which the ``raise``, ``assert`` or raising helper's call at ``line`` runs, from its function
+    down (an ``if``'s test on its body, its negation on its ``else``), and that statement; None when no such statement
+    spans the line."""
+    helpers = _raising_helpers(tree)
+
+    def raising(node: ast.AST) -> bool:
+        if isinstance(node, (ast.Raise, ast.Assert)):
+            return True
+        return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and ast.unparse(node.value.func) in helpers
+
+    def walk(node: ast.AST, conditions: list[str]) -> tuple[list[str], ast.stmt] | None:
         for field, value in ast.iter_fields(node):
             for child in value if isinstance(value, list) else [value]:
                 if not isinstance(child, ast.AST):
@@ -719,8 +747,7 @@ def _guards(tree: ast.AST, line: int) -> tuple[list[str], ast.Raise | ast.Assert
                     inner = [*conditions, test if field == "body" else f"not ({test})"]
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     inner = []
-                end = getattr(child, "end_lineno", None) or getattr(child, "lineno", 0)
-                if isinstance(child, (ast.Raise, ast.Assert)) and child.lineno <= line <= end:
+                if raising(child) and isinstance(child, ast.stmt) and child.lineno <= line <= (child.end_lineno or child.lineno):
                     return inner, child
                 found = walk(child, inner)
                 if found is not None:
@@ -737,17 +764,25 @@ def startup_conditions(modules: dict[str, str]) -> dict[str, dict[str, object]]:
     found: dict[str, dict[str, object]] = {}
     for check, at in anchored_checks(modules).items():
         path, line = at.rsplit(":", 1)
-        guarded = _guards(ast.parse(modules[path]), int(line))
-        if guarded is None:
-            continue
+        tree = ast.parse(modules[path])
+        guarded = _guards(tree, int(line))
+        assert guarded is not None  # anchored_checks keeps a check only where it finds its statement
         conditions, statement = guarded
+        said: str
         if isinstance(statement, ast.Assert):
-            raises, says, conditions = "AssertionError", statement.msg, [*conditions, f"not ({ast.unparse(statement.test)})"]
-        else:
+            raises, conditions = "AssertionError", [*conditions, f"not ({ast.unparse(statement.test)})"]
+            said = ast.unparse(statement.msg) if statement.msg is not None else "''"
+        elif isinstance(statement, ast.Raise):
             call = statement.exc
             raises = ast.unparse(call.func) if isinstance(call, ast.Call) else ast.unparse(call) if call else "Exception"
-            says = call.args[0] if isinstance(call, ast.Call) and call.args else None
-        found[check] = {"when": conditions, "raises": raises, "says": ast.unparse(says) if says is not None else "''"}
+            said = ast.unparse(call.args[0]) if isinstance(call, ast.Call) and call.args else "''"
+        else:  # a helper's call: its message with the call's arguments bound, as one expression
+            assert isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+            parameters, raises, message = _raising_helpers(tree)[ast.unparse(statement.value.func)]
+            arguments = ast.unparse(statement.value).removeprefix(ast.unparse(statement.value.func))
+            body = ast.unparse(message) if message is not None else "''"
+            said = f"(lambda {', '.join(parameters)}: {body}){arguments}"
+        found[check] = {"when": conditions, "raises": raises, "says": said}
     return found
 
 

@@ -406,6 +406,12 @@ _STARTUP_RULES = (
     ),
     Rule("scheduler-partial-prefills-chunked", "error", "vLLM needs chunked prefill for --max-num-partial-prefills above 1."),
     Rule("scheduler-long-partial-prefills", "error", "vLLM needs --max-long-partial-prefills <= --max-num-partial-prefills."),
+    Rule(
+        "partial-prefill-unsupported",
+        "error",
+        "vLLM 0.22.0 runs no concurrent partial prefill: it refuses --max-num-partial-prefills or --max-long-partial-prefills "
+        "other than 1 at start-up (NotImplementedError).",
+    ),
     Rule("speculative-draft-tp", "error", "vLLM takes a draft_tensor_parallel_size of 1 or the target's tensor parallel size only."),
     Rule(
         "speculative-tokens-without-model",

@@ -359,6 +359,13 @@ def _long_partial_prefills(launch: Launch) -> Iterator[tuple[str, str]]:
         yield launch.where("max-long-partial-prefills"), f"{long:g} is above --max-num-partial-prefills {partial or 1:g}"
 
 
+def _partial_prefill_unsupported(launch: Launch) -> Iterator[tuple[str, str]]:
+    for flag in ("max-num-partial-prefills", "max-long-partial-prefills"):
+        given = launch.number(flag)
+        if given is not None and given != 1:
+            yield launch.where(flag), f"{given:g}: this vLLM runs no concurrent partial prefill, and refuses any value but 1"
+
+
 def _speculative_draft_tp(launch: Launch) -> Iterator[tuple[str, str]]:
     spec = launch.speculative or {}
     draft = spec.get("draft_tensor_parallel_size")
@@ -490,4 +497,5 @@ CHECKS: dict[str, Check] = {
     "shuffle-kv-speculative": _shuffle_kv_speculative,
     "executor-nsight-needs-ray": _nsight_needs_ray,
     "executor-nnodes-backend": _nnodes_backend,
+    "partial-prefill-unsupported": _partial_prefill_unsupported,
 }

@@ -539,3 +539,27 @@ class Impl:
             "says": "'Shuffle KV cache layout is not supported with speculative decoding (multi-token decode).'",
         }
     }
+
+
+def test_a_call_of_a_helper_that_raises_is_stated_with_the_helper_s_message_bound_to_the_call() -> None:
+    source = """
+class EngineArgs:
+    def _check_feature_supported(self):
+        if self.max_num_partial_prefills != SchedulerConfig.max_num_partial_prefills:
+            _raise_unsupported_error(feature_name="Concurrent Partial Prefill")
+
+def _raise_or_fallback(feature_name):
+    logger.warning(f"{feature_name} falls back")
+
+def _raise_unsupported_error(feature_name: str):
+    msg = f"{feature_name} is not supported."
+    raise NotImplementedError(msg)
+"""
+    extract = _extractor()
+    stated = extract.startup_conditions({"vllm/engine/arg_utils.py": source})["partial-prefill-unsupported"]
+    assert stated["when"] == ["self.max_num_partial_prefills != SchedulerConfig.max_num_partial_prefills"]
+    assert stated["raises"] == "NotImplementedError"
+    assert eval(str(stated["says"]), {"__builtins__": {}}) == "Concurrent Partial Prefill is not supported."
+    # A helper that only warns (0.11.0's _raise_or_fallback falls back to V0) raises nothing: no check is anchored.
+    warned = source.replace("_raise_unsupported_error(feature_name=", "_raise_or_fallback(feature_name=")
+    assert "partial-prefill-unsupported" not in extract.anchored_checks({"vllm/engine/arg_utils.py": warned})

@@ -118,11 +118,15 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "scheduler-partial-prefills-chunked": (
         {"vllm_args": {"max-num-partial-prefills": 2}},
-        {"vllm_args": {"max-num-partial-prefills": 2, "enable-chunked-prefill": True}},
+        {"vllm_args": {"max-num-partial-prefills": 1}},  # 2 with chunked prefill is refused too (partial-prefill-unsupported)
     ),
     "scheduler-long-partial-prefills": (
         {"vllm_args": {"max-long-partial-prefills": 2}},
-        {"vllm_args": {"max-long-partial-prefills": 2, "max-num-partial-prefills": 2, "enable-chunked-prefill": True}},
+        {"vllm_args": {"max-long-partial-prefills": 1, "max-num-partial-prefills": 1, "enable-chunked-prefill": True}},
+    ),
+    "partial-prefill-unsupported": (
+        {"vllm_args": {"max-num-partial-prefills": 2, "enable-chunked-prefill": True}},
+        {"vllm_args": {"max-num-partial-prefills": 1, "enable-chunked-prefill": True}},
     ),
     "speculative-draft-tp": (
         {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_args": {"speculative-config": {**EAGLE, "draft_tensor_parallel_size": 2}}},

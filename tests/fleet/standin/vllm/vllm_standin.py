@@ -240,6 +240,12 @@ def vllm_names(model: str, args: dict[str, Any], path: str) -> dict[str, Any]:
             long_prefill_token_threshold=number.get("--long-prefill-token-threshold", 0),
         )
         return {"self": config, "max_model_len": length}
+    if path == "vllm/engine/arg_utils.py":  # EngineArgs._check_feature_supported, against SchedulerConfig's defaults
+        engine = SimpleNamespace(
+            max_num_partial_prefills=number.get("--max-num-partial-prefills", 1),
+            max_long_partial_prefills=number.get("--max-long-partial-prefills", 1),
+        )
+        return {"self": engine, "SchedulerConfig": SimpleNamespace(max_num_partial_prefills=1, max_long_partial_prefills=1)}
     if path == "vllm/config/speculative.py":
         spec = json.loads(args["--speculative-config"]) if args.get("--speculative-config") else {}
         model, method = spec.get("model"), spec.get("method")
