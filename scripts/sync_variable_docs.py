@@ -55,6 +55,11 @@ def startup_table() -> str:
         configs = [f for f in t.flags.values() if f.json_fields is not None]
         return f"{len(configs)} flags, {sum(1 for f in configs for _ in _walk(f.json_fields or {}))} keys"
 
+    def executor_cell(t: knowledge.VllmKnowledge) -> str:
+        classes = {name for choice in t.executors.values() for key, name in choice.items() if key in ("class", "on", "off")}
+        split = sum(1 for choice in t.executors.values() if "env" in choice)
+        return f"{len(classes)} ({split} / {len(t.async_executors)})"
+
     def metrics(t: knowledge.VllmKnowledge) -> str:
         return " / ".join(str(sum(1 for k in t.metrics.values() if k == kind)) for kind in ("gauge", "counter", "histogram"))
 
@@ -96,6 +101,11 @@ def startup_table() -> str:
             "checks between settings, each anchored to the line that raises it, with the conditions that lead there",
             ", ".join(f"`{name.rsplit('/', 1)[-1] if name.startswith('v1/') else name}`" for name in checked_in),
             lambda t: str(len(t.startup_checks)),
+        ),
+        row(
+            "executor classes (backends that a variable splits / classes that run `--async-scheduling`)",
+            "`Executor.get_class` in `v1/executor/abstract.py`, each class's `supports_async_scheduling`",
+            executor_cell,
         ),
         row(
             "Prometheus metrics (gauges / counters / histograms), which `status` reads by name",

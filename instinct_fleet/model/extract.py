@@ -679,6 +679,7 @@ ANCHORS: dict[str, tuple[str, str]] = {
     "executor-nsight-needs-ray": ("vllm/config/parallel.py", r"Unable to use nsight profiling unless workers"),
     "executor-nnodes-backend": ("vllm/config/parallel.py", r"nnodes > 1 can only be set when distributed executor"),
     "partial-prefill-unsupported": ("vllm/engine/arg_utils.py", r"^Concurrent Partial Prefill$"),
+    "executor-async-scheduling": ("vllm/config/vllm.py", r"does not support async scheduling yet"),
 }
 
 
@@ -784,6 +785,83 @@ def startup_conditions(modules: dict[str, str]) -> dict[str, dict[str, object]]:
             said = f"(lambda {', '.join(parameters)}: {body}){arguments}"
         found[check] = {"when": conditions, "raises": raises, "says": said}
     return found
+
+
+def executors(modules: dict[str, str], envs_source: str) -> dict[str, dict[str, str]]:
+    """The executor class ``Executor.get_class`` (vllm/v1/executor/abstract.py) picks for each
+    ``--distributed-executor-backend``: ``{"class": name}``, or where an ``envs`` flag picks between two,
+    ``{"env": name, "default": its default in envs.py, "on": class, "off": class}`` (0.22.0's
+    VLLM_USE_RAY_V2_EXECUTOR_BACKEND). Which class runs decides which features start."""
+    source = modules.get("vllm/v1/executor/abstract.py")
+    if source is None:
+        return {}
+    get_class = next((n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "get_class"), None)
+    if get_class is None:
+        return {}
+
+    def assigned(body: list[ast.stmt]) -> str | None:
+        for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+            if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Name):
+                continue
+            if any(isinstance(t, ast.Name) and t.id == "executor_class" for t in node.targets):
+                return node.value.id
+        return None
+
+    found: dict[str, dict[str, str]] = {}
+    for node in ast.walk(get_class):
+        test = node.test if isinstance(node, ast.If) else None
+        if not isinstance(test, ast.Compare) or ast.unparse(test.left) != "distributed_executor_backend":
+            continue
+        backend = test.comparators[0]
+        if not isinstance(backend, ast.Constant) or not isinstance(backend.value, str):
+            continue
+        assert isinstance(node, ast.If)
+        inner = next((n for n in node.body if isinstance(n, ast.If) and ast.unparse(n.test).startswith("envs.")), None)
+        if inner is not None:
+            env = ast.unparse(inner.test).removeprefix("envs.")
+            on, off = assigned(inner.body), assigned(inner.orelse)
+            if on and off:
+                found[backend.value] = {"env": env, "default": env_default(envs_source, env) or "", "on": on, "off": off}
+        elif (chosen := assigned(node.body)) is not None:
+            found[backend.value] = {"class": chosen}
+    return found
+
+
+def env_default(envs_source: str, name: str) -> str | None:
+    """The default that envs.py's entry for ``name`` passes to ``os.getenv`` (a string), or None."""
+    for node in ast.walk(ast.parse(envs_source)):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == name:
+                    for call in ast.walk(value):
+                        if isinstance(call, ast.Call) and ast.unparse(call.func) in ("os.getenv", "os.environ.get") and len(call.args) > 1:
+                            default = call.args[1]
+                            return default.value if isinstance(default, ast.Constant) and isinstance(default.value, str) else None
+    return None
+
+
+def async_executors(modules: dict[str, str]) -> list[str]:
+    """The executor classes whose ``supports_async_scheduling()`` returns True, their own or a base's
+    (vllm/v1/executor/*.py): vLLM refuses ``--async-scheduling`` on the others."""
+    classes: dict[str, tuple[list[str], bool | None]] = {}
+    for path, text in modules.items():
+        if not path.startswith("vllm/v1/executor/"):
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                says = None
+                for method in node.body:
+                    if isinstance(method, ast.FunctionDef) and method.name == "supports_async_scheduling":
+                        returns = [r.value for r in ast.walk(method) if isinstance(r, ast.Return)]
+                        if len(returns) == 1 and isinstance(returns[0], ast.Constant) and isinstance(returns[0].value, bool):
+                            says = returns[0].value
+                classes[node.name] = ([ast.unparse(b) for b in node.bases], says)
+
+    def supports(name: str) -> bool:
+        bases, says = classes.get(name, ([], None))
+        return says if says is not None else any(supports(base) for base in bases)
+
+    return sorted(name for name in classes if supports(name))
 
 
 # The start-up lines vLLM logs for each phase (logger format strings, as written in its source): the health gate
@@ -978,6 +1056,8 @@ def extract(wheel: Path) -> dict[str, object]:
             "mx_architectures": mx_architectures(modules),
             "startup_checks": anchored_checks(modules),
             "startup_conditions": startup_conditions(modules),
+            "executors": executors(modules, envs),
+            "async_executors": async_executors(modules),
             "exclusive": [
                 e for e in exclusive_settings(modules["vllm/engine/arg_utils.py"]) if e["flag"] in flags and e["config"] in flags
             ],

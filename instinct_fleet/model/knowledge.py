@@ -153,6 +153,10 @@ class VllmKnowledge:
     # check id -> the conditions under which that line raises, as vLLM's source writes them (extract.startup_conditions);
     # empty for a project's table extracted before they were read
     startup_conditions: dict[str, tuple[str, ...]]
+    # --distributed-executor-backend -> the executor class vLLM runs (extract.executors), and the classes that
+    # support async scheduling; both empty for a project's table extracted before they were read
+    executors: dict[str, dict[str, str]]
+    async_executors: frozenset[str]
     exclusive: tuple[Exclusive, ...]
     scheduler_defaults: SchedulerDefaults | None
     startup_log: dict[str, tuple[str, ...]]  # phase -> the logger format strings vLLM writes for it
@@ -292,6 +296,8 @@ def from_json(data: dict[str, Any]) -> VllmKnowledge:
         mx_architectures=tuple(data["mx_architectures"]),
         startup_checks=dict(data["startup_checks"]),
         startup_conditions={check: tuple(stated["when"]) for check, stated in data.get("startup_conditions", {}).items()},
+        executors={backend: dict(choice) for backend, choice in data.get("executors", {}).items()},
+        async_executors=frozenset(data.get("async_executors", ())),
         exclusive=tuple(Exclusive(**e) for e in data["exclusive"]),
         scheduler_defaults=_scheduler_defaults(data["scheduler_defaults"]),
         startup_log={phase: tuple(formats) for phase, formats in data["startup_log"].items()},

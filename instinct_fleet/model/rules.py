@@ -407,6 +407,12 @@ _STARTUP_RULES = (
     Rule("scheduler-partial-prefills-chunked", "error", "vLLM needs chunked prefill for --max-num-partial-prefills above 1."),
     Rule("scheduler-long-partial-prefills", "error", "vLLM needs --max-long-partial-prefills <= --max-num-partial-prefills."),
     Rule(
+        "executor-async-scheduling",
+        "error",
+        "vLLM refuses --async-scheduling on an executor class that does not support it; the class follows the backend and, "
+        "in 0.22.0, VLLM_USE_RAY_V2_EXECUTOR_BACKEND (0 picks RayDistributedExecutor, which does not).",
+    ),
+    Rule(
         "partial-prefill-unsupported",
         "error",
         "vLLM 0.22.0 runs no concurrent partial prefill: it refuses --max-num-partial-prefills or --max-long-partial-prefills "

@@ -473,6 +473,27 @@ def _executor_backend(launch: Launch) -> str:
     return "uni"
 
 
+def _executor_class(launch: Launch) -> tuple[str, str] | None:
+    """The executor class this instance's vLLM runs, and how it was chosen: ``Executor.get_class`` by the backend,
+    and for a backend that an ``envs`` flag splits, by that variable (its envs.py default when unset, read as
+    ``bool(int(...))`` reads it); None when the table does not say."""
+    backend = _executor_backend(launch)
+    choice = launch.table.executors.get(backend)
+    if choice is None:
+        return None
+    if "class" in choice:
+        return choice["class"], f"the {backend} executor"
+    value = launch.svc.env.get(choice["env"], choice["default"])
+    on = value.strip().lstrip("-").isdigit() and int(value) != 0
+    return choice["on" if on else "off"], f"the {backend} executor with {choice['env']}={value}"
+
+
+def _async_scheduling_executor(launch: Launch) -> Iterator[tuple[str, str]]:
+    chosen = _executor_class(launch)
+    if launch.switch("async-scheduling") is True and chosen is not None and chosen[0] not in launch.table.async_executors:
+        yield launch.where("async-scheduling"), f"{chosen[1]} runs {chosen[0]}, which does not support async scheduling"
+
+
 def _nsight_needs_ray(launch: Launch) -> Iterator[tuple[str, str]]:
     if launch.switch("ray-workers-use-nsight") and _executor_backend(launch) != "ray":
         yield launch.where("ray-workers-use-nsight"), f"needs the ray executor, and this instance runs {_executor_backend(launch)}"
@@ -498,4 +519,5 @@ CHECKS: dict[str, Check] = {
     "executor-nsight-needs-ray": _nsight_needs_ray,
     "executor-nnodes-backend": _nnodes_backend,
     "partial-prefill-unsupported": _partial_prefill_unsupported,
+    "executor-async-scheduling": _async_scheduling_executor,
 }

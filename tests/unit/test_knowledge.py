@@ -563,3 +563,47 @@ def _raise_unsupported_error(feature_name: str):
     # A helper that only warns (0.11.0's _raise_or_fallback falls back to V0) raises nothing: no check is anchored.
     warned = source.replace("_raise_unsupported_error(feature_name=", "_raise_or_fallback(feature_name=")
     assert "partial-prefill-unsupported" not in extract.anchored_checks({"vllm/engine/arg_utils.py": warned})
+
+
+ABSTRACT = """
+class Executor:
+    @staticmethod
+    def get_class(vllm_config):
+        distributed_executor_backend = vllm_config.parallel_config.distributed_executor_backend
+        if isinstance(distributed_executor_backend, type):
+            executor_class = distributed_executor_backend
+        elif distributed_executor_backend == "ray":
+            if envs.VLLM_USE_RAY_V2_EXECUTOR_BACKEND:
+                from vllm.v1.executor.ray_executor_v2 import RayExecutorV2
+                executor_class = RayExecutorV2
+            else:
+                executor_class = RayDistributedExecutor
+        elif distributed_executor_backend == "mp":
+            executor_class = MultiprocExecutor
+        return executor_class
+
+    @classmethod
+    def supports_async_scheduling(cls) -> bool:
+        return False
+"""
+EXECUTORS = {
+    "vllm/v1/executor/abstract.py": ABSTRACT,
+    "vllm/v1/executor/multiproc_executor.py": "class MultiprocExecutor(Executor):\n    def supports_async_scheduling(cls):\n        return True\n",
+    "vllm/v1/executor/ray_executor_v2.py": "class RayExecutorV2(MultiprocExecutor):\n    uses_ray = True\n",
+    "vllm/v1/executor/ray_executor.py": "class RayDistributedExecutor(Executor):\n    uses_ray = True\n",
+}
+ENVS = """
+environment_variables = {
+    "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": lambda: bool(int(os.getenv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "1"))),
+}
+"""
+
+
+def test_the_executor_each_backend_runs_is_read_from_get_class_with_the_variable_that_splits_one() -> None:
+    extract = _extractor()
+    assert extract.executors(EXECUTORS, ENVS) == {
+        "ray": {"env": "VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "default": "1", "on": "RayExecutorV2", "off": "RayDistributedExecutor"},
+        "mp": {"class": "MultiprocExecutor"},
+    }
+    # A class supports async scheduling by its own answer or its base's: RayExecutorV2 through MultiprocExecutor.
+    assert extract.async_executors(EXECUTORS) == ["MultiprocExecutor", "RayExecutorV2"]

@@ -228,6 +228,16 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"vllm_args": {"nnodes": 2, "distributed-executor-backend": "ray"}},
         {"vllm_args": {"nnodes": 2, "distributed-executor-backend": "mp"}},
     ),
+    "executor-async-scheduling": (  # 0.22.0's ray executor is RayExecutorV2 unless the variable says 0
+        {
+            "vllm_args": {"async-scheduling": True, "distributed-executor-backend": "ray"},
+            "vllm_env": {"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"},
+        },
+        {
+            "vllm_args": {"async-scheduling": True, "distributed-executor-backend": "ray"},
+            "vllm_env": {"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1"},
+        },
+    ),
     "flag-config-exclusive": (  # a Llama: gpt-oss's attention sinks rule ROCM_AITER_FA out whatever else is set
         {
             "vllm_model": "meta-llama/Llama-3.1-8B-Instruct",

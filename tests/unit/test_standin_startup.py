@@ -233,6 +233,7 @@ def launches(draw: st.DrawFn, version: str, model: str, env: dict[str, str]) -> 
         "distributed-executor-backend": draw(st.sampled_from([None, "mp", "ray", "uni"])),
         "nnodes": draw(_maybe(st.integers(1, 2))),
         "attention-backend": draw(st.sampled_from([None, "ROCM_AITER_FA", "TRITON_ATTN"])),
+        "async-scheduling": draw(st.sampled_from([None, True, False])),
     }
     flags = knowledge.load(version).flags
     data = {
@@ -241,7 +242,10 @@ def launches(draw: st.DrawFn, version: str, model: str, env: dict[str, str]) -> 
         "vllm_version": version,
         "vllm_image": f"vllm/vllm-openai-rocm:v{version}",
         "vllm_args": {k: v for k, v in args.items() if v is not None and f"--{k}" in flags and v != {}},
-        "vllm_env": env,
+        "vllm_env": {
+            **env,
+            **draw(st.sampled_from([{}, {"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}, {"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1"}])),
+        },
     }
     return data
 

@@ -240,6 +240,19 @@ def vllm_names(model: str, args: dict[str, Any], path: str) -> dict[str, Any]:
             long_prefill_token_threshold=number.get("--long-prefill-token-threshold", 0),
         )
         return {"self": config, "max_model_len": length}
+    if path == "vllm/config/vllm.py":  # VllmConfig.__post_init__, after Executor.get_class (TABLE["executors"])
+        backend = executor_backend(args)
+        choice = TABLE.get("executors", {}).get(backend, {})
+        chosen = choice.get("class")
+        if "env" in choice:
+            value = os.environ.get(choice["env"], choice["default"])
+            chosen = choice["on"] if bool(int(value)) else choice["off"]  # envs.py reads it as bool(int(...))
+        asked = args.get("--async-scheduling")
+        return {
+            "self": SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=asked if isinstance(asked, bool) else None)),
+            "executor_backend": backend,
+            "executor_supports_async_sched": chosen in TABLE.get("async_executors", []),
+        }
     if path == "vllm/engine/arg_utils.py":  # EngineArgs._check_feature_supported, against SchedulerConfig's defaults
         engine = SimpleNamespace(
             max_num_partial_prefills=number.get("--max-num-partial-prefills", 1),
