@@ -592,7 +592,7 @@ EXECUTORS = {
     "vllm/v1/executor/ray_executor_v2.py": "class RayExecutorV2(MultiprocExecutor):\n    uses_ray = True\n",
     "vllm/v1/executor/ray_executor.py": "class RayDistributedExecutor(Executor):\n    uses_ray = True\n",
 }
-ENVS = """
+EXECUTOR_ENVS = """
 environment_variables = {
     "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": lambda: bool(int(os.getenv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "1"))),
 }
@@ -601,7 +601,7 @@ environment_variables = {
 
 def test_the_executor_each_backend_runs_is_read_from_get_class_with_the_variable_that_splits_one() -> None:
     extract = _extractor()
-    assert extract.executors(EXECUTORS, ENVS) == {
+    assert extract.executors(EXECUTORS, EXECUTOR_ENVS) == {
         "ray": {"env": "VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "default": "1", "on": "RayExecutorV2", "off": "RayDistributedExecutor"},
         "mp": {"class": "MultiprocExecutor"},
     }
