@@ -69,9 +69,9 @@ gpu_health_recovery_warning = 1
 gpu_health_bad_page_warning = 0.9
 
 # What every GPU must run (`gpu-fleet-drift`): `{"firmware": "00159017", "driver": "6.16.13",
-# "compute_partition": "SPX", "memory_partition": "NPS1"}`; a key left out is compared with the
-# majority of the hosts read in the run.
-gpu_health_expected = {"firmware": None, "driver": None, "compute_partition": None, "memory_partition": None}
+# "xgmi_rate": "32 Gb/s", "compute_partition": "SPX", "memory_partition": "NPS1"}`; a key left
+# out is compared with the majority of the hosts read in the run.
+gpu_health_expected = {"firmware": None, "driver": None, "xgmi_rate": None, "compute_partition": None, "memory_partition": None}
 
 # Junction temperature (°C) above which the `GpuJunctionTemperatureHigh` alert fires after 5
 # minutes (`instinct-fleet targets --alerts`); our default, not AMD's limit: set your

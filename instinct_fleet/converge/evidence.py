@@ -34,7 +34,9 @@ class Ecc:
 
 @dataclass(frozen=True)
 class GpuEvidence:
-    """What one GPU reported. ``xgmi``: its link state to each GPU of the node (U up, D down, X disabled, SELF)."""
+    """What one GPU reported. ``xgmi``: its link state to each GPU of the node (U up, D down, X disabled, SELF);
+    ``xgmi_rate``: its XGMI links' bit rate as amd-smi's link metrics print it (``32 Gb/s``), which the fleet must
+    agree on (node-scraper compares the same ``bit_rate`` with a reference host)."""
 
     index: int
     bdf: str | None = None
@@ -52,6 +54,7 @@ class GpuEvidence:
     recoveries: int | None = None
     naks: int | None = None
     xgmi: tuple[str, ...] = ()
+    xgmi_rate: str | None = None
     firmware: str | None = None
     driver: str | None = None
     compute_units: int | None = None
@@ -118,6 +121,14 @@ def rate(value: Any) -> float | None:
     if isinstance(value, str) and (found := re.match(r"\s*([0-9]+(?:\.[0-9]+)?)", value)):
         return float(found.group(1))
     return None
+
+
+def _bit_rate(value: Any) -> str | None:
+    """An XGMI bit rate as one string, ``32 Gb/s``, from ``{"value": 32, "unit": "Gb/s"}`` or the text itself."""
+    if isinstance(value, dict):
+        amount, unit = value.get("value"), value.get("unit")
+        return f"{amount:g} {unit}".strip() if isinstance(amount, int | float) and not isinstance(amount, bool) else None
+    return text(value)
 
 
 def text(value: Any) -> str | None:
@@ -229,6 +240,7 @@ def parse(part: dict[str, str]) -> Evidence:
         retired, pending = _pages(pages[index]) if index in pages else (None, None)
         naks = [n for n in (number(pcie.get("nak_sent_count")), number(pcie.get("nak_received_count"))) if n is not None]
         link_states = dig(xgmi.get(index), "link_status")
+        bit_rate = dig(xgmi.get(index), "link_metrics", "bit_rate")
         gpus.append(
             GpuEvidence(
                 index=index,
@@ -247,6 +259,7 @@ def parse(part: dict[str, str]) -> Evidence:
                 recoveries=number(pcie.get("l0_to_recovery_count")),
                 naks=sum(naks) if naks else None,
                 xgmi=tuple(str(s) for s in link_states) if isinstance(link_states, list) else (),
+                xgmi_rate=_bit_rate(bit_rate),
                 firmware=text(dig(row, "ifwi", "version")) or text(dig(row, "vbios", "version")),
                 driver=text(dig(row, "driver", "version")),
                 compute_units=number(dig(row, "asic", "num_compute_units")),

@@ -34,8 +34,9 @@ from instinct_fleet.model.spec import HostSpec
 # How `instinct-fleet quarantine` and `admit` tell the deploy they run what the operator asked (Ask, as JSON).
 ASK_ENV = "INSTINCT_FLEET_GPU_ASK"
 
-# What the fleet must agree on (gpu-fleet-drift), per GPU (firmware, driver) or per host (partitions).
-AGREED = ("firmware", "driver", "compute_partition", "memory_partition")
+# What the fleet must agree on (gpu-fleet-drift), per GPU (firmware, driver, XGMI bit rate) or per host (partitions).
+AGREED = ("firmware", "driver", "xgmi_rate", "compute_partition", "memory_partition")
+PER_GPU = ("firmware", "driver", "xgmi_rate")
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,10 @@ class Quarantine:
 
 
 def values(report: HostReport) -> dict[str, list[str]]:
-    """The agreed fields as this host reports them: one value per GPU for firmware and driver, one per host otherwise."""
+    """The agreed fields as this host reports them: one value per GPU for firmware, driver and XGMI bit rate, one per
+    host otherwise."""
     gpus = report.evidence.gpus
-    found: dict[str, list[str]] = {
-        "firmware": [g.firmware for g in gpus if g.firmware],
-        "driver": [g.driver for g in gpus if g.driver],
-    }
+    found: dict[str, list[str]] = {key: [value for g in gpus if (value := getattr(g, key))] for key in PER_GPU}
     if report.compute_partition:
         found["compute_partition"] = [report.compute_partition]
     if report.memory_partition:
@@ -239,11 +238,12 @@ def _drift(
             want, whose = most.values.get(key), "the fleet's majority"
         if want is None:
             continue
-        if key in ("firmware", "driver"):
+        if key in PER_GPU:
             for g in report.evidence.gpus:
                 have = getattr(g, key)
                 if have is not None and have != want:
-                    found.append(_finding("gpu-fleet-drift", host, g.index, f"{key} {have}, where {whose} is {want}", levels))
+                    said = key.replace("xgmi_rate", "XGMI bit rate")
+                    found.append(_finding("gpu-fleet-drift", host, g.index, f"{said} {have}, where {whose} is {want}", levels))
         else:
             have = getattr(report, key)
             if have is not None and have != want:

@@ -74,7 +74,8 @@ HARDWARE: tuple[tuple[str, str], ...] = (
     # GPU health evidence (converge/evidence.py): ECC totals and blocks with the PCIe link, bad pages, XGMI links.
     ("amd-smi-metric", _one_line("amd-smi metric --ecc --ecc-blocks --pcie --json")),
     ("amd-smi-bad-pages", _one_line("amd-smi bad-pages --json")),
-    ("amd-smi-xgmi", _one_line("amd-smi xgmi -l --json")),
+    # The links' state and, for the fleet's agreement, their bit rate (amd-smi's link metrics), in one call.
+    ("amd-smi-xgmi", _one_line("amd-smi xgmi -m -l --json")),
     # Where amd-smi gives no current link: each amdgpu PCI device's, as sysfs (and lspci's LnkSta) show it.
     (
         "pcie-links",

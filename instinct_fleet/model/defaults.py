@@ -397,6 +397,7 @@ class GpuExpected(_Strict):
 
     firmware: Annotated[StrictStr, Field(min_length=1)] | None = None
     driver: Annotated[StrictStr, Field(min_length=1)] | None = None
+    xgmi_rate: Annotated[StrictStr, Field(min_length=1)] | None = None
     compute_partition: Annotated[StrictStr, Field(min_length=1)] | None = None
     memory_partition: Annotated[StrictStr, Field(min_length=1)] | None = None
 
@@ -470,7 +471,7 @@ class FleetVars(_Strict):
     )
     gpu_health_expected: GpuExpected = Field(
         default_factory=_as_written(GpuExpected().model_dump()),
-        description='What every GPU must run (`gpu-fleet-drift`): `{"firmware": "00159017", "driver": "6.16.13", "compute_partition": "SPX", "memory_partition": "NPS1"}`; a key left out is compared with the majority of the hosts read in the run.',
+        description='What every GPU must run (`gpu-fleet-drift`): `{"firmware": "00159017", "driver": "6.16.13", "xgmi_rate": "32 Gb/s", "compute_partition": "SPX", "memory_partition": "NPS1"}`; a key left out is compared with the majority of the hosts read in the run.',
     )
     gpu_alert_junction_celsius: Annotated[StrictInt, Field(ge=1, le=150)] = Field(
         default=100,

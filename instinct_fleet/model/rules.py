@@ -532,7 +532,11 @@ GPU_RULES = (
     Rule("gpu-pcie-nak", "warning", "PCIe NAKs sent or received."),
     Rule("gpu-xgmi-down", "error", "An XGMI link to another GPU of the node is down: tensor-parallel all-reduce crosses it."),
     Rule("gpu-node-mismatch", "error", "The GPUs of one node must agree on model, compute units and gfx version (node-scraper's check)."),
-    Rule("gpu-fleet-drift", "error", "Firmware, driver and partition modes must be `gpu_health_expected`'s, or else the fleet's majority."),
+    Rule(
+        "gpu-fleet-drift",
+        "error",
+        "Firmware, driver, XGMI bit rate and partition modes must be `gpu_health_expected`'s, or else the fleet's majority.",
+    ),
     Rule(
         "gpu-fleet-split",
         "warning",

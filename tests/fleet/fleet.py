@@ -481,7 +481,7 @@ def ssh_key() -> Path:
 SMI_ANSWERS = {
     "metric.json": "metric --ecc --ecc-blocks --pcie --json",
     "bad-pages.json": "bad-pages --json",
-    "xgmi.json": "xgmi -l --json",
+    "xgmi.json": "xgmi -m -l --json",
 }
 
 

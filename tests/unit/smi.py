@@ -19,7 +19,7 @@ COMMANDS = {
     "amd_smi_static": "static --json",
     "amd_smi_metric": "metric --ecc --ecc-blocks --pcie --json",
     "amd_smi_bad_pages": "bad-pages --json",
-    "amd_smi_xgmi": "xgmi -l --json",
+    "amd_smi_xgmi": "xgmi -m -l --json",
 }
 
 

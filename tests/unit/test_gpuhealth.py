@@ -49,6 +49,7 @@ def test_a_healthy_captured_host_gives_every_gpu_full_evidence_and_no_finding() 
     assert g.ecc == Ecc(0, 0, 0) and len(g.blocks) == 19 and g.blocks["UMC"] == Ecc(0, 0, 0)
     assert (g.retired, g.pending, g.bad_page_threshold, g.threshold_exceeded) == (0, 0, 128, False)
     assert g.xgmi == ("SELF", *["U"] * 7) and g.firmware == "00159017" and g.driver == "6.16.13"
+    assert g.xgmi_rate == "32 Gb/s"  # the captures' MI300X bit rate (amd-smi-xgmi_mi300x-class-x8_*.txt)
     assert (g.compute_units, g.arch) == (304, "gfx942")
     assert judged() == []
 
@@ -179,6 +180,20 @@ def test_the_fleet_s_majority_names_the_host_that_drifts_with_both_values_and_a_
     other = preflight.parse_report(mi300x_host(**smi.sections(), partitions="\n".join(["CPX NPS4"] * 8)))
     most = gpuhealth.majority([report(), report(), other])
     assert rules(gpuhealth.judge(other, spec(), most)) == {"gpu-fleet-drift": [None, None]}  # type: ignore[arg-type]
+
+
+def test_an_xgmi_link_at_another_bit_rate_than_the_fleet_s_is_named_with_both_rates() -> None:
+    # node-scraper compares each GPU's XGMI bit_rate with its reference host's; here, with the fleet's majority.
+    reports = {"h0": report(), "h1": report(), "h2": report({"gpus": {"4": {"xgmi_rate": 16}}})}
+    assert reports["h2"].evidence.gpus[4].xgmi_rate == "16 Gb/s"
+    most = gpuhealth.majority(reports.values())
+    assert most.values["xgmi_rate"] == "32 Gb/s"
+    found = {h: gpuhealth.judge(r, spec(), most) for h, r in reports.items()}  # type: ignore[arg-type]
+    assert found["h0"] == [] and rules(found["h2"]) == {"gpu-fleet-drift": [4]}
+    assert "XGMI bit rate 16 Gb/s, where the fleet's majority is 32 Gb/s" in found["h2"][0].finding.message
+    # Pinned, it is compared with the pin: every GPU of a fleet at 32 Gb/s is named.
+    pinned = gpuhealth.judge(reports["h0"], spec(gpu_health_expected={"xgmi_rate": "36 Gb/s"}), most)  # type: ignore[arg-type]
+    assert rules(pinned) == {"gpu-fleet-drift": list(range(8))}
 
 
 def test_gpus_of_one_node_must_agree() -> None:
@@ -377,7 +392,7 @@ def test_status_reads_the_same_evidence_and_shows_each_host_s_verdict() -> None:
         return f"{status.MARK}evidence{evidence}\n{probe.MARK}partitions\n" + "\n".join(["SPX NPS1"] * 8)
 
     s = spec()
-    assert all(name in status.script(s) for name in ("amd-smi metric --ecc", "amd-smi bad-pages", "xgmi -l", "current_link_width"))
+    assert all(name in status.script(s) for name in ("amd-smi metric --ecc", "amd-smi bad-pages", "xgmi -m -l", "current_link_width"))
     good, bad = status.evidence_of(text(None)), status.evidence_of(text({"gpus": {"6": {"width": 8}, "1": {"replays": 2}}}))
     assert good is not None and bad is not None and len(bad.evidence.gpus) == 8
     most = gpuhealth.majority([good, bad])

@@ -2,10 +2,10 @@
 
 ``static --json`` and ``version --json`` print output captured verbatim on an 8x
 MI300X Dell XE9680 (ROCm 7.2.1, amd-smi 26.2.2; tests/fixtures/*.source.txt).
-``metric --ecc --ecc-blocks --pcie --json``, ``bad-pages --json`` and ``xgmi -l --json``
+``metric --ecc --ecc-blocks --pcie --json``, ``bad-pages --json`` and ``xgmi -m -l --json``
 have no capture: they are built in the shape of AMD's published models of amd-smi's
 JSON, as amd/node-scraper reads them (nodescraper/plugins/inband/amdsmi/amdsmidata.py:
-MetricPcie, MetricEccTotals, EccData, BadPages/PageData, XgmiLinks), one row per GPU
+MetricPcie, MetricEccTotals, EccData, BadPages/PageData, XgmiLinks, XgmiMetrics), one row per GPU
 of the captured static output, healthy unless the host's fault file says otherwise.
 
 The fault file (FAULTS, JSON) injects hardware faults per GPU index:
@@ -18,6 +18,7 @@ The fault file (FAULTS, JSON) injects hardware faults per GPU index:
                   "width": 8, "speed": 16,        the PCIe link as trained
                   "recoveries": 5, "replays": 1, "naks": 1,
                   "xgmi_down": [5],               links to these GPUs down
+                  "xgmi_rate": 16,                its XGMI links' bit rate in Gb/s (32 when absent)
                   "firmware": "00159999"}}}       another IFWI version in static
 Anything else fails the way a missing feature would.
 """
@@ -102,12 +103,23 @@ def bad_pages(rows, found):
 
 
 def xgmi(rows, found):
-    links = []
+    """``xgmi -m -l --json``: per GPU its link metrics (amd-smi's JSON, as node-scraper's XgmiMetrics models it:
+    bit_rate and max_bandwidth as value and unit; the captures in ../shared/fixtures print 32 Gb/s and 512 Gb/s on
+    MI300X) and its links' state to every GPU."""
+    out = []
     for row in rows:
-        down = found.get("gpus", {}).get(str(row["gpu"]), {}).get("xgmi_down", [])
+        fault = found.get("gpus", {}).get(str(row["gpu"]), {})
+        down = fault.get("xgmi_down", [])
         states = ["SELF" if peer["gpu"] == row["gpu"] else ("D" if peer["gpu"] in down else "U") for peer in rows]
-        links.append({"gpu": row["gpu"], "bdf": row["bus"]["bdf"], "link_status": states})
-    return {"link_status": links}
+        rate = fault.get("xgmi_rate", 32)
+        metrics = {
+            "bit_rate": {"value": rate, "unit": "Gb/s"},
+            "max_bandwidth": {"value": rate * 16, "unit": "Gb/s"},
+            "link_type": "XGMI",
+            "links": [{"gpu": peer["gpu"], "bdf": peer["bus"]["bdf"], "read": "N/A", "write": "N/A"} for peer in rows],
+        }
+        out.append({"gpu": row["gpu"], "bdf": row["bus"]["bdf"], "link_metrics": metrics, "link_status": states})
+    return out
 
 
 def main():
@@ -134,7 +146,7 @@ def main():
         "static --json": lambda: shaped(rows, found),
         "metric --ecc --ecc-blocks --pcie --json": lambda: shaped(metric(rows, found), found),
         "bad-pages --json": lambda: shaped(bad_pages(rows, found), found),
-        "xgmi -l --json": lambda: xgmi(rows, found),
+        "xgmi -m -l --json": lambda: xgmi(rows, found),
     }
     if command not in answers:
         print(f"amd-smi stand-in: '{command}' is not captured in the fixtures", file=sys.stderr)
