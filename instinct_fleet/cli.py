@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -125,8 +125,11 @@ def _report(
     explain: bool,
     unread: Sequence[Finding] = (),
     tables: dict[str, str] | None = None,
+    gpus: Mapping[str, list[gpuhealth.Judged] | str | None] | None = None,
 ) -> int:
-    """Print what each host serves and every finding; ``tables``: each vLLM version's table and where it came from."""
+    """Print what each host serves and every finding; ``tables``: each vLLM version's table and where it came from;
+    ``gpus``: each host's GPU health verdict, read by ``plan --gpus`` (its findings, an unreachable host's error, or
+    None where the host gave no evidence)."""
     findings = distinct([*unread, *(f for _, fs in planned for f in fs)])
     errors = [f for f in findings if f.severity == "error"]
     warnings = [f for f in findings if f.severity == "warning"]
@@ -139,6 +142,8 @@ def _report(
             "warnings": [_finding_json(f) for f in warnings],
             "errors": [_finding_json(f) for f in errors],
         }
+        if gpus is not None:
+            out["gpu_health"] = {host: _verdict_json(v) for host, v in gpus.items()}
         print(json.dumps(out, indent=2))
     else:
         for _, svc, env in served:
@@ -161,10 +166,39 @@ def _report(
                 _explain_managed(spec)
         for version, source in (tables or {}).items():
             print(f"vLLM {version}: validated against the table {source}")
+        for line in _verdict_lines(gpus or {}):
+            print(line)
         for line in grouped(findings):
             print(line, file=sys.stderr)
         print(f"{tally(findings, 'error')}, {tally(findings, 'warning')}", file=sys.stderr)
     return EXIT_INVALID if errors else EXIT_OK
+
+
+def _verdict_lines(gpus: Mapping[str, list[gpuhealth.Judged] | str | None]) -> list[str]:
+    """``plan --gpus``: a line per host, then one per finding with the GPU it names; errors are what the next deploy
+    quarantines."""
+    lines = ["GPU health, read now from each host as the next deploy judges it:"] if gpus else []
+    for host, verdict in sorted(gpus.items()):
+        if verdict is None:
+            lines.append(f"  {host}: no evidence (amd-smi gave none; see the gpu-evidence rule)")
+        elif isinstance(verdict, str):
+            lines.append(f"  {host}: {verdict}")
+        else:
+            errors = sum(1 for j in verdict if j.finding.severity == "error")
+            lines.append(f"  {host}: " + (f"{errors} error(s), {len(verdict) - errors} warning(s)" if verdict else "ok"))
+            lines += [f"    {j.finding.severity}: {j.finding.message} [{j.finding.rule}]" for j in verdict]
+            if errors:
+                lines.append("    the next deploy quarantines what these errors touch")
+    return lines
+
+
+def _verdict_json(verdict: list[gpuhealth.Judged] | str | None) -> dict[str, Any]:
+    if verdict is None or isinstance(verdict, str):
+        return {"read": False, "error": verdict or "no evidence"}
+    return {
+        "read": True,
+        "findings": [{"gpu": j.gpu, "rule": j.finding.rule, "severity": j.finding.severity, "message": j.finding.message} for j in verdict],
+    }
 
 
 def _finding_json(f: Finding) -> dict[str, str | None]:
@@ -311,7 +345,34 @@ def _plan_project(opts: argparse.Namespace) -> Scope:
 def cmd_plan(opts: argparse.Namespace) -> int:
     scope = _plan_project(opts)
     versions = sorted({str(spec.vars.vllm_version) for spec, _ in scope.planned})
-    return _report(scope.planned, opts.json, opts.explain, scope.unread, {v: scope.catalog.table_source(v) for v in versions})
+    tables = {v: scope.catalog.table_source(v) for v in versions}
+    if not opts.gpus:
+        return _report(scope.planned, opts.json, opts.explain, scope.unread, tables)
+    if any(f.severity == "error" for _, fs in scope.planned for f in fs):
+        _report(scope.planned, opts.json, opts.explain, scope.unread, tables)
+        print("instinct-fleet: --gpus reads the hosts only once the inventory validates: no host was contacted", file=sys.stderr)
+        return EXIT_INVALID
+    chosen = [spec for spec, _ in scope.planned if spec.host in scope.chosen and spec.vars.gpu_health]
+    verdicts = _gpu_verdicts(opts, chosen)
+    code = _report(scope.planned, opts.json, opts.explain, scope.unread, tables, verdicts)
+    bad = any(v is None or isinstance(v, str) or any(j.finding.severity == "error" for j in v) for v in verdicts.values())
+    return EXIT_INVALID if bad else code
+
+
+def _gpu_verdicts(opts: argparse.Namespace, specs: list[HostSpec]) -> dict[str, list[gpuhealth.Judged] | str | None]:
+    """Each host's GPU health verdict, read now (one read-only command per host) and judged as the next deploy judges
+    it; a host that cannot be read gives its error."""
+    if not specs:
+        return {}
+    results = remote.Hosts(opts.inventory, str(_project_dir(opts))).run_all(
+        {str(s.host): status.evidence_script() for s in specs}, min(max(s.vars.command_timeout for s in specs), 60)
+    )
+    read = {str(s.host): (s, results[str(s.host)].stdout) for s in specs if results[str(s.host)].error is None}
+    verdicts: dict[str, list[gpuhealth.Judged] | str | None] = {**status.gpu_verdicts(read)}
+    for s in specs:
+        if (error := results[str(s.host)].error) is not None:
+            verdicts[str(s.host)] = f"unreachable: {error}"
+    return verdicts
 
 
 def _project_dir(opts: argparse.Namespace) -> Path:
@@ -891,6 +952,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="resolve and validate every host of an inventory")
     plan.add_argument("inventory")
+    plan.add_argument(
+        "--gpus",
+        action="store_true",
+        help="also read each chosen host's GPU evidence (one read-only command per host, once the inventory validates) "
+        "and show the health verdict per host and GPU that the next deploy acts on; exit 1 on an error or an unreadable host",
+    )
     plan.set_defaults(func=cmd_plan)
 
     for p in (recipes, render, plan):

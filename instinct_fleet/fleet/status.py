@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -121,8 +122,7 @@ def script(spec: HostSpec) -> str:
     if spec.vars.watch and spec.serves:  # the watch's verdict on every instance, by the one progress rule (liveness.py)
         parts.append(f"printf '{MARK}watch\\n'; curl -s -m 3 http://127.0.0.1:{spec.vars.watch_port}/state; echo; true")
     if spec.vars.gpu_health:  # the evidence the deploy's preflight judges, read by the same probes
-        probes = "; ".join(f"printf '\\n%s\\n' '{probe.MARK}{name}'; {command}" for name, command in probe.HARDWARE if name in EVIDENCE)
-        parts.append(f"printf '{MARK}evidence\\n'; {probes}; true")
+        parts.append(evidence_script())
     cluster = spec.cluster
     if cluster is not None:
         ray = paths.ray_unit(cluster.role)
@@ -208,6 +208,21 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
             state = lines[0] if lines and not lines[0].startswith("health ") else "unknown"
             rows.append(Row(host, name, paths.service(name), state, _health(lines, instance=False) if exporter else "-", rolling=rolling))
     return rows
+
+
+def evidence_script() -> str:
+    """The part of :func:`script` that reads a host's GPU evidence, by the preflight fact's own probes; ``plan
+    --gpus`` runs it alone."""
+    probes = "; ".join(f"printf '\\n%s\\n' '{probe.MARK}{name}'; {command}" for name, command in probe.HARDWARE if name in EVIDENCE)
+    return f"printf '{MARK}evidence\\n'; {probes}; true"
+
+
+def gpu_verdicts(read: Mapping[str, tuple[HostSpec, str]]) -> dict[str, list[gpuhealth.Judged] | None]:
+    """Each host's GPU verdict from what :func:`evidence_script` printed there (host -> its spec and output), judged
+    against the majority of the hosts read, as the deploy judges it; None for a host whose output holds no evidence."""
+    reports = {host: (spec, evidence_of(text)) for host, (spec, text) in read.items()}
+    most = gpuhealth.majority(report for _, report in reports.values() if report is not None)
+    return {host: gpuhealth.judge(report, spec, most) if report is not None else None for host, (spec, report) in reports.items()}
 
 
 def evidence_of(text: str) -> HostReport | None:

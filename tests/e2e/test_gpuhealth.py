@@ -68,6 +68,9 @@ def test_an_uncorrectable_ecc_gpu_is_quarantined_under_load_admitted_once_cleare
     seen = {r["instance"]: r for r in json.loads(shown.stdout)}
     assert seen["oss"]["quarantined"] and "GPU 4" in seen["oss"]["quarantined"] and seen["llama-a"]["ok"]
     assert "GPU 4: 2 uncorrectable ECC" in seen["gpu health"]["error"]
+    planned = cli("plan", baseline, "--limit", HOST, "--gpus")  # the verdict the next deploy acts on, per GPU
+    assert planned.returncode == 1 and f"  {HOST}: 1 error(s)" in planned.stdout, planned.stdout[-3000:] + planned.stderr[-2000:]
+    assert "error: GPU 4: 2 uncorrectable ECC error(s) (blocks: UMC 2)" in planned.stdout
     checked = cli("verify", baseline, "--limit", HOST, "--", "-q", "-k", "gpus_are_healthy or watch_holds or units_are")
     assert checked.returncode != 0 and "GPU 4: 2 uncorrectable ECC" in checked.stdout, checked.stdout[-3000:]
 
@@ -95,9 +98,10 @@ def test_an_uncorrectable_ecc_gpu_is_quarantined_under_load_admitted_once_cleare
     assert admitted.returncode == 0, admitted.stderr[-3000:]
     until(lambda: oss in pool(router_url(fleet)), 60)
 
-    # (5) Firmware that drifts from the fleet: named with both versions (a warning on this inventory).
-    faults(fleet, {"gpus": {"0": {"firmware": "00159999"}}})
+    # (5) Firmware and an XGMI bit rate that drift from the fleet: named with both values (warnings on this inventory).
+    faults(fleet, {"gpus": {"0": {"firmware": "00159999"}, "1": {"xgmi_rate": 16}}})
     drift = deploy(inventory=inventory(tmp_path, "drift", {**BASELINE, "gpu_health_levels": {"gpu-fleet-drift": "warning"}}))
     faults(fleet, None)
     assert "GPU 0: firmware 00159999, where the fleet's majority is 00159017 [gpu-fleet-drift]" in drift.stderr, drift.stderr[-3000:]
+    assert "GPU 1: XGMI bit rate 16 Gb/s, where the fleet's majority is 32 Gb/s [gpu-fleet-drift]" in drift.stderr
     assert "quarantined" not in drift.status(HOST)

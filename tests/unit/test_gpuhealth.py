@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from instinct_fleet import cli
 from instinct_fleet.converge import evidence, gpuhealth, preflight, probe
 from instinct_fleet.converge.evidence import Ecc, Evidence, GpuEvidence
 from instinct_fleet.converge.hostplan import HostPlan
@@ -401,3 +402,24 @@ def test_status_reads_the_same_evidence_and_shows_each_host_s_verdict() -> None:
     assert row.error is not None and "GPU 6: PCIe link trained at x8" in row.error and "GPU 1: 2 PCIe replay(s)" in row.error
     assert status.health_row(s, good, most).ok  # type: ignore[arg-type]
     assert "GPU health" in status.table([row]) and status.evidence_of(f"{status.MARK}roll\n") is None
+
+
+def test_plan_gpus_shows_each_host_s_verdict_per_gpu_from_the_same_evidence() -> None:
+    def text(faults: dict[str, Any] | None) -> str:
+        evidence = "".join(f"\n{probe.MARK}{name.replace('_', '-')}\n{body}" for name, body in smi.sections(faults).items())
+        return f"{status.MARK}evidence{evidence}\n{probe.MARK}partitions\n" + "\n".join(["SPX NPS1"] * 8)
+
+    s = spec()
+    assert status.evidence_script() in status.script(s)  # plan --gpus reads what status reads, by the fact's probes
+    read = {"h0": (s, text(None)), "h1": (s, text({"gpus": {"2": {"uncorrectable": 1}, "5": {"replays": 1}}})), "h2": (s, "")}
+    verdicts: dict[str, Any] = {**status.gpu_verdicts(read), "h3": "unreachable: timed out"}  # type: ignore[arg-type]
+    assert verdicts["h0"] == [] and verdicts["h2"] is None
+    assert {(j.gpu, j.finding.rule) for j in verdicts["h1"]} == {(2, "gpu-ecc-uncorrectable"), (5, "gpu-pcie-replay")}
+    lines = cli._verdict_lines(verdicts)
+    assert lines[0].startswith("GPU health, read now") and "  h0: ok" in lines and "  h3: unreachable: timed out" in lines
+    assert "  h1: 1 error(s), 1 warning(s)" in lines and "    the next deploy quarantines what these errors touch" in lines
+    assert any(line.startswith("    error: GPU 2: 1 uncorrectable ECC") and line.endswith("[gpu-ecc-uncorrectable]") for line in lines)
+    assert "  h2: no evidence (amd-smi gave none; see the gpu-evidence rule)" in lines
+    shown = cli._verdict_json(verdicts["h1"])
+    assert shown["read"] is True and {f["gpu"] for f in shown["findings"]} == {2, 5}
+    assert cli._verdict_json("unreachable: timed out") == {"read": False, "error": "unreachable: timed out"}
