@@ -646,7 +646,35 @@ def attention_backends(modules: dict[str, str]) -> dict[str, object]:
     return {
         "source": f"{ROCM_PLATFORM} (_get_backend_priorities), {BACKEND_REGISTRY}, vllm/v1/attention/backends/*.py (validate_configuration inputs)",
         "rocm": out,
+        "mha_priority": mha_priority(priorities),
     }
+
+
+def mha_priority(priorities: ast.FunctionDef) -> list[list[str | None]]:
+    """The order in which vLLM tries ROCm backends for a model that is neither MLA nor sparse, each with the condition
+    under which ``_get_backend_priorities`` lists it (its source, None: always): the first that validates the
+    configuration runs when no backend is named. A backend put in front (``insert(0, ...)``) on another branch is a
+    GPU family's the fleet does not run (0.33.0's RDNA); it is left out."""
+    listed: list[list[str | None]] = []
+
+    def walk(body: list[ast.stmt], condition: str | None) -> None:
+        for node in body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.List) and ast.unparse(node.targets[0]) == "backends":
+                listed.extend([[e.attr, condition] for e in node.value.elts if isinstance(e, ast.Attribute)])
+            elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "backends.append":
+                (added,) = node.value.args
+                if isinstance(added, ast.Attribute):
+                    listed.append([added.attr, condition])
+            elif isinstance(node, ast.If) and not _returns(node):
+                walk(node.body, ast.unparse(node.test) if condition is None else f"{condition} and {ast.unparse(node.test)}")
+
+    walk(priorities.body, None)
+    return listed
+
+
+def _returns(node: ast.If) -> bool:
+    """Whether the branch returns (the MLA and sparse lists: not the MHA order)."""
+    return any(isinstance(n, ast.Return) for n in ast.walk(node))
 
 
 def mx_architectures(modules: dict[str, str]) -> list[str]:

@@ -148,6 +148,9 @@ class VllmKnowledge:
     quantization: Quantization
     backends: dict[str, Backend]  # the backends ROCm can pick; empty where the version declares none
     backends_source: str
+    # the order vLLM tries ROCm backends in for an MHA model, each with the condition that lists it (its source, None:
+    # always), when no backend is named (extract.mha_priority); empty where the table has none
+    backend_priority: tuple[tuple[str, str | None], ...]
     mx_architectures: tuple[str, ...]  # gfx prefixes with native MXFP4/MXFP6 (RocmPlatform.supports_mx)
     startup_checks: dict[str, str]  # check id -> the file:line that raises it in this version
     # check id -> the conditions under which that line raises, as vLLM's source writes them (extract.startup_conditions);
@@ -293,6 +296,7 @@ def from_json(data: dict[str, Any]) -> VllmKnowledge:
             for name, b in backends.get("rocm", {}).items()
         },
         backends_source=backends.get("source", ""),
+        backend_priority=tuple((str(name), condition) for name, condition in backends.get("mha_priority", [])),
         mx_architectures=tuple(data["mx_architectures"]),
         startup_checks=dict(data["startup_checks"]),
         startup_conditions={check: tuple(stated["when"]) for check, stated in data.get("startup_conditions", {}).items()},

@@ -434,8 +434,8 @@ _STARTUP_RULES = (
     Rule(
         "shuffle-kv-speculative",
         "error",
-        "ROCM_AITER_FA asserts on the shuffled KV-cache layout together with speculative decoding (multi-token decode), and "
-        "from 0.33.0 on with a model whose attention has sinks (gpt-oss) too.",
+        "ROCM_AITER_FA (named, or the backend vLLM picks when none is) asserts on the shuffled KV-cache layout together with "
+        "speculative decoding (multi-token decode), and from 0.33.0 on with a model whose attention has sinks (gpt-oss) too.",
     ),
 )
 

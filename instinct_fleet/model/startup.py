@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from types import SimpleNamespace
 
 from instinct_fleet.model import knowledge
 from instinct_fleet.model.defaults import GPU_ARCH, GPU_HBM_GIB
@@ -228,6 +229,61 @@ def _selected_backend(launch: Launch) -> tuple[str, str] | None:
     return None
 
 
+def _refusals(launch: Launch, backend: knowledge.Backend) -> list[str]:
+    """Why ``validate_configuration`` of ``backend`` refuses this instance (empty: it takes it)."""
+    dtype = launch.arg("kv-cache-dtype")
+    dtype = str(dtype) if isinstance(dtype, str) else None
+    block = launch.number("block-size")
+    ckpt = launch.checkpoint
+    reasons = []
+    if dtype and not backend.accepts_kv_cache_dtype(dtype):
+        reasons.append(f"KV-cache dtype {dtype!r} (it takes {', '.join(backend.kv_cache_dtypes or ())})")
+    if block is not None and block == int(block) and not backend.accepts_block_size(int(block)):
+        sizes = ", ".join(f"multiples of {str(s)[1:]}" if str(s).startswith("*") else str(s) for s in backend.block_sizes or ())
+        reasons.append(f"block size {int(block)} (it takes {sizes})")
+    if ckpt is not None:
+        if ckpt.mla != backend.is_mla:
+            reasons.append(f"{'an MLA' if ckpt.mla else 'a non-MLA'} model ({ckpt.model})")
+        elif ckpt.sparse != backend.is_sparse:
+            reasons.append(f"{'sparse' if ckpt.sparse else 'dense'} attention ({ckpt.model})")
+        if ckpt.sinks and not backend.supports_sink:
+            reasons.append(f"attention sinks ({ckpt.model})")
+    return reasons
+
+
+def _listed(launch: Launch, condition: str | None) -> bool:
+    """Whether ``_get_backend_priorities`` lists a backend under ``condition`` for this instance. The names it reads
+    are bound here by hand: ``use_kv_connector`` is a --kv-transfer-config; ``rocm_aiter_ops.is_mha_enabled()`` is
+    VLLM_ROCM_USE_AITER and VLLM_ROCM_USE_AITER_MHA (default on) both on (vllm/_aiter_ops.py, is_mha_enabled);
+    ``is_aiter_found_and_supported()`` holds on an MI300X (CDNA3) with the AITER that vLLM's ROCm images ship."""
+    if condition is None:
+        return True
+    env = launch.svc.env
+    mha = env.get("VLLM_ROCM_USE_AITER") in TRUE and env.get("VLLM_ROCM_USE_AITER_MHA", "1") in TRUE
+    names = {
+        "use_kv_connector": launch.json("kv-transfer-config") is not None,
+        "rocm_aiter_ops": SimpleNamespace(is_mha_enabled=lambda: mha),
+        "is_aiter_found_and_supported": lambda: True,
+    }
+    return bool(eval(condition, {"__builtins__": {}}, names))  # the table's own source text (extract.mha_priority)
+
+
+def _running_backend(launch: Launch) -> str | None:
+    """The ROCm attention backend this instance runs: the one it names, else for an MHA model the first of this
+    version's priorities that is listed and takes the configuration (RocmPlatform.get_attn_backend_cls); None when
+    that cannot be told (an MLA or sparse model, or a table without priorities)."""
+    selected = _selected_backend(launch)
+    if selected is not None:
+        return selected[0]
+    if launch.checkpoint is not None and (launch.checkpoint.mla or launch.checkpoint.sparse):
+        return None
+    for name, condition in launch.table.backend_priority:
+        backend = launch.table.backends.get(name)
+        if backend is not None and _listed(launch, condition) and not _refusals(launch, backend):
+            return name
+    return None
+
+
 def _attention_backend(launch: Launch) -> Iterator[Finding]:
     """``validate_configuration`` of the chosen ROCm backend, or of every ROCm candidate when vLLM chooses."""
     backends = launch.table.backends
@@ -236,8 +292,6 @@ def _attention_backend(launch: Launch) -> Iterator[Finding]:
     svc, version = launch.svc, launch.table.version
     dtype = launch.arg("kv-cache-dtype")
     dtype = str(dtype) if isinstance(dtype, str) else None
-    block = launch.number("block-size")
-    ckpt = launch.checkpoint
     selected = _selected_backend(launch)
     if selected is None:
         if dtype and not any(b.accepts_kv_cache_dtype(dtype) for b in backends.values()):
@@ -258,19 +312,7 @@ def _attention_backend(launch: Launch) -> Iterator[Finding]:
             f"{name} is not one of the backends vLLM {version} runs on ROCm ({', '.join(sorted(backends))})",
         )
         return
-    reasons = []
-    if dtype and not backend.accepts_kv_cache_dtype(dtype):
-        reasons.append(f"KV-cache dtype {dtype!r} (it takes {', '.join(backend.kv_cache_dtypes or ())})")
-    if block is not None and block == int(block) and not backend.accepts_block_size(int(block)):
-        sizes = ", ".join(f"multiples of {str(s)[1:]}" if str(s).startswith("*") else str(s) for s in backend.block_sizes or ())
-        reasons.append(f"block size {int(block)} (it takes {sizes})")
-    if ckpt is not None:
-        if ckpt.mla != backend.is_mla:
-            reasons.append(f"{'an MLA' if ckpt.mla else 'a non-MLA'} model ({ckpt.model})")
-        elif ckpt.sparse != backend.is_sparse:
-            reasons.append(f"{'sparse' if ckpt.sparse else 'dense'} attention ({ckpt.model})")
-        if ckpt.sinks and not backend.supports_sink:
-            reasons.append(f"attention sinks ({ckpt.model})")
+    reasons = _refusals(launch, backend)
     if reasons:
         yield finding(
             "attention-backend",
@@ -448,8 +490,7 @@ def _shuffle_kv_speculative(launch: Launch) -> Iterator[tuple[str, str]]:
     sinks = launch.checkpoint is not None and launch.checkpoint.sinks and "self.sinks" in named
     if launch.speculative is None and not sinks:
         return
-    selected = _selected_backend(launch)
-    if selected is None or selected[0] == "ROCM_AITER_FA":
+    if _running_backend(launch) == "ROCM_AITER_FA":
         why = (
             "speculative decoding's multi-token decode" if launch.speculative is not None else f"the attention sinks of {launch.svc.model}"
         )

@@ -113,7 +113,12 @@ import os
 def _get_backend_priorities(use_mla, use_sparse):
     if use_mla:
         return [AttentionBackendEnum.ROCM_AITER_MLA]
-    return [AttentionBackendEnum.ROCM_ATTN, AttentionBackendEnum.ROCM_AITER_FA]
+    backends = [AttentionBackendEnum.ROCM_ATTN]
+    if rocm_aiter_ops.is_mha_enabled():
+        backends.append(AttentionBackendEnum.ROCM_AITER_FA)
+    elif rocm_aiter_ops.is_rdna_aiter_enabled():
+        backends.insert(0, AttentionBackendEnum.ROCM_AITER_FA)
+    return backends
 class RocmPlatform:
     supported_quantization: list[str] = ["awq", "fp8", "fbgemm_fp8"]
     @classmethod
@@ -322,6 +327,8 @@ def test_extractor_on_a_synthetic_wheel(tmp_path: Path) -> None:
             "supports_sink": False,
         },
     }
+    # The order an MHA model tries them in, each with the condition that lists it; another GPU family's front is not ours.
+    assert data["attention_backends"]["mha_priority"] == [["ROCM_ATTN", None], ["ROCM_AITER_FA", "rocm_aiter_ops.is_mha_enabled()"]]
     assert data["mx_architectures"] == ["gfx95"]
     # A check is carried where the source raises its message: the concatenated f-string is matched, at its line.
     assert data["startup_checks"] == {"scheduler-batched-below-seqs": "vllm/config/scheduler.py:12"}

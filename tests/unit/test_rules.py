@@ -154,9 +154,13 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"vllm_args": {"kv-transfer-config": {"kv_connector": "NixlConnector"}}},
         {"vllm_args": {"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}},
     ),
-    "shuffle-kv-speculative": (
+    "shuffle-kv-speculative": (  # passing: without a backend named, vLLM runs ROCM_ATTN for a Llama (its priorities)
+        {
+            "vllm_recipe": "llama-3.1-8b-eagle3",
+            "vllm_env": {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT": "1"},
+            "vllm_args": {"attention-backend": "ROCM_AITER_FA"},
+        },
         {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_env": {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT": "1"}},
-        {"vllm_recipe": "llama-3.1-8b-eagle3", "vllm_env": {"VLLM_ROCM_USE_AITER": "1"}},
     ),
     "hip-visible-devices": ({"vllm_env": {"HIP_VISIBLE_DEVICES": "0"}}, {"vllm_env": {"HIP_FORCE_DEV_KERNARG": "1"}}),
     "parallel-size": (

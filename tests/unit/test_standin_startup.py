@@ -234,6 +234,8 @@ def launches(draw: st.DrawFn, version: str, model: str, env: dict[str, str]) -> 
         "nnodes": draw(_maybe(st.integers(1, 2))),
         "attention-backend": draw(st.sampled_from([None, "ROCM_AITER_FA", "TRITON_ATTN"])),
         "async-scheduling": draw(st.sampled_from([None, True, False])),
+        "kv-cache-dtype": draw(st.sampled_from([None, "auto", "fp8"])),
+        "block-size": draw(st.sampled_from([None, 16, 64])),
     }
     flags = knowledge.load(version).flags
     data = {
@@ -245,6 +247,8 @@ def launches(draw: st.DrawFn, version: str, model: str, env: dict[str, str]) -> 
         "vllm_env": {
             **env,
             **draw(st.sampled_from([{}, {"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}, {"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1"}])),
+            # which ROCm backend runs when none is named: AITER's MHA lists ROCM_AITER_FA (vllm/_aiter_ops.py)
+            **draw(st.sampled_from([{}, {"VLLM_ROCM_USE_AITER": "1"}, {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MHA": "0"}])),
         },
     }
     return data

@@ -315,10 +315,48 @@ def vllm_names(model: str, args: dict[str, Any], path: str) -> dict[str, Any]:
     raise KeyError(f"the stand-in holds no names for vLLM's {path}: teach vllm_names how vLLM builds it")
 
 
-def aiter_fa_runs(args: dict[str, Any]) -> bool:
-    """Whether the instance's attention runs in ROCM_AITER_FA: the selected backend, and without one the stand-in
-    takes ROCM_AITER_FA (an assumption: vLLM's own choice, RocmPlatform.get_attn_backend_cls, is not modelled)."""
-    return str(args.get("--attention-backend") or "ROCM_AITER_FA").upper() == "ROCM_AITER_FA"
+def backend_reasons(backend: dict[str, Any], args: dict[str, Any], checkpoint: dict[str, Any]) -> list[str]:
+    """Why a backend's validate_configuration refuses this launch, in vLLM's words (empty: it takes it)."""
+    reasons = []
+    dtype = args.get("--kv-cache-dtype")
+    if dtype and backend.get("kv_cache_dtypes") and dtype not in backend["kv_cache_dtypes"]:
+        reasons.append("kv_cache_dtype not supported")
+    block = args.get("--block-size")
+    sizes = backend.get("block_sizes")
+    if block and sizes and not any(int(block) % int(str(s).lstrip("*")) == 0 for s in sizes):
+        reasons.append("block_size not supported")
+    if bool(checkpoint.get("mla")) != bool(backend.get("is_mla")):
+        reasons.append("MLA not supported" if checkpoint.get("mla") else "non-MLA not supported")
+    if checkpoint.get("sinks") and not backend.get("supports_sink"):
+        reasons.append("attention sinks not supported")
+    return reasons
+
+
+def running_backend(model: str, args: dict[str, Any]) -> str | None:
+    """The ROCm attention backend the launch runs, as RocmPlatform.get_attn_backend_cls picks it: the one named, else
+    for an MHA model the first of the table's priorities (TABLE["attention_backends"]["mha_priority"], from
+    _get_backend_priorities) that is listed under its condition and validates; None for an MLA model."""
+    if args.get("--attention-backend"):
+        return str(args["--attention-backend"]).upper()
+    checkpoint = CHECKPOINTS.get(model, {})
+    if checkpoint.get("mla") or checkpoint.get("sparse"):
+        return None
+    table = TABLE.get("attention_backends", {})
+    on = ("1", "true", "True")
+    names = {  # vllm/_aiter_ops.py: is_mha_enabled is the AITER switch and its MHA flag (default on) together
+        "use_kv_connector": bool(args.get("--kv-transfer-config")),
+        "rocm_aiter_ops": SimpleNamespace(
+            is_mha_enabled=lambda: os.environ.get("VLLM_ROCM_USE_AITER") in on and os.environ.get("VLLM_ROCM_USE_AITER_MHA", "1") in on
+        ),
+        "is_aiter_found_and_supported": lambda: True,  # an MI300X with the AITER of vLLM's ROCm images
+    }
+    for name, condition in table.get("mha_priority", []):
+        backend = table.get("rocm", {}).get(name)
+        if backend is None or (condition is not None and not eval(condition, {"__builtins__": {}}, names)):
+            continue
+        if not backend_reasons(backend, args, checkpoint):
+            return name
+    return None
 
 
 def stated_checks(model: str, args: dict[str, Any]) -> list[tuple[str, str]]:
@@ -329,7 +367,7 @@ def stated_checks(model: str, args: dict[str, Any]) -> list[tuple[str, str]]:
     raised = []
     for check, stated in TABLE.get("startup_conditions", {}).items():
         path = TABLE["startup_checks"][check].split(":")[0]
-        if path.startswith("vllm/v1/attention/backends/rocm_aiter_fa") and not aiter_fa_runs(args):
+        if path.startswith("vllm/v1/attention/backends/rocm_aiter_fa") and running_backend(model, args) != "ROCM_AITER_FA":
             continue
         names = vllm_names(model, args, path)
         try:
@@ -416,17 +454,7 @@ def check_startup(model: str, args: dict[str, Any]) -> None:
         if backend is None:
             reasons.append("ImportError")
         else:
-            dtype = args.get("--kv-cache-dtype")
-            if dtype and backend.get("kv_cache_dtypes") and dtype not in backend["kv_cache_dtypes"]:
-                reasons.append("kv_cache_dtype not supported")
-            block = args.get("--block-size")
-            sizes = backend.get("block_sizes")
-            if block and sizes and not any(int(block) % int(str(s).lstrip("*")) == 0 for s in sizes):
-                reasons.append("block_size not supported")
-            if bool(checkpoint.get("mla")) != bool(backend.get("is_mla")):
-                reasons.append("MLA not supported" if checkpoint.get("mla") else "non-MLA not supported")
-            if checkpoint.get("sinks") and not backend.get("supports_sink"):
-                reasons.append("attention sinks not supported")
+            reasons += backend_reasons(backend, args, checkpoint)
         if reasons:
             config_error(f"ValueError: Selected backend {selected.upper()} is not valid for this configuration. Reason: {reasons}")
 
