@@ -279,7 +279,11 @@ def _running_backend(launch: Launch) -> str | None:
         return None
     for name, condition in launch.table.backend_priority:
         backend = launch.table.backends.get(name)
-        if backend is not None and _listed(launch, condition) and not _refusals(launch, backend):
+        try:
+            listed = _listed(launch, condition)
+        except (NameError, AttributeError):  # a project's table from a newer vLLM: a condition this module cannot read
+            return None
+        if backend is not None and listed and not _refusals(launch, backend):
             return name
     return None
 

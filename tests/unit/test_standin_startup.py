@@ -8,6 +8,7 @@ checkpoint table.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -278,3 +279,17 @@ def test_each_check_between_settings_trips_exactly_where_vllm_s_own_condition_ho
     tripped: set[str] = set()
     agree()
     assert tripped, "no drawn launch tripped a check: the comparison saw only agreement on nothing"
+
+
+def test_a_backend_condition_this_module_cannot_read_leaves_the_backend_untold_not_a_traceback() -> None:
+    """A project's table from a newer vLLM may list a backend under a condition whose names validation does not bind:
+    the running backend is then unknown, and the checks that belong to one backend do not apply."""
+    spec, _ = check({**L8B, "vllm_env": {"VLLM_ROCM_USE_AITER": "1"}})
+    svc = spec.services[0]
+    table = knowledge.load("0.22.0")
+    launch = startup.Launch(svc, table, "MI300X", startup.checkpoints().get(svc.model))
+    assert startup._running_backend(launch) == "ROCM_ATTN"  # 0.22.0 tries ROCM_ATTN first, and it takes a Llama
+    newer = dataclasses.replace(table, backend_priority=(("ROCM_ATTN", "rocm_aiter_ops.is_rdna_aiter_enabled()"),))
+    assert startup._running_backend(startup.Launch(svc, newer, "MI300X", launch.checkpoint)) is None
+    unknown = dataclasses.replace(table, backend_priority=(("ROCM_ATTN", "future_probe()"),))
+    assert startup._running_backend(startup.Launch(svc, unknown, "MI300X", launch.checkpoint)) is None
