@@ -632,18 +632,16 @@ def _read_status(hosts: remote.Hosts, specs: list[HostSpec]) -> list[status.Row]
     timeout = max(s.vars.command_timeout for s in specs)
     results = hosts.run_all({str(s.host): status.script(s) for s in specs}, min(timeout, 60))
     rows: list[status.Row] = []
-    evidence = {}
+    read = {}
     for spec in specs:
         result = results[str(spec.host)]
         if result.error is not None:
             rows += status.unreachable(spec, result.error)
         else:
             rows += status.parse(spec, result.stdout)
-            if (report := status.evidence_of(result.stdout)) is not None:
-                evidence[str(spec.host)] = (spec, report)
-    # GPU health: each host judged against the majority of the hosts read, as the deploy judges them.
-    most = gpuhealth.majority(report for _, report in evidence.values())
-    return rows + [status.health_row(spec, report, most) for spec, report in evidence.values()]
+            read[str(spec.host)] = (spec, result.stdout)
+    # GPU health: each host that gave evidence, judged against the majority of the hosts read, as the deploy judges them.
+    return rows + [status.health_row(host, judged) for host, judged in status.gpu_verdicts(read).items() if judged is not None]
 
 
 def cmd_status(opts: argparse.Namespace) -> int:

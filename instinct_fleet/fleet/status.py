@@ -231,15 +231,14 @@ def evidence_of(text: str) -> HostReport | None:
     return preflight.parse_report("\n".join(lines)) if lines else None
 
 
-def health_row(spec: HostSpec, report: HostReport, most: gpuhealth.Majority) -> Row:
-    """The GPU health verdict of one host (converge/gpuhealth.py) as a row: its errors are its problem, its warnings
+def health_row(host: str, judged: list[gpuhealth.Judged]) -> Row:
+    """The GPU health verdict of one host (:func:`gpu_verdicts`) as a row: its errors are its problem, its warnings
     shown with it; the next deploy quarantines what an error touches."""
-    judged = gpuhealth.judge(report, spec, most)
     errors = [j.finding.brief for j in judged if j.finding.severity == "error"]
     warnings = [j.finding.brief for j in judged if j.finding.severity == "warning"]
     health = f"{len(errors)} error(s), {len(warnings)} warning(s)" if judged else "ok"
     why = "; ".join(errors) + ("; warnings: " + "; ".join(warnings) if warnings and errors else "")
-    return Row(str(spec.host), "gpu health", "-", "active", health, error=f"GPU health: {why}" if errors else None)
+    return Row(host, "gpu health", "-", "active", health, error=f"GPU health: {why}" if errors else None)
 
 
 def _quarantine(lines: list[str] | None) -> dict[str, list[str]]:

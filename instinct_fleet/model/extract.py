@@ -786,14 +786,17 @@ def _guards(tree: ast.AST, line: int) -> tuple[list[str], ast.stmt] | None:
     return walk(tree, [])
 
 
-def startup_conditions(modules: dict[str, str]) -> dict[str, dict[str, object]]:
+def startup_conditions(modules: dict[str, str], anchored: dict[str, str]) -> dict[str, dict[str, object]]:
     """Each anchored start-up check as vLLM's source states it: the conditions that lead to its ``raise`` (or the
     failing ``assert``), the exception, and the message as a Python expression over the same names. The stand-in
     vLLM evaluates them, and tests hold the checks of ``instinct_fleet/model/startup.py`` to them."""
     found: dict[str, dict[str, object]] = {}
-    for check, at in anchored_checks(modules).items():
+    trees: dict[str, ast.Module] = {}
+    for check, at in anchored.items():  # anchored_checks: each check's file and line
         path, line = at.rsplit(":", 1)
-        tree = ast.parse(modules[path])
+        if path not in trees:
+            trees[path] = ast.parse(modules[path])
+        tree = trees[path]
         guarded = _guards(tree, int(line))
         assert guarded is not None  # anchored_checks keeps a check only where it finds its statement
         conditions, statement = guarded
@@ -1069,6 +1072,7 @@ def extract(wheel: Path) -> dict[str, object]:
         engine, _ = serve_flags([read("vllm/engine/arg_utils.py")], types, frontend=False)
         version = wheel.name.split("-")[1]
         env_vars = env_var_names(envs)
+        anchored = anchored_checks(modules)
         return {
             "version": version,
             "source": f"{wheel.name}: vllm/envs.py, " + ", ".join(parser_files) + "; reads and enums: every vllm/*.py",
@@ -1082,8 +1086,8 @@ def extract(wheel: Path) -> dict[str, object]:
             "quantization": quantization_table(modules),
             "attention_backends": attention_backends(modules),
             "mx_architectures": mx_architectures(modules),
-            "startup_checks": anchored_checks(modules),
-            "startup_conditions": startup_conditions(modules),
+            "startup_checks": anchored,
+            "startup_conditions": startup_conditions(modules, anchored),
             "executors": executors(modules, envs),
             "async_executors": async_executors(modules),
             "exclusive": [

@@ -397,10 +397,10 @@ def test_status_reads_the_same_evidence_and_shows_each_host_s_verdict() -> None:
     good, bad = status.evidence_of(text(None)), status.evidence_of(text({"gpus": {"6": {"width": 8}, "1": {"replays": 2}}}))
     assert good is not None and bad is not None and len(bad.evidence.gpus) == 8
     most = gpuhealth.majority([good, bad])
-    row = status.health_row(s, bad, most)  # type: ignore[arg-type]
+    row = status.health_row("h1", gpuhealth.judge(bad, s, most))  # type: ignore[arg-type]
     assert not row.ok and row.health == "1 error(s), 1 warning(s)"
     assert row.error is not None and "GPU 6: PCIe link trained at x8" in row.error and "GPU 1: 2 PCIe replay(s)" in row.error
-    assert status.health_row(s, good, most).ok  # type: ignore[arg-type]
+    assert status.health_row("h0", gpuhealth.judge(good, s, most)).ok  # type: ignore[arg-type]
     assert "GPU health" in status.table([row]) and status.evidence_of(f"{status.MARK}roll\n") is None
 
 

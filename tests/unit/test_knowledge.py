@@ -538,7 +538,8 @@ class Impl:
                 "speculative decoding (multi-token decode)."
             )
 """
-    found = _extractor().startup_conditions({"vllm/v1/attention/backends/rocm_aiter_fa.py": source})
+    modules = {"vllm/v1/attention/backends/rocm_aiter_fa.py": source}
+    found = _extractor().startup_conditions(modules, _extractor().anchored_checks(modules))
     assert found == {
         "shuffle-kv-speculative": {
             "when": ["num_decodes > 0", "not (not ops.is_shuffle_kv_cache_enabled())"],
@@ -563,7 +564,8 @@ def _raise_unsupported_error(feature_name: str):
     raise NotImplementedError(msg)
 """
     extract = _extractor()
-    stated = extract.startup_conditions({"vllm/engine/arg_utils.py": source})["partial-prefill-unsupported"]
+    modules = {"vllm/engine/arg_utils.py": source}
+    stated = extract.startup_conditions(modules, extract.anchored_checks(modules))["partial-prefill-unsupported"]
     assert stated["when"] == ["self.max_num_partial_prefills != SchedulerConfig.max_num_partial_prefills"]
     assert stated["raises"] == "NotImplementedError"
     assert eval(str(stated["says"]), {"__builtins__": {}}) == "Concurrent Partial Prefill is not supported."
