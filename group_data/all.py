@@ -308,6 +308,11 @@ watch_max_restarts = 3
 # remediations per 15 minutes).
 watch_restart_window = 900
 
+# Seconds between two readings of the GPUs' amd-smi evidence by the watch (with `gpu_health`):
+# an error on a GPU quarantines its instances at once, between deploys (AMD's device metrics
+# exporter checks every 30 s; README, GPU health and quarantine).
+watch_gpu_interval = 30
+
 # A directory on every host holding a Hugging Face cache (`hub/models--org--name`), typically a
 # shared mount: each model is copied from it into `hf_cache_dir` before its first start. `None`:
 # vLLM downloads on first start.

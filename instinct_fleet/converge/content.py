@@ -8,9 +8,11 @@ cannot disagree about a flag.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
+from instinct_fleet.converge import gpuhealth
 from instinct_fleet.converge.hostfacts import HostFacts
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.model import liveness, paths, render, router
@@ -209,6 +211,7 @@ def watch_config(spec: HostSpec) -> str:
                 "generates": render.generates(svc),
                 "start_seconds": v.health_timeout,
                 "routers": routers,
+                "gpus": list(svc.gpus),
             }
         )
     config = {
@@ -229,5 +232,17 @@ def watch_config(spec: HostSpec) -> str:
         "tune_lock": paths.TUNE_LOCK,
         "quarantine": paths.QUARANTINE,
         "instances": instances,
+        # The GPU evidence between deploys: amd-smi's commands and the per-GPU rules are the deploy's (evidence.py), at
+        # this host's thresholds and severities.
+        "gpu": (
+            {
+                "interval": v.watch_gpu_interval,
+                "amd_smi": "amd-smi",
+                "thresholds": dataclasses.asdict(gpuhealth.thresholds(v)),
+                "levels": gpuhealth.gpu_levels(v),
+            }
+            if v.gpu_health
+            else None
+        ),
     }
     return json.dumps(config, indent=2, sort_keys=True) + "\n"

@@ -9,7 +9,11 @@ Python error text around the JSON are not data. Where amd-smi gives no current P
 link, sysfs does (``current_link_width`` and ``current_link_speed`` of the GPU's PCI
 device, what ``lspci``'s LnkSta prints).
 
-What a field means for the host is :mod:`instinct_fleet.converge.gpuhealth`'s.
+What one GPU's evidence trips is here too (:func:`trips`, the rules of :data:`PER_GPU_RULES`), with
+the amd-smi commands that read it (:data:`COMMANDS`): this module uses the standard library
+alone, so that the watch on each serving host runs this same file (``templates/watch.py``
+imports it) and judges a GPU between deploys as the deploy does. What the fleet must agree
+on, and what a verdict quarantines, is :mod:`instinct_fleet.converge.gpuhealth`'s.
 """
 
 from __future__ import annotations
@@ -19,8 +23,49 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+# Each amd-smi section this module reads, and amd-smi's arguments that print it: the preflight fact (converge/probe.py)
+# and the watch run these same commands.
+COMMANDS = (
+    ("amd-smi-static", "static --json"),
+    # ECC totals and blocks with the PCIe link, bad pages, and the XGMI links' state with their bit rate, one call each.
+    ("amd-smi-metric", "metric --ecc --ecc-blocks --pcie --json"),
+    ("amd-smi-bad-pages", "bad-pages --json"),
+    ("amd-smi-xgmi", "xgmi -m -l --json"),
+)
+# Where amd-smi gives no current link: each amdgpu PCI device's, as sysfs (and lspci's LnkSta) show it, one awk.
+PCIE_LINKS = (
+    'awk \'{ d = FILENAME; sub(/\\/[^\\/]*$/, "", d); sub(/.*\\//, "", d); if (FILENAME ~ /width$/) w[d] = $0; else s[d] = $0 } '
+    "END { for (d in w) print d, w[d], s[d] }' /sys/module/amdgpu/drivers/pci:amdgpu/*/current_link_width "
+    "/sys/module/amdgpu/drivers/pci:amdgpu/*/current_link_speed 2>/dev/null"
+)
 # The probe's sections (instinct_fleet/converge/probe.py) this module reads.
-SECTIONS = ("amd-smi-static", "amd-smi-metric", "amd-smi-bad-pages", "amd-smi-xgmi", "pcie-links")
+SECTIONS = (*(name for name, _ in COMMANDS), "pcie-links")
+# The rules one GPU's evidence can trip (instinct_fleet/model/rules.py holds each one's text and default severity).
+PER_GPU_RULES = (
+    "gpu-ecc-uncorrectable",
+    "gpu-ecc-correctable",
+    "gpu-ecc-deferred",
+    "gpu-bad-pages",
+    "gpu-bad-pages-near",
+    "gpu-pcie-width",
+    "gpu-pcie-speed",
+    "gpu-pcie-recovery",
+    "gpu-pcie-recovery-warning",
+    "gpu-pcie-replay",
+    "gpu-pcie-nak",
+    "gpu-xgmi-down",
+)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The ``gpu_health_*`` thresholds :func:`trips` reads (their defaults, node-scraper's, are the variables')."""
+
+    pcie_width: int
+    pcie_speed: float
+    recovery_error: int
+    recovery_warning: int
+    bad_page_warning: float
 
 
 @dataclass(frozen=True)
@@ -268,3 +313,98 @@ def parse(part: dict[str, str]) -> Evidence:
             )
         )
     return Evidence(tuple(gpus), tuple(unread))
+
+
+def trips(g: GpuEvidence, t: Thresholds) -> list[tuple[str, str]]:
+    """(rule, message) for each rule of :data:`PER_GPU_RULES` one GPU's evidence trips, at the thresholds ``t``."""
+    found: list[tuple[str, str]] = []
+    reset = "the counters clear at a GPU reset or reboot, and the next deploy re-admits it"
+    bad_blocks = {name: e.uncorrectable for name, e in g.blocks.items() if e.uncorrectable}
+    if g.ecc.uncorrectable or bad_blocks:
+        blocks = ", ".join(f"{name} {n}" for name, n in sorted(bad_blocks.items()))
+        found.append(
+            (
+                "gpu-ecc-uncorrectable",
+                f"{g.ecc.uncorrectable or sum(bad_blocks.values())} uncorrectable ECC error(s)"
+                + (f" (blocks: {blocks})" if blocks else "")
+                + f": read them with `amd-smi metric --ecc --ecc-blocks`; {reset}",
+            )
+        )
+    if g.ecc.correctable:
+        found.append(("gpu-ecc-correctable", f"{g.ecc.correctable} correctable ECC error(s) (`amd-smi metric --ecc`)"))
+    if g.ecc.deferred:
+        found.append(("gpu-ecc-deferred", f"{g.ecc.deferred} deferred ECC error(s) (`amd-smi metric --ecc`)"))
+    pages = (g.retired or 0) + (g.pending or 0)
+    threshold = g.bad_page_threshold
+    if g.threshold_exceeded or (threshold and pages >= threshold):
+        found.append(
+            (
+                "gpu-bad-pages",
+                f"{g.retired or 0} retired and {g.pending or 0} pending bad page(s) against ras.bad_page_threshold "
+                f"{threshold if threshold is not None else 'N/A'} (bad_page_threshold_exceeded {g.threshold_exceeded}): "
+                "the driver stops initialising this GPU; replace it or reset its RAS table (`amd-smi bad-pages`)",
+            )
+        )
+    elif threshold and pages >= t.bad_page_warning * threshold:
+        found.append(
+            (
+                "gpu-bad-pages-near",
+                f"{pages} retired and pending bad page(s), {pages / threshold:.0%} of ras.bad_page_threshold {threshold} "
+                f"(gpu_health_bad_page_warning {t.bad_page_warning:g})",
+            )
+        )
+    source = "" if g.link_source == "amd-smi" else f" (read from {g.link_source})"
+    if g.width is not None and g.width != t.pcie_width:
+        found.append(
+            (
+                "gpu-pcie-width",
+                f"PCIe link trained at x{g.width}{source}, not x{t.pcie_width} (gpu_health_pcie_width; the card's maximum is "
+                f"x{g.max_width if g.max_width is not None else 'N/A'}): reseat or check the slot and riser, then reboot",
+            )
+        )
+    if g.speed is not None and g.speed != float(t.pcie_speed):
+        found.append(
+            (
+                "gpu-pcie-speed",
+                f"PCIe link trained at {g.speed:g} GT/s{source}, not {t.pcie_speed:g} GT/s (gpu_health_pcie_speed; the card's "
+                f"maximum is {f'{g.max_speed:g}' if g.max_speed is not None else 'N/A'} GT/s): check the slot, the riser and the BIOS's PCIe setting",
+            )
+        )
+    if g.recoveries is not None and g.recoveries > t.recovery_error:
+        found.append(
+            (
+                "gpu-pcie-recovery",
+                f"{g.recoveries} L0-to-recovery transitions, over gpu_health_recovery_error {t.recovery_error}",
+            )
+        )
+    elif g.recoveries is not None and g.recoveries > t.recovery_warning:
+        found.append(
+            (
+                "gpu-pcie-recovery-warning",
+                f"{g.recoveries} L0-to-recovery transitions, over gpu_health_recovery_warning {t.recovery_warning}",
+            )
+        )
+    if g.replays:
+        found.append(("gpu-pcie-replay", f"{g.replays} PCIe replay(s)"))
+    if g.naks:
+        found.append(("gpu-pcie-nak", f"{g.naks} PCIe NAK(s) sent or received"))
+    down = [peer for peer, state in enumerate(g.xgmi) if state == "D"]
+    if down:
+        found.append(
+            (
+                "gpu-xgmi-down",
+                f"XGMI link(s) to GPU {', '.join(map(str, down))} down (`amd-smi xgmi -l`): reboot; a link that stays down needs service",
+            )
+        )
+    return found
+
+
+def errors(evidence: Evidence, t: Thresholds, levels: dict[str, str]) -> dict[int, list[str]]:
+    """Each GPU's findings at error level (``levels``: every rule of :data:`PER_GPU_RULES` -> error, warning or off on this
+    host), as ``GPU N: message [rule]``: what the watch holds an instance out for (the deploy's verdict says the same)."""
+    found: dict[int, list[str]] = {}
+    for g in evidence.gpus:
+        for rule, message in trips(g, t):
+            if levels.get(rule) == "error":
+                found.setdefault(g.index, []).append(f"GPU {g.index}: {message} [{rule}]")
+    return found

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from instinct_fleet.converge.evidence import Evidence, GpuEvidence
+from instinct_fleet.converge.evidence import PER_GPU_RULES, Evidence, GpuEvidence, Thresholds, trips
 from instinct_fleet.converge.preflight import HostReport
 from instinct_fleet.model import paths
 from instinct_fleet.model.defaults import FleetVars
@@ -98,97 +98,34 @@ def majority(reports: Iterable[HostReport]) -> Majority:
     return Majority(chosen, split)
 
 
+def thresholds(v: FleetVars) -> Thresholds:
+    """The thresholds of the per-GPU rules (evidence.trips) as these hosts set them."""
+    return Thresholds(
+        pcie_width=v.gpu_health_pcie_width,
+        pcie_speed=float(v.gpu_health_pcie_speed),
+        recovery_error=v.gpu_health_recovery_error,
+        recovery_warning=v.gpu_health_recovery_warning,
+        bad_page_warning=float(v.gpu_health_bad_page_warning),
+    )
+
+
+def level(rule: str, levels: Mapping[str, str]) -> str:
+    """A ``gpu-*`` rule's severity on a host: its ``gpu_health_levels`` entry, else the rule's own."""
+    return levels.get(rule, RULES[rule].severity)
+
+
+def gpu_levels(v: FleetVars) -> dict[str, str]:
+    """Every per-GPU rule's severity on these hosts: what the watch judges a GPU by between deploys."""
+    return {rule: level(rule, v.gpu_health_levels) for rule in PER_GPU_RULES}
+
+
 def _finding(rule: str, host: str, gpu: int | None, message: str, levels: Mapping[str, str]) -> Judged | None:
-    level = levels.get(rule, RULES[rule].severity)
-    if level == "off":
+    found = level(rule, levels)
+    if found == "off":
         return None
     key = "preflight.gpus" if gpu is None else f"preflight.gpu{gpu}"
     where = "" if gpu is None else f"GPU {gpu}: "
-    return Judged(gpu, Finding(rule=rule, severity="error" if level == "error" else "warning", host=host, key=key, message=where + message))
-
-
-def _gpu(g: GpuEvidence, v: FleetVars) -> list[tuple[str, str]]:
-    """(rule, message) for each rule one GPU's evidence trips."""
-    found: list[tuple[str, str]] = []
-    reset = "the counters clear at a GPU reset or reboot, and the next deploy re-admits it"
-    bad_blocks = {name: e.uncorrectable for name, e in g.blocks.items() if e.uncorrectable}
-    if g.ecc.uncorrectable or bad_blocks:
-        blocks = ", ".join(f"{name} {n}" for name, n in sorted(bad_blocks.items()))
-        found.append(
-            (
-                "gpu-ecc-uncorrectable",
-                f"{g.ecc.uncorrectable or sum(bad_blocks.values())} uncorrectable ECC error(s)"
-                + (f" (blocks: {blocks})" if blocks else "")
-                + f": read them with `amd-smi metric --ecc --ecc-blocks`; {reset}",
-            )
-        )
-    if g.ecc.correctable:
-        found.append(("gpu-ecc-correctable", f"{g.ecc.correctable} correctable ECC error(s) (`amd-smi metric --ecc`)"))
-    if g.ecc.deferred:
-        found.append(("gpu-ecc-deferred", f"{g.ecc.deferred} deferred ECC error(s) (`amd-smi metric --ecc`)"))
-    pages = (g.retired or 0) + (g.pending or 0)
-    threshold = g.bad_page_threshold
-    if g.threshold_exceeded or (threshold and pages >= threshold):
-        found.append(
-            (
-                "gpu-bad-pages",
-                f"{g.retired or 0} retired and {g.pending or 0} pending bad page(s) against ras.bad_page_threshold "
-                f"{threshold if threshold is not None else 'N/A'} (bad_page_threshold_exceeded {g.threshold_exceeded}): "
-                "the driver stops initialising this GPU; replace it or reset its RAS table (`amd-smi bad-pages`)",
-            )
-        )
-    elif threshold and pages >= v.gpu_health_bad_page_warning * threshold:
-        found.append(
-            (
-                "gpu-bad-pages-near",
-                f"{pages} retired and pending bad page(s), {pages / threshold:.0%} of ras.bad_page_threshold {threshold} "
-                f"(gpu_health_bad_page_warning {v.gpu_health_bad_page_warning:g})",
-            )
-        )
-    source = "" if g.link_source == "amd-smi" else f" (read from {g.link_source})"
-    if g.width is not None and g.width != v.gpu_health_pcie_width:
-        found.append(
-            (
-                "gpu-pcie-width",
-                f"PCIe link trained at x{g.width}{source}, not x{v.gpu_health_pcie_width} (gpu_health_pcie_width; the card's maximum is "
-                f"x{g.max_width if g.max_width is not None else 'N/A'}): reseat or check the slot and riser, then reboot",
-            )
-        )
-    if g.speed is not None and g.speed != float(v.gpu_health_pcie_speed):
-        found.append(
-            (
-                "gpu-pcie-speed",
-                f"PCIe link trained at {g.speed:g} GT/s{source}, not {v.gpu_health_pcie_speed:g} GT/s (gpu_health_pcie_speed; the card's "
-                f"maximum is {f'{g.max_speed:g}' if g.max_speed is not None else 'N/A'} GT/s): check the slot, the riser and the BIOS's PCIe setting",
-            )
-        )
-    if g.recoveries is not None and g.recoveries > v.gpu_health_recovery_error:
-        found.append(
-            (
-                "gpu-pcie-recovery",
-                f"{g.recoveries} L0-to-recovery transitions, over gpu_health_recovery_error {v.gpu_health_recovery_error}",
-            )
-        )
-    elif g.recoveries is not None and g.recoveries > v.gpu_health_recovery_warning:
-        found.append(
-            (
-                "gpu-pcie-recovery-warning",
-                f"{g.recoveries} L0-to-recovery transitions, over gpu_health_recovery_warning {v.gpu_health_recovery_warning}",
-            )
-        )
-    if g.replays:
-        found.append(("gpu-pcie-replay", f"{g.replays} PCIe replay(s)"))
-    if g.naks:
-        found.append(("gpu-pcie-nak", f"{g.naks} PCIe NAK(s) sent or received"))
-    down = [peer for peer, state in enumerate(g.xgmi) if state == "D"]
-    if down:
-        found.append(
-            (
-                "gpu-xgmi-down",
-                f"XGMI link(s) to GPU {', '.join(map(str, down))} down (`amd-smi xgmi -l`): reboot; a link that stays down needs service",
-            )
-        )
-    return found
+    return Judged(gpu, Finding(rule=rule, severity="error" if found == "error" else "warning", host=host, key=key, message=where + message))
 
 
 def judge(report: HostReport, spec: HostSpec, most: Majority) -> list[Judged]:
@@ -200,7 +137,7 @@ def judge(report: HostReport, spec: HostSpec, most: Majority) -> list[Judged]:
     levels = v.gpu_health_levels
     judged: list[Judged | None] = [_finding("gpu-evidence", host, None, why, levels) for why in evidence.unread]
     for g in evidence.gpus:
-        judged += [_finding(rule, host, g.index, message, levels) for rule, message in _gpu(g, v)]
+        judged += [_finding(rule, host, g.index, message, levels) for rule, message in trips(g, thresholds(v))]
     for what, pick in (("model", "market"), ("compute units", "cus"), ("gfx version", "arch")):
         seen = {_field(report, g, pick) for g in evidence.gpus} - {None}
         if len(seen) > 1:

@@ -438,7 +438,14 @@ def watch_entries(spec: HostSpec) -> list[Entry]:
             paths.WATCH_RULE,
             "services",
             "Watch: the progress rule",
-            off(paths.WATCH_RULE, lambda _r: render.liveness_source()),
+            off(paths.WATCH_RULE, lambda _r: render.watch_module("instinct_fleet.model", "liveness.py")),
+            then=restart,
+        ),
+        FileEntry(
+            paths.WATCH_EVIDENCE,
+            "services",
+            "Watch: the GPU evidence and its rules",
+            off(paths.WATCH_EVIDENCE, lambda _r: render.watch_module("instinct_fleet.converge", "evidence.py")),
             then=restart,
         ),
         FileEntry(

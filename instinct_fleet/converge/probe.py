@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from instinct_fleet.converge import generations
+from instinct_fleet.converge import evidence, generations
 from instinct_fleet.converge import health as health_checks
 from instinct_fleet.model import paths
 from instinct_fleet.model.paths import (
@@ -62,27 +62,19 @@ def first_line(path: str) -> str:
 
 def _one_line(command: str) -> str:
     """amd-smi's JSON on one line, its indentation off (a JSON string never spans lines, so no value changes)."""
-    return f"command -v amd-smi >/dev/null 2>&1 && amd-smi {command.removeprefix('amd-smi ')} 2>&1 | sed 's/^[[:space:]]*//' | tr -d '\\n'"
+    return f"command -v amd-smi >/dev/null 2>&1 && amd-smi {command} 2>&1 | sed 's/^[[:space:]]*//' | tr -d '\\n'"
 
 
 # Each probe is one section; a probe that fails leaves its section empty. Globs and read, the shell's own, where
 # ls, grep and cat would start a process each: a no-op run pays for every process on every host.
 HARDWARE: tuple[tuple[str, str], ...] = (
     # 3000 lines of 100 KB were most of what a no-op run read, line by line, from every host.
-    ("amd-smi-static", _one_line("amd-smi static --json")),
+    ("amd-smi-static", _one_line(dict(evidence.COMMANDS)["amd-smi-static"])),
     ("amd-smi-version", "command -v amd-smi >/dev/null 2>&1 && amd-smi version --json 2>&1"),
-    # GPU health evidence (converge/evidence.py): ECC totals and blocks with the PCIe link, bad pages, XGMI links.
-    ("amd-smi-metric", _one_line("amd-smi metric --ecc --ecc-blocks --pcie --json")),
-    ("amd-smi-bad-pages", _one_line("amd-smi bad-pages --json")),
-    # The links' state and, for the fleet's agreement, their bit rate (amd-smi's link metrics), in one call.
-    ("amd-smi-xgmi", _one_line("amd-smi xgmi -m -l --json")),
-    # Where amd-smi gives no current link: each amdgpu PCI device's, as sysfs (and lspci's LnkSta) show it.
-    (
-        "pcie-links",
-        'awk \'{ d = FILENAME; sub(/\\/[^\\/]*$/, "", d); sub(/.*\\//, "", d); if (FILENAME ~ /width$/) w[d] = $0; else s[d] = $0 } '
-        "END { for (d in w) print d, w[d], s[d] }' /sys/module/amdgpu/drivers/pci:amdgpu/*/current_link_width "
-        "/sys/module/amdgpu/drivers/pci:amdgpu/*/current_link_speed 2>/dev/null",
-    ),
+    # GPU health evidence (converge/evidence.py): ECC totals and blocks with the PCIe link, bad pages, XGMI links; and
+    # where amd-smi gives no current PCIe link, sysfs's.
+    *((name, _one_line(command)) for name, command in evidence.COMMANDS if name != "amd-smi-static"),
+    ("pcie-links", evidence.PCIE_LINKS),
     ("quarantine", f"tr -d '\\n' < {paths.QUARANTINE} 2>/dev/null"),  # the record the last deploy left (converge/gpuhealth.py)
     ("rocm-smi", "command -v amd-smi >/dev/null 2>&1 || { command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showproductname 2>&1; }"),
     ("kfd", f"test -c {paths.KFD} && echo present"),

@@ -677,6 +677,10 @@ class FleetVars(_Strict):
         default=900,
         description="Seconds over which `watch_max_restarts` is counted (the AMD GPU Operator's bound: 3 remediations per 15 minutes).",
     )
+    watch_gpu_interval: Seconds = Field(
+        default=30,
+        description="Seconds between two readings of the GPUs' amd-smi evidence by the watch (with `gpu_health`): an error on a GPU quarantines its instances at once, between deploys (AMD's device metrics exporter checks every 30 s; README, GPU health and quarantine).",
+    )
     weights_source: HostPath | None = Field(
         default=None,
         description="A directory on every host holding a Hugging Face cache (`hub/models--org--name`), typically a shared mount: each model is copied from it into `hf_cache_dir` before its first start. `None`: vLLM downloads on first start.",

@@ -65,6 +65,7 @@ PYTHON3 = "/usr/bin/python3"
 WATCH_DIR = f"{CONFIG_DIR}/watch"
 WATCH_SCRIPT = f"{WATCH_DIR}/watch.py"
 WATCH_RULE = f"{WATCH_DIR}/liveness.py"
+WATCH_EVIDENCE = f"{WATCH_DIR}/evidence.py"
 WATCH_CONFIG = f"{WATCH_DIR}/watch.json"
 WATCH_UNIT = "instinct-fleet-watch"
 WATCH_STATE = "/var/lib/instinct-fleet/watch"
@@ -73,7 +74,8 @@ QUARANTINE = "/var/lib/instinct-fleet/quarantine.json"
 
 
 def watch_out(unit: str) -> str:
-    """Present while the watch holds ``unit`` (with or without ``.service``) out of its router pools (restarting it, or left out)."""
+    """Present while the watch holds ``unit`` (with or without ``.service``) out of its router pools (restarting it, left
+    out, or quarantined on its GPU's evidence)."""
     return f"{WATCH_STATE}/{unit.removesuffix('.service')}.out"
 
 

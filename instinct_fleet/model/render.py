@@ -325,9 +325,10 @@ def watch_unit(port: int) -> str:
     )
 
 
-def liveness_source() -> bytes:
-    """The progress rule's module as the package holds it: the watch imports this very file on the host."""
-    return resources.files("instinct_fleet.model").joinpath("liveness.py").read_bytes()
+def watch_module(package: str, name: str) -> bytes:
+    """A module of the package as it holds it (the progress rule, the GPU evidence): the watch imports this very file on
+    the host, so each must use the standard library alone (test_watch)."""
+    return resources.files(package).joinpath(name).read_bytes()
 
 
 def template_bytes(name: str) -> bytes:

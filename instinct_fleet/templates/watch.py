@@ -17,6 +17,15 @@ While a roll batch runs on the host (its marker, for at most ``roll_pause``
 seconds: a failed roll leaves it behind) or a tune trial holds its lock, the watch only reads: the roll and tune own the units then. An instance whose
 /metrics does not answer is down or starting: systemd and the roll own that.
 
+Between deploys it also reads the GPUs' evidence every ``gpu.interval`` seconds, with
+the commands and the per-GPU rules of the deploy's own (evidence.py beside it, the
+package's module): an error on a GPU an instance runs on (at the host's severity,
+``gpu_health_levels``) quarantines that instance at once: out of its router pools,
+stopped through its drain, its ``<unit>.out`` record in state "quarantined". It stays
+so: the next deploy reads the same evidence, holds it out while the error is there,
+and starts it behind its gate once it has cleared (its budget of re-admissions is the
+deploy's), as ``instinct-fleet admit`` does.
+
 State lives in ``state_dir``, one ``<unit>.out`` (JSON: state "restarting" or
 "left-out", since, reason) while an instance is out, and ``<unit>.restarts``
 (the times of its restarts): a restarted watch, and the roll's join and the
@@ -36,7 +45,8 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import liveness  # the package's instinct_fleet/model/liveness.py, installed beside this file)
+import evidence  # the package's instinct_fleet/converge/evidence.py, installed beside this file
+import liveness  # the package's instinct_fleet/model/liveness.py, installed beside this file
 
 with open(sys.argv[1]) as handle:
     CONFIG = json.load(handle)
@@ -44,6 +54,7 @@ NAMES = liveness.Series(tuple(CONFIG["series"]["steps"]), tuple(CONFIG["series"]
 LOCK = threading.Lock()
 OUT = ("restarting", "left-out", "quarantined")  # the states in which the instance is out of its pools
 VIEW = {}  # unit -> what /state and /metrics show
+GPUS = {}  # GPU index -> its errors at the last reading of the evidence (the gpu thread's; empty before the first)
 
 
 def log(message, error=False):
@@ -114,6 +125,42 @@ def api_key(unit):
     return (result.stdout.splitlines() or [""])[0].strip() or None
 
 
+def read_gpus():
+    """Each GPU's errors, from the same amd-smi commands and sysfs read as the deploy's fact (both output streams, as
+    its ``2>&1``); None when amd-smi lists no GPU (absent, or failing: the deploy's gpu-evidence rule says why)."""
+    part = {}
+    for name, arguments in evidence.COMMANDS:
+        try:
+            done = subprocess.run([CONFIG["gpu"]["amd_smi"], *arguments.split()], capture_output=True, text=True, timeout=120)
+            part[name] = done.stdout + done.stderr
+        except (OSError, subprocess.TimeoutExpired) as error:
+            part[name] = str(error)
+    try:
+        part["pcie-links"] = subprocess.run(["sh", "-c", evidence.PCIE_LINKS], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        part["pcie-links"] = ""
+    found = evidence.parse(part)
+    if not found.gpus:
+        return None
+    return evidence.errors(found, evidence.Thresholds(**CONFIG["gpu"]["thresholds"]), CONFIG["gpu"]["levels"])
+
+
+def watch_gpus():
+    """Read the GPUs' evidence every gpu.interval seconds; a reading that lists no GPU keeps the last one's verdict."""
+    while True:
+        found = read_gpus()
+        if found is not None:
+            with LOCK:
+                before = dict(GPUS)
+                GPUS.clear()
+                GPUS.update(found)
+            for index in sorted(set(found) - set(before)):
+                log(f"GPU {index}: {'; '.join(found[index])}", True)
+            for index in sorted(set(before) - set(found)):
+                log(f"GPU {index}: its evidence has cleared")
+        time.sleep(CONFIG["gpu"]["interval"])
+
+
 class Instance:
     def __init__(self, spec):
         self.spec = spec
@@ -138,6 +185,33 @@ class Instance:
                 "restarts_total": self.restarts_total,
                 "reason": reason,
             }
+
+    def gpu_errors(self):
+        """The errors of the GPUs this instance runs on, at the last reading."""
+        with LOCK:
+            return [why for index in self.spec["gpus"] for why in GPUS.get(index, ())]
+
+    def quarantine(self, errors):
+        """Out of every pool, then stopped (systemd's stop drains it, as the deploy's quarantine does), and recorded."""
+        reason = "; ".join(errors)
+        write_json(path(self.unit, "out"), {"state": "quarantined", "since": time.time(), "reason": reason})
+        self.show("quarantined", reason=reason)
+        out = self.routers("remove")
+        log(
+            f"{self.unit} is quarantined: {reason}. Out of its router pools{'' if out else ' (not every router answered: retried)'}, "
+            "stopping it; the next deploy holds it out while the error is there and re-admits it once the evidence clears",
+            True,
+        )
+        self.progress.reset()
+        try:
+            result = subprocess.run(
+                ["systemctl", "stop", self.unit], capture_output=True, text=True, timeout=self.spec["start_seconds"] + 600
+            )
+            failed = result.stderr.strip() if result.returncode else None
+        except (OSError, subprocess.TimeoutExpired) as error:
+            failed = str(error)
+        if failed is not None:
+            log(f"{self.unit}: systemctl stop failed: {failed}", True)
 
     def reading(self):
         try:
@@ -237,6 +311,10 @@ class Instance:
             record = read_json(path(self.unit, "out"), None)
             if record is None or record.get("state") not in ("restarting", "admitting"):  # a roll's join took it meanwhile
                 return
+            errors = self.gpu_errors()
+            if errors and paused() is None:
+                self.quarantine(errors)
+                return
             if paused() is None:
                 verdict = self.gate()
                 if verdict == "stalled":
@@ -258,6 +336,16 @@ class Instance:
             self.show("quarantined", reason="; ".join(held))
             return
         record = read_json(path(self.unit, "out"), None)
+        if record is not None and record.get("state") == "quarantined":  # until a deploy starts it again (and removes it)
+            self.progress.reset()
+            self.routers("remove")  # kept out, whoever added it
+            cleared = "" if self.gpu_errors() else " (its evidence has cleared: the next deploy, or `instinct-fleet admit`, re-admits it)"
+            self.show("quarantined", reason=record.get("reason", "") + cleared)
+            return
+        errors = self.gpu_errors()
+        if errors and paused() is None:
+            self.quarantine(errors)
+            return
         if record is not None and record.get("state") == "left-out":
             self.left = True
             self.routers("remove")  # kept out, whoever added it
@@ -301,6 +389,8 @@ def metrics_text():
         "# TYPE instinct_fleet_watch_out gauge",
         "# HELP instinct_fleet_watch_left_out Whether the instance is left out after watch_max_restarts restarts in watch_restart_window.",
         "# TYPE instinct_fleet_watch_left_out gauge",
+        "# HELP instinct_fleet_watch_quarantined Whether the instance is quarantined on its GPUs' evidence (by the watch or the deploy).",
+        "# TYPE instinct_fleet_watch_quarantined gauge",
         "# HELP instinct_fleet_watch_stalled_seconds Seconds the instance has been busy without an engine step.",
         "# TYPE instinct_fleet_watch_stalled_seconds gauge",
         "# HELP instinct_fleet_watch_restarts Restarts the watch made within watch_restart_window.",
@@ -315,6 +405,7 @@ def metrics_text():
         lines += [
             f"instinct_fleet_watch_out{{{labels}}} {int(seen['state'] in OUT)}",
             f"instinct_fleet_watch_left_out{{{labels}}} {int(seen['state'] == 'left-out')}",
+            f"instinct_fleet_watch_quarantined{{{labels}}} {int(seen['state'] == 'quarantined')}",
             f"instinct_fleet_watch_stalled_seconds{{{labels}}} {seen['stalled_seconds']}",
             f"instinct_fleet_watch_restarts{{{labels}}} {seen['restarts']}",
             f"instinct_fleet_watch_restarts_total{{{labels}}} {seen['restarts_total']}",
@@ -356,10 +447,13 @@ def main():
     threading.excepthook = died
     os.makedirs(CONFIG["state_dir"], exist_ok=True)
     watched = [Instance(spec) for spec in CONFIG["instances"]]
+    if CONFIG["gpu"] is not None:
+        threading.Thread(target=watch_gpus, name="gpu evidence", daemon=True).start()
     for instance in watched:
         threading.Thread(target=instance.run, name=instance.unit, daemon=True).start()
     names = ", ".join(f"{i.unit} (:{i.spec['port']})" for i in watched) or "no instance"
-    log(f"watching {names}: a stall is {CONFIG['stall']} s busy without an engine step, read every {CONFIG['interval']} s")
+    gpus = f"; the GPUs' evidence read every {CONFIG['gpu']['interval']} s" if CONFIG["gpu"] is not None else ""
+    log(f"watching {names}: a stall is {CONFIG['stall']} s busy without an engine step, read every {CONFIG['interval']} s{gpus}")
     server = ThreadingHTTPServer(("", CONFIG["listen_port"]), Handler)
     server.serve_forever()
 

@@ -1,5 +1,6 @@
 """GPU health on the simulated fleet: the stand-in amd-smi reads a per-host fault file (tests/fleet/standin/amd-smi),
-and the deploy judges its evidence, quarantines what an error touches, and re-admits once it clears.
+the host's watch and the deploy judge its evidence, quarantine what an error touches, and the deploy re-admits once it
+clears.
 
 On share 0, on the fault tests' inventory (BASELINE): it leaves the fleet as it found it, faults cleared and every
 instance back in its pool.
@@ -11,6 +12,7 @@ import json
 import shlex
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,12 @@ def active(fleet: dict[str, Any], unit: str) -> str:
     return ssh(fleet, HOST, f"systemctl is-active {unit} || true").strip()
 
 
+def watched(address: str, unit: str) -> dict[str, Any]:
+    """What the host's watch says of one instance (GET /state on watch_port)."""
+    with urllib.request.urlopen(f"http://{address}:9401/state", timeout=10) as reply:
+        return dict(json.loads(reply.read())["instances"][unit])
+
+
 def test_an_uncorrectable_ecc_gpu_is_quarantined_under_load_admitted_once_cleared_and_an_operator_holds_one_out(
     fleet: dict[str, Any], baseline: str, tmp_path: Path
 ) -> None:
@@ -44,9 +52,24 @@ def test_an_uncorrectable_ecc_gpu_is_quarantined_under_load_admitted_once_cleare
     oss = f"http://{address}:8001"
     until(lambda: oss in pool(router_url(fleet)), 60)
 
-    # (1) Two uncorrectable errors in GPU 4's memory under steady load: the next deploy drains vllm-oss out of the
-    # router, stops it and records why; vllm-llama-a on GPUs 0-3 serves on, and no client request fails.
+    # (1) Two uncorrectable errors in GPU 4's memory under steady load. Between deploys, the host's watch reads the
+    # same evidence (every watch_gpu_interval, 30 s): it drains vllm-oss out of the router and stops it; vllm-llama-a
+    # on GPUs 0-3 serves on, and no client request fails.
     faults(fleet, {"gpus": {"4": {"uncorrectable": 2, "block": "UMC"}}})
+    with Load(router_url(fleet), key=fleet["api_key"]) as load:
+        out = until(lambda: oss not in pool(router_url(fleet)), 60)
+        left = time.monotonic()
+        until(lambda: active(fleet, "vllm-oss") == "inactive", 60)
+        time.sleep(3)
+    assert out <= 30 + 10, out  # a reading and the router call
+    assert load.failed() == [] and [s for s in load.done if s.at >= left and s.ok] != [], (load.failed()[:5], len(load.done))
+    seen = watched(address, "vllm-oss")
+    assert seen["state"] == "quarantined" and "GPU 4: 2 uncorrectable ECC error(s) (blocks: UMC 2)" in seen["reason"], seen
+    assert watched(address, "vllm-llama-a")["state"] == "in" and active(fleet, "vllm-llama-a") == "active"
+    journal = ssh(fleet, HOST, "journalctl -u instinct-fleet-watch -p err --no-pager -o cat")
+    assert "vllm-oss is quarantined: GPU 4: 2 uncorrectable ECC error(s)" in journal, journal[-2000:]
+
+    # The next deploy reads the evidence too: it holds vllm-oss out and records why; no client request fails.
     with Load(router_url(fleet), key=fleet["api_key"]) as load:
         time.sleep(2)
         run = deploy(inventory=baseline)

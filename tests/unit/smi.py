@@ -12,15 +12,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from instinct_fleet.converge import evidence
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 STANDIN = ROOT / "tests" / "fleet" / "standin" / "amd_smi.py"
-COMMANDS = {
-    "amd_smi_static": "static --json",
-    "amd_smi_metric": "metric --ecc --ecc-blocks --pcie --json",
-    "amd_smi_bad_pages": "bad-pages --json",
-    "amd_smi_xgmi": "xgmi -m -l --json",
-}
+COMMANDS = {name.replace("-", "_"): arguments for name, arguments in evidence.COMMANDS}  # the fact's and the watch's
 
 
 @functools.cache

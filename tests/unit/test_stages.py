@@ -96,6 +96,7 @@ FRESH = {
         "Hugging Face cache",
         f"Operator's README {paths.HOST_README}",
         "Watch: the progress rule",
+        "Watch: the GPU evidence and its rules",
         "Watch script",
         "Watch config",
         f"Watch {paths.unit_path(paths.WATCH_UNIT)}",
@@ -426,6 +427,7 @@ def test_the_watch_switched_off_is_stopped_and_its_files_removed_then_nothing(mo
     assert only(monkeypatch, off, converged(monkeypatch, DATA))["services"] == [
         f"Stop {paths.WATCH_UNIT} (watch is off)",
         "Watch: the progress rule",
+        "Watch: the GPU evidence and its rules",
         "Watch script",
         "Watch config",
         f"Watch {paths.unit_path(paths.WATCH_UNIT)}",

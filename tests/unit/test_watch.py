@@ -3,6 +3,7 @@ watch script itself (templates/watch.py) run against the stand-in vLLM, hung as 
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import json
@@ -21,10 +22,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from instinct_fleet.converge import content, operations
+from instinct_fleet.converge import content, evidence, gpuhealth, operations
 from instinct_fleet.model import knowledge, liveness, paths, render
 from instinct_fleet.model.inventory import HostData, plan_hosts
+from instinct_fleet.model.rules import GPU_RULES as GPU_RULE_TABLE
 from instinct_fleet.model.validate import validate_watch
+from tests.unit import smi
 from tests.unit.consumers import standin
 from tests.unit.test_templates import parse_unit
 
@@ -126,7 +129,7 @@ def test_the_watch_unit_runs_the_script_with_its_config_and_the_rule_is_the_pack
     unit = parse_unit(render.watch_unit(9401))
     assert dict(unit["Service"])["ExecStart"] == f"{paths.PYTHON3} {paths.WATCH_SCRIPT} {paths.WATCH_CONFIG}"
     assert dict(unit["Service"])["Restart"] == "always"
-    assert render.liveness_source() == (ROOT / "instinct_fleet" / "model" / "liveness.py").read_bytes()
+    assert render.watch_module("instinct_fleet.model", "liveness.py") == (ROOT / "instinct_fleet" / "model" / "liveness.py").read_bytes()
 
 
 def test_timing_the_watch_cannot_keep_and_a_table_it_cannot_read_are_refused_before_any_host() -> None:
@@ -186,9 +189,13 @@ def engine() -> Iterator[tuple[Any, int]]:
     server.shutdown()
 
 
-def start_watch(tmp_path: Path, port: int, max_restarts: int) -> tuple[subprocess.Popen[str], int]:
+def start_watch(
+    tmp_path: Path, port: int, max_restarts: int, gpu: dict[str, Any] | None = None, gpus: tuple[int, ...] = (4,)
+) -> tuple[subprocess.Popen[str], int]:
+    """The watch script and the two modules it imports, as the deploy installs them (managed.watch_entries)."""
     shutil.copy(ROOT / "instinct_fleet" / "templates" / "watch.py", tmp_path / "watch.py")
-    (tmp_path / "liveness.py").write_bytes(render.liveness_source())
+    (tmp_path / "liveness.py").write_bytes(render.watch_module("instinct_fleet.model", "liveness.py"))
+    (tmp_path / "evidence.py").write_bytes(render.watch_module("instinct_fleet.converge", "evidence.py"))
     # docker as the watch calls it to read the instance's key in its container (the engine fixture's key).
     docker = tmp_path / "docker"
     want = f"exec vllm-absent cat {paths.API_KEY_IN_CONTAINER}"
@@ -210,6 +217,7 @@ def start_watch(tmp_path: Path, port: int, max_restarts: int) -> tuple[subproces
         "roll_pause": 600,
         "tune_lock": str(tmp_path),
         "quarantine": str(tmp_path / "quarantine.json"),
+        "gpu": gpu,
         "instances": [
             # No such unit here: systemctl's restart fails, and the watch goes on as after any restart.
             {
@@ -219,6 +227,7 @@ def start_watch(tmp_path: Path, port: int, max_restarts: int) -> tuple[subproces
                 "generates": True,
                 "start_seconds": 30,
                 "routers": [],
+                "gpus": list(gpus),
             }
         ],
     }
@@ -394,3 +403,107 @@ def test_the_pool_sync_adds_no_worker_its_watch_holds_out(tmp_path: Path) -> Non
         assert subprocess.run([*sync, "--check"], capture_output=True, text=True).stdout == f"add {first}\nadd {second}\n"
     finally:
         server.shutdown()
+
+
+def test_the_watch_s_modules_use_the_standard_library_alone() -> None:
+    """The watch imports them on the host, with the host's python3 and no package installed."""
+    for module in ("model/liveness.py", "converge/evidence.py"):
+        tree = ast.parse((ROOT / "instinct_fleet" / module).read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert {name.split(".")[0] for name in names} <= set(sys.stdlib_module_names), (module, names)
+
+
+def test_the_config_judges_gpus_by_the_host_s_thresholds_and_severities() -> None:
+    config = json.loads(content.watch_config(specs(gpu_health_pcie_width=8, gpu_health_levels={"gpu-pcie-speed": "warning"})["a"][0]))
+    assert config["instances"][0]["gpus"] == [0]
+    gpu = config["gpu"]
+    assert gpu["interval"] == 30 and gpu["amd_smi"] == "amd-smi"
+    assert gpu["thresholds"] == {"pcie_width": 8, "pcie_speed": 32.0, "recovery_error": 3, "recovery_warning": 1, "bad_page_warning": 0.9}
+    assert set(gpu["levels"]) == set(evidence.PER_GPU_RULES)
+    assert gpu["levels"]["gpu-pcie-speed"] == "warning" and gpu["levels"]["gpu-ecc-uncorrectable"] == "error"
+    assert gpu["levels"]["gpu-ecc-correctable"] == "warning"
+    assert json.loads(content.watch_config(specs(gpu_health=False)["a"][0]))["gpu"] is None
+
+
+def test_the_per_gpu_rules_are_the_rules_table_s() -> None:
+    """Each rule evidence.trips can name is a gpu-* rule of the table, and every rule of the table that reads one GPU
+    alone is one of them (the rest need the host or the fleet: gpuhealth.judge)."""
+    host_wide = {"gpu-node-mismatch", "gpu-fleet-drift", "gpu-fleet-split", "gpu-evidence"}
+    assert set(evidence.PER_GPU_RULES) == {r.id for r in GPU_RULE_TABLE} - host_wide
+
+
+def amd_smi(tmp_path: Path, faults: dict[str, Any] | None) -> str:
+    """An amd-smi for the watch: the fleet's stand-in on the captured MI300X output, with this fault file."""
+    data = Path(smi._data())
+    (tmp_path / "faults.json").write_text(json.dumps(faults or {}))
+    command = tmp_path / "amd-smi"
+    command.write_text(
+        f'#!/bin/sh\nSTANDIN_AMD_SMI_DATA={data} STANDIN_AMD_SMI_FAULTS={tmp_path / "faults.json"} exec {sys.executable} {smi.STANDIN} "$@"\n'
+    )
+    command.chmod(0o755)
+    return str(command)
+
+
+def test_an_error_on_its_gpu_quarantines_an_instance_at_once_until_the_deploy_lets_it_go(tmp_path: Path, engine: tuple[Any, int]) -> None:
+    _, port = engine
+    levels = {rule: gpuhealth.level(rule, {}) for rule in evidence.PER_GPU_RULES}
+    thresholds = dataclasses.asdict(gpuhealth.thresholds(specs()["a"][0].vars))
+    # An uncorrectable error on GPU 5, which it does not run on, and a correctable one (a warning) on its GPU 4.
+    gpu = {"interval": 0.3, "amd_smi": amd_smi(tmp_path, {"gpus": {"5": {"uncorrectable": 1}, "4": {"correctable": 3}}})}
+    proc, listen = start_watch(tmp_path, port, max_restarts=1, gpu={**gpu, "levels": levels, "thresholds": thresholds})
+    try:
+        assert wait_for(listen, "in", 10)["state"] == "in"
+        time.sleep(2)  # several readings
+        assert state(listen)["instances"]["vllm-absent"]["state"] == "in" and state(listen)["out"] == []
+        # Two uncorrectable errors in GPU 4's memory: out at the next reading, with the deploy's own words.
+        (tmp_path / "faults.json").write_text(json.dumps({"gpus": {"4": {"uncorrectable": 2, "block": "UMC"}}}))
+        seen = wait_for(listen, "quarantined", 10)
+        assert seen["state"] == "quarantined", seen
+        assert "GPU 4: 2 uncorrectable ECC error(s) (blocks: UMC 2)" in seen["reason"] and "[gpu-ecc-uncorrectable]" in seen["reason"]
+        assert state(listen)["out"] == [port]
+        record = json.loads((tmp_path / "state" / "vllm-absent.out").read_text())
+        assert record["state"] == "quarantined" and "GPU 4: 2 uncorrectable" in record["reason"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{listen}/metrics", timeout=5) as reply:
+            assert f'instinct_fleet_watch_quarantined{{unit="vllm-absent",port="{port}"}} 1' in reply.read().decode()
+        # The error clears (a reset): it stays out, stopped, until the deploy starts it behind its gate and its join
+        # removes the record, which the watch then judges as any other instance.
+        (tmp_path / "faults.json").write_text("{}")
+        time.sleep(2)
+        seen = state(listen)["instances"]["vllm-absent"]
+        assert seen["state"] == "quarantined" and "its evidence has cleared" in seen["reason"], seen
+        (tmp_path / "state" / "vllm-absent.out").unlink()
+        assert wait_for(listen, "in", 10)["state"] == "in"
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert "<3>vllm-absent is quarantined: GPU 4: 2 uncorrectable ECC error(s)" in out, out
+    assert "systemctl stop failed" in out  # it stopped it (no such unit here)
+    assert "GPU 4: its evidence has cleared" in out
+
+
+def test_a_host_that_lowers_a_rule_keeps_the_instance_and_a_host_without_amd_smi_judges_nothing(
+    tmp_path: Path, engine: tuple[Any, int]
+) -> None:
+    _, port = engine
+    levels = {**{rule: gpuhealth.level(rule, {}) for rule in evidence.PER_GPU_RULES}, "gpu-pcie-width": "warning"}
+    thresholds = dataclasses.asdict(gpuhealth.thresholds(specs()["a"][0].vars))
+    fault = amd_smi(tmp_path, {"gpus": {"4": {"width": 8}}})
+    gpu = {"interval": 0.3, "amd_smi": fault, "levels": levels, "thresholds": thresholds}
+    proc, listen = start_watch(tmp_path, port, max_restarts=1, gpu=gpu)
+    try:
+        assert wait_for(listen, "in", 10)["state"] == "in"
+        time.sleep(2)
+        assert state(listen)["instances"]["vllm-absent"]["state"] == "in"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    # No amd-smi on the host: nothing read, nothing held out, and the watch keeps running.
+    proc, listen = start_watch(tmp_path, port, max_restarts=1, gpu={**gpu, "amd_smi": str(tmp_path / "absent")})
+    try:
+        assert wait_for(listen, "in", 10)["state"] == "in"
+        time.sleep(1.5)
+        assert state(listen)["instances"]["vllm-absent"]["state"] == "in" and proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
