@@ -5,9 +5,9 @@ BIN     = $(VENV)/bin
 
 .PHONY: test checks check lint unit mutate e2e $(E2E_TARGETS) unit-deps fleet-deps fleet-images floor-venv wheel-venv demo demo-down install clean
 
-# The readers the unit tests hand rendered files to (tests/unit/consumers.py): nft, promtool; curl runs health.serving.
+# The readers the unit tests hand rendered files to (tests/unit/consumers.py): nft, promtool, amtool; curl runs health.serving.
 # systemd-analyze and ip come with the machine's image (systemd, iproute2).
-UNIT_PACKAGES = nftables prometheus curl
+UNIT_PACKAGES = nftables prometheus prometheus-alertmanager curl
 # Debian packages the simulated fleet needs (tests/fleet/fleet.py), and the Prometheus tests/e2e/test_observe.py runs.
 FLEET_PACKAGES = docker.io debootstrap docker-registry openssh-client curl $(UNIT_PACKAGES)
 

@@ -82,6 +82,37 @@ gpu_alert_junction_celsius = 100
 # minutes; our default, not AMD's limit: set your platform's.
 gpu_alert_memory_celsius = 90
 
+# Time to first token the SLO holds each model's requests to, in seconds; it must be a bucket
+# bound of `vllm:time_to_first_token_seconds` in the pinned vLLM (or of its `--custom-histogram-
+# buckets`), since Prometheus counts requests only at a bound (`slo-ttft-bucket`).
+slo_ttft_seconds = 2.5
+
+# Fraction of each model's requests whose first token comes within `slo_ttft_seconds` (the TTFT
+# SLO; 1 minus it is the error budget the burn-rate alerts spend).
+slo_ttft_objective = 0.99
+
+# Fraction of each model's finished requests that do not end in error (`vllm:request_success`
+# with `finished_reason="error"`, which vLLM has from 0.22.0; on an older pin the success alerts
+# are said, not written).
+slo_success_objective = 0.999
+
+# The multiwindow burn-rate alerts of each SLO (`instinct-fleet targets --alerts`): each fires
+# while the error budget burns `burn` times too fast over both `long` and `short`; every window
+# must fit in `prometheus_retention` and `short` must be below `long` (`slo-window`).
+slo_burn_alerts = [
+    {"severity": "page", "burn": 14.4, "long": "1h", "short": "5m"},
+    {"severity": "page", "burn": 6, "long": "6h", "short": "30m"},
+    {"severity": "ticket", "burn": 1, "long": "3d", "short": "2h"},
+]
+
+# How long your Prometheus keeps samples (its `--storage.tsdb.retention.time`, 15d by default):
+# a burn-rate window longer than it never fills.
+prometheus_retention = "15d"
+
+# Where Alertmanager delivers the fleet's alerts (a webhook receiver; `instinct-fleet targets
+# --alertmanager` writes its config). `None`: no Alertmanager config.
+alert_webhook_url = None
+
 # Automatic re-admissions of a host's quarantined instances within `gpu_health_readmit_window`;
 # once the evidence clears after that, they stay out until `instinct-fleet admit` (`quarantine-
 # held`; the AMD GPU Operator's bound).

@@ -28,7 +28,7 @@ from typing import Any
 
 from instinct_fleet import scaffold
 from instinct_fleet.converge import gpuhealth, managed
-from instinct_fleet.fleet import bench, interrupts, monitoring, remote, status, sweeps, trials, tunereport
+from instinct_fleet.fleet import bench, interrupts, monitoring, remote, slo, status, sweeps, trials, tunereport
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
 from instinct_fleet.fleet.spread import WARM_ENV
 from instinct_fleet.model import ansible, knowledge, origins, paths, workload
@@ -593,8 +593,13 @@ def cmd_targets(opts: argparse.Namespace) -> int:
     if not groups:  # an empty file would leave Prometheus scraping nothing, without a word
         raise UsageError("the chosen hosts serve no vLLM instance, metrics exporter or router: no target to write")
     text = json.dumps(groups, indent=2) + "\n"
+    specs = [spec for spec, _ in planned]
+    if opts.alertmanager and specs[0].vars.alert_webhook_url is None:
+        raise UsageError("--alertmanager: set alert_webhook_url (in group_data/all.py) to the URL Alertmanager delivers to")
     if opts.alerts:
-        _write_alerts(opts.alerts, [spec for spec, _ in planned])
+        _write_alerts(opts.alerts, specs)
+    if opts.alertmanager:
+        _write_json(opts.alertmanager, "--alertmanager", "Alertmanager's --config.file", slo.alertmanager_config(specs[0].vars))
     if opts.output:
         out = Path(opts.output)
         if out.is_dir():
@@ -608,15 +613,19 @@ def cmd_targets(opts: argparse.Namespace) -> int:
 
 
 def _write_alerts(target: str, specs: list[HostSpec]) -> None:
-    """The GPU health alerting rules (fleet/monitoring.py) as a Prometheus rule file (JSON, which is YAML); what cannot
-    fire is said, once per alert."""
-    rules, unfired = monitoring.alert_rules(specs)
-    out = Path(target)
-    if out.is_dir() or not out.parent.is_dir():
-        raise UsageError(f"--alerts {target!r}: name a file in an existing directory, which Prometheus's rule_files lists")
-    out.write_text(json.dumps(rules, indent=2) + "\n")
+    """The fleet's Prometheus rule file (fleet/slo.py: GPU health, SLOs, the fleet's own alerts), JSON, which is YAML;
+    what cannot fire or be written is said, once per alert."""
+    rules, unfired = slo.rule_file(specs)
+    _write_json(target, "--alerts", "Prometheus's rule_files", rules)
     for line in unfired:
         print(f"warning: {line}: that alert cannot fire there", file=sys.stderr)
+
+
+def _write_json(target: str, option: str, reader: str, value: object) -> None:
+    out = Path(target)
+    if out.is_dir() or not out.parent.is_dir():
+        raise UsageError(f"{option} {target!r}: name a file in an existing directory, which {reader} lists")
+    out.write_text(json.dumps(value, indent=2) + "\n")
 
 
 def _valid_specs(opts: argparse.Namespace, doing: str) -> list[HostSpec] | None:
@@ -1037,7 +1046,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(func=cmd_verify)
     targets.add_argument("-o", "--output", help="write to this file (Prometheus re-reads it) instead of printing")
     targets.add_argument(
-        "--alerts", metavar="FILE", help="also write the GPU health alerting rules to FILE, for Prometheus's rule_files (README)"
+        "--alerts",
+        metavar="FILE",
+        help="also write the fleet's alerting and recording rules (GPU health, SLO burn rates, instances, watch, routers) to FILE, for Prometheus's rule_files (README)",
+    )
+    targets.add_argument(
+        "--alertmanager", metavar="FILE", help="also write Alertmanager's config, delivering every alert to alert_webhook_url, to FILE"
     )
     targets.set_defaults(func=cmd_targets)
     status_p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -127,7 +127,7 @@ def alert_rules(specs: list[HostSpec]) -> tuple[dict[str, Any], list[str]]:
                 by_value.setdefault(float(alert.threshold(s)), []).append(str(s.host))
         judged = alert.rule.startswith("gpu-")  # a gpu-* rule the deploy judges on amd-smi's evidence; else a variable
         for value, hosts in sorted(by_value.items()):
-            selector = "{host=~" + _promql_string("|".join(_re2_literal(h) for h in sorted(hosts))) + "}"
+            selector = "{host=~" + promql_string("|".join(re2_literal(h) for h in sorted(hosts))) + "}"
             rules.append(
                 {
                     "alert": alert.name,
@@ -145,12 +145,12 @@ def alert_rules(specs: list[HostSpec]) -> tuple[dict[str, Any], list[str]]:
     return {"groups": [{"name": "instinct-fleet-gpu-health", "rules": rules}]}, unfired
 
 
-def _re2_literal(text: str) -> str:
+def re2_literal(text: str) -> str:
     """``text`` matched literally by RE2, Prometheus's regex engine (Python's re.escape also escapes '-', which RE2
     refuses outside a class)."""
     return re.sub(r"([.\\^$*+?()\[\]{}|])", r"\\\1", text)
 
 
-def _promql_string(text: str) -> str:
+def promql_string(text: str) -> str:
     """A PromQL double-quoted string literal (Go's escapes: backslash and quote)."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

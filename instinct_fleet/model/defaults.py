@@ -100,6 +100,11 @@ IMAGE = re.compile(
 # no ".git" end, at most one "/"): vLLM hands a model that is not a local directory to huggingface_hub.
 REPO_ID = re.compile(r"^(\b[\w\-.]+\b/)?\b[\w\-.]{1,96}\b$")
 USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# A Prometheus duration of one unit (its model.ParseDuration takes these units; 1h30m is written 90m here).
+DURATION = re.compile(r"^[1-9][0-9]*(ms|s|m|h|d|w|y)$")
+DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+# An Alertmanager webhook receiver: http or https, a host, an optional path (Alertmanager's url field).
+WEBHOOK = re.compile(r"^https?://[^\s/?#@]+(/[^\s]*)?$")
 NIC = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 REGISTRY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?$")
 MIRROR = re.compile(r"^https?://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[^\s]*)?$")
@@ -230,6 +235,7 @@ def _hook(value: Any) -> Any:
 
 
 Seconds = Annotated[StrictInt, Field(ge=1)]
+Duration = Annotated[StrictStr, _form(DURATION, "a Prometheus duration of one unit, such as 5m, 6h or 3d")]
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
 Image = Annotated[StrictStr, _form(IMAGE, "an image reference docker accepts (lower-case repository, tag, digest)")]
 Model = Annotated[StrictStr, AfterValidator(_model_id)]
@@ -360,6 +366,23 @@ EXPORTER_FIELDS = (
 )
 
 
+def duration_seconds(text: str) -> float:
+    """Seconds of a :data:`Duration` (validated: one number, one unit)."""
+    unit = text.lstrip("0123456789")
+    return int(text[: len(text) - len(unit)]) * DURATION_SECONDS[unit]
+
+
+class BurnAlert(_Strict):
+    """One multiwindow burn-rate alert of an SLO (the Google SRE workbook's): it fires while the error budget burns
+    ``burn`` times faster than the objective allows over both the ``long`` window and the ``short`` one (which ends it
+    soon after the burn stops)."""
+
+    severity: Literal["page", "ticket"]
+    burn: Annotated[StrictInt | StrictFloat, Field(gt=0)]
+    long: Duration
+    short: Duration
+
+
 class BenchProfile(_Strict):
     """One ``instinct-fleet bench`` profile: the ``vllm bench serve`` dataset shape and load."""
 
@@ -480,6 +503,36 @@ class FleetVars(_Strict):
     gpu_alert_memory_celsius: Annotated[StrictInt, Field(ge=1, le=150)] = Field(
         default=90,
         description="Memory (HBM) temperature (°C) above which the `GpuMemoryTemperatureHigh` alert fires after 5 minutes; our default, not AMD's limit: set your platform's.",
+    )
+    slo_ttft_seconds: Annotated[StrictInt | StrictFloat, Field(gt=0)] = Field(
+        default=2.5,
+        description="Time to first token the SLO holds each model's requests to, in seconds; it must be a bucket bound of `vllm:time_to_first_token_seconds` in the pinned vLLM (or of its `--custom-histogram-buckets`), since Prometheus counts requests only at a bound (`slo-ttft-bucket`).",
+    )
+    slo_ttft_objective: Annotated[StrictFloat, Field(gt=0, lt=1)] = Field(
+        default=0.99,
+        description="Fraction of each model's requests whose first token comes within `slo_ttft_seconds` (the TTFT SLO; 1 minus it is the error budget the burn-rate alerts spend).",
+    )
+    slo_success_objective: Annotated[StrictFloat, Field(gt=0, lt=1)] = Field(
+        default=0.999,
+        description='Fraction of each model\'s finished requests that do not end in error (`vllm:request_success` with `finished_reason="error"`, which vLLM has from 0.22.0; on an older pin the success alerts are said, not written).',
+    )
+    slo_burn_alerts: list[BurnAlert] = Field(
+        default_factory=_as_written(
+            [
+                {"severity": "page", "burn": 14.4, "long": "1h", "short": "5m"},
+                {"severity": "page", "burn": 6, "long": "6h", "short": "30m"},
+                {"severity": "ticket", "burn": 1, "long": "3d", "short": "2h"},
+            ]
+        ),
+        description="The multiwindow burn-rate alerts of each SLO (`instinct-fleet targets --alerts`): each fires while the error budget burns `burn` times too fast over both `long` and `short`; every window must fit in `prometheus_retention` and `short` must be below `long` (`slo-window`).",
+    )
+    prometheus_retention: Duration = Field(
+        default="15d",
+        description="How long your Prometheus keeps samples (its `--storage.tsdb.retention.time`, 15d by default): a burn-rate window longer than it never fills.",
+    )
+    alert_webhook_url: Annotated[StrictStr, _form(WEBHOOK, "an http:// or https:// URL")] | None = Field(
+        default=None,
+        description="Where Alertmanager delivers the fleet's alerts (a webhook receiver; `instinct-fleet targets --alertmanager` writes its config). `None`: no Alertmanager config.",
     )
     gpu_health_readmit_max: Annotated[StrictInt, Field(ge=1)] = Field(
         default=3,

@@ -27,7 +27,7 @@ from instinct_fleet.model.defaults import DEFAULTS
 from instinct_fleet.model.origins import Sources, origins, sibling_groups
 from instinct_fleet.model.rules import Finding, distinct, finding
 from instinct_fleet.model.spec import HostSpec, resolve_host
-from instinct_fleet.model.validate import validate_clusters, validate_host, validate_rolling
+from instinct_fleet.model.validate import validate_clusters, validate_host, validate_rolling, validate_slo_fleet
 
 
 class InventoryError(Exception):
@@ -252,7 +252,13 @@ def plan_hosts(hosts: list[HostData], catalog: Catalog | None = None) -> list[tu
         findings = [*conflict_findings(host), *findings, *validate_host(spec)]
         planned.append((spec, findings))
     specs, routing = router.attach([spec for spec, _ in planned])
-    across = [*validate_clusters(specs), *validate_rolling(specs), *routing, *(f for s in specs if s.pools for f in port_map(s, "router"))]
+    across = [
+        *validate_clusters(specs),
+        *validate_rolling(specs),
+        *validate_slo_fleet(specs),
+        *routing,
+        *(f for s in specs if s.pools for f in port_map(s, "router")),
+    ]
     return [
         (spec, [located(spec, host.origins, leveled(spec, f)) for f in distinct([*findings, *[f for f in across if f.host == spec.host]])])
         for spec, host, (_, findings) in zip(specs, hosts, planned, strict=True)

@@ -103,6 +103,21 @@ class Replacement:
 
 
 @dataclass(frozen=True)
+class Histogram:
+    """A vLLM histogram's bucket upper bounds as its source fixes them; ``family``: the key of
+    ``--custom-histogram-buckets`` that replaces them (0.33.0 on), None where no flag does."""
+
+    buckets: tuple[float, ...]
+    family: str | None = None
+
+    def bounds(self, custom: dict[str, list[float]] | None) -> tuple[float, ...]:
+        """The bounds an instance exposes, with its ``--custom-histogram-buckets`` (parsed) applied."""
+        if custom and self.family in custom:
+            return tuple(float(b) for b in custom[self.family])
+        return self.buckets
+
+
+@dataclass(frozen=True)
 class Exclusive:
     """A flag and a key of a JSON-config flag that set the same thing: ``EngineArgs`` refuses them together."""
 
@@ -164,6 +179,10 @@ class VllmKnowledge:
     scheduler_defaults: SchedulerDefaults | None
     startup_log: dict[str, tuple[str, ...]]  # phase -> the logger format strings vLLM writes for it
     metrics: dict[str, str]  # every vllm: Prometheus metric its V1 loggers create -> gauge, counter or histogram
+    # the histograms whose bucket bounds the source fixes (extract.histogram_buckets), and the finished_reason values of
+    # vllm:request_success; both empty for a project's table extracted before they were read
+    histograms: dict[str, Histogram]
+    finish_reasons: tuple[str, ...]
 
     def canonical_flag(self, name: str) -> str | None:
         """Return the long flag name (without dashes) for ``name``, or None if unknown.
@@ -306,6 +325,8 @@ def from_json(data: dict[str, Any]) -> VllmKnowledge:
         scheduler_defaults=_scheduler_defaults(data["scheduler_defaults"]),
         startup_log={phase: tuple(formats) for phase, formats in data["startup_log"].items()},
         metrics=dict(data.get("metrics", {})),  # a project's table extracted before metrics were read has none
+        histograms={name: Histogram(tuple(h["buckets"]), h.get("family")) for name, h in data.get("histogram_buckets", {}).items()},
+        finish_reasons=tuple(data.get("finish_reasons", ())),
     )
 
 

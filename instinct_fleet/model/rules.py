@@ -204,6 +204,21 @@ _RULES = (
         "Registry credentials and CA certificates are copied from the control machine, so they must exist there (paths relative to the project directory).",
     ),
     Rule(
+        "slo-fleet",
+        "error",
+        "The SLOs and their alerts (`slo_*`, `prometheus_retention`, `alert_webhook_url`) are one set for the fleet's rule file, so every host must carry the same values (set them in group_data/all.py).",
+    ),
+    Rule(
+        "slo-window",
+        "error",
+        "Each burn-rate alert of `slo_burn_alerts` reads its long window of samples, which `prometheus_retention` must keep, and its short window must be below its long one.",
+    ),
+    Rule(
+        "slo-ttft-bucket",
+        "error",
+        "`slo_ttft_seconds` must be a bucket bound of `vllm:time_to_first_token_seconds` as the pinned vLLM's source fixes them (or as an instance's `--custom-histogram-buckets` replaces them, from 0.33.0): Prometheus counts a request as within or over the threshold only at a bound.",
+    ),
+    Rule(
         "rolling-fleet",
         "error",
         "`rolling_batch`, `rolling_max_failures`, `rolling_on_failure` and the canary's settings (every `canary_*` variable: its profile, runs and verdict, and its accuracy probe) pace and judge one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",

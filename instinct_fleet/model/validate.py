@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from instinct_fleet.model import knowledge, liveness, probe, secrets, startup, workload
 from instinct_fleet.model.crosscheck import member, unpinned_image, validate_crossings
-from instinct_fleet.model.defaults import default_image, image_tag, tag_version
+from instinct_fleet.model.defaults import default_image, duration_seconds, image_tag, tag_version
 from instinct_fleet.model.inputs import validate_inputs
 from instinct_fleet.model.rules import Finding, finding
 from instinct_fleet.model.spec import HostSpec, ServiceSpec
@@ -534,14 +534,36 @@ ROLLING_FLEET_KEYS = (
 )
 
 
+# The variables of the fleet's SLOs and their alerts (fleet/slo.py): one objective per model, one rule file.
+SLO_FLEET_KEYS = (
+    "slo_ttft_seconds",
+    "slo_ttft_objective",
+    "slo_success_objective",
+    "slo_burn_alerts",
+    "prometheus_retention",
+    "alert_webhook_url",
+)
+
+
 def _as_written(value: object) -> object:
+    if isinstance(value, list):
+        return [_as_written(item) for item in value]
     return value.model_dump() if isinstance(value, BaseModel) else value
 
 
 def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
     """One roll paces the whole fleet: hosts that disagree on its pace are named with the value most hosts have."""
+    return _one_value(specs, ROLLING_FLEET_KEYS, "rolling-fleet")
+
+
+def validate_slo_fleet(specs: list[HostSpec]) -> list[Finding]:
+    """The fleet's SLOs and alert windows are one set: hosts that disagree are named with the value most hosts have."""
+    return _one_value(specs, SLO_FLEET_KEYS, "slo-fleet")
+
+
+def _one_value(specs: list[HostSpec], names: tuple[str, ...], rule: str) -> list[Finding]:
     found: list[Finding] = []
-    for key in ROLLING_FLEET_KEYS:
+    for key in names:
         # A settings model (canary_floors) is compared and named as group_data writes it, a dict.
         written = {str(spec.host): _as_written(getattr(spec.vars, key)) for spec in specs}
         keys = {host: json.dumps(value, sort_keys=True) for host, value in written.items()}
@@ -553,7 +575,7 @@ def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
         for spec in specs:
             value = written[str(spec.host)]
             if keys[str(spec.host)] != most:
-                found.append(finding("rolling-fleet", spec.host, key, f"{value!r} here, {common!r} on most hosts; one value for the fleet"))
+                found.append(finding(rule, spec.host, key, f"{value!r} here, {common!r} on most hosts; one value for the fleet"))
     return found
 
 
@@ -641,6 +663,75 @@ def validate_gpu_health(spec: HostSpec) -> list[Finding]:
     return []
 
 
+def validate_slo(spec: HostSpec) -> list[Finding]:
+    """Each burn-rate window fits in Prometheus's retention and its short window is below its long one; the TTFT
+    threshold is a bucket bound of every instance's ``vllm:time_to_first_token_seconds`` (its pinned vLLM's, or its
+    ``--custom-histogram-buckets``), the only places Prometheus counts a request as in or over it."""
+    v = spec.vars
+    found: list[Finding] = []
+    keep = duration_seconds(v.prometheus_retention)
+    for i, alert in enumerate(v.slo_burn_alerts):
+        if duration_seconds(alert.long) > keep:
+            why = (
+                f"slo_burn_alerts[{i}] ({alert.severity}, {alert.burn:g}x) reads {alert.long} of samples, more than "
+                f"prometheus_retention {v.prometheus_retention} keeps: its window never fills; shorten it, or raise "
+                "prometheus_retention with your Prometheus's --storage.tsdb.retention.time"
+            )
+            found.append(finding("slo-window", spec.host, "slo_burn_alerts", why))
+        if duration_seconds(alert.short) >= duration_seconds(alert.long):
+            why = (
+                f"slo_burn_alerts[{i}] ({alert.severity}, {alert.burn:g}x): its short window {alert.short} is not below "
+                f"its long window {alert.long}; the short one ends the alert soon after the burn stops (workbook: a twelfth of it)"
+            )
+            found.append(finding("slo-window", spec.host, "slo_burn_alerts", why))
+    # (version, bounds, whether --custom-histogram-buckets set them, whether it could) -> the instances
+    missed: dict[tuple[str, tuple[float, ...], bool, bool], list[str]] = defaultdict(list)
+    for svc in spec.serves:
+        if svc.table is None:
+            continue
+        ttft = svc.table.histograms.get(TTFT)
+        if ttft is None:
+            why = (
+                f"the vLLM {svc.table.version} table gives no bucket bounds for {TTFT}, so a TTFT SLO cannot be checked "
+                f"against them: re-extract it with `instinct-fleet vllm-facts {svc.table.version}`"
+            )
+            found.append(finding("slo-ttft-bucket", spec.host, "slo_ttft_seconds", why))
+            continue
+        custom = _custom_buckets(svc) or {}
+        bounds = ttft.bounds(custom)
+        if float(v.slo_ttft_seconds) not in bounds:
+            missed[(svc.table.version, bounds, ttft.family in custom, ttft.family is not None)].append(svc.name)
+    for (version, bounds, customized, replaceable), names in sorted(missed.items()):
+        below = max((b for b in bounds if b < v.slo_ttft_seconds), default=None)
+        above = min((b for b in bounds if b > v.slo_ttft_seconds), default=None)
+        near = " and ".join(f"{b:g}" for b in (below, above) if b is not None)
+        why = (
+            f"slo_ttft_seconds {v.slo_ttft_seconds:g} is no bucket bound of {TTFT} for {', '.join(names)} (vLLM {version}"
+            f"{', its --custom-histogram-buckets' if customized else ''}): Prometheus counts requests only at a bound, so that "
+            f"SLO cannot be measured; the nearest bounds are {near}"
+            + (", or add it to --custom-histogram-buckets' time_to_first_token list" if replaceable else "")
+        )
+        found.append(finding("slo-ttft-bucket", spec.host, "slo_ttft_seconds", why))
+    return found
+
+
+TTFT = "vllm:time_to_first_token_seconds"
+
+
+def _custom_buckets(svc: ServiceSpec) -> dict[str, list[float]] | None:
+    """The instance's ``--custom-histogram-buckets`` as a mapping (group_data may write it as a dict or as JSON text);
+    None when unset or not a mapping (the flag's own checks say so)."""
+    raw = svc.args.get("custom-histogram-buckets")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    if not isinstance(raw, dict):
+        return None
+    return {str(k): [float(b) for b in v] for k, v in raw.items() if isinstance(v, list) and all(isinstance(b, int | float) for b in v)}
+
+
 def validate_host(spec: HostSpec) -> list[Finding]:
     """All per-service rules plus the rules across the instances of one host."""
     found: list[Finding] = [
@@ -651,6 +742,7 @@ def validate_host(spec: HostSpec) -> list[Finding]:
         *validate_canary(spec),
         *validate_watch(spec),
         *validate_gpu_health(spec),
+        *validate_slo(spec),
     ]
     if spec.services:
         found += check_image(spec.host, spec.services[0].image, spec.services[0].version)

@@ -57,6 +57,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"canary_probe": str(ROOT / "tests" / "fixtures" / "probe-golden.jsonl")},
     ),
     "watch-timing": ({"watch_interval": 60}, {"watch_interval": 5}),
+    "slo-window": ({"prometheus_retention": "2d"}, {"prometheus_retention": "3d"}),
+    "slo-ttft-bucket": ({"slo_ttft_seconds": 2}, {"slo_ttft_seconds": 2.5}),
     "gpu-health-thresholds": ({"gpu_health_recovery_warning": 4}, {"gpu_health_recovery_warning": 3}),
     "watch-stall-step": (
         {"vllm_args": {"enable-chunked-prefill": False, "max-model-len": 131072}},
@@ -272,6 +274,7 @@ CLUSTER_CASES: dict[str, tuple[tuple[dict[str, Any], int, dict[str, Any]], tuple
     ),
     # Fleet-wide, checked across hosts like the cluster rules: the head disagrees with its worker.
     "rolling-fleet": ((L405, 2, {"rolling_batch": "50%"}), (L405, 2, {"rolling_batch": 1})),
+    "slo-fleet": ((L405, 2, {"slo_ttft_objective": 0.95}), (L405, 2, {"slo_ttft_objective": 0.99})),
 }
 
 

@@ -636,7 +636,23 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 2048
 
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0)
+def ttft_buckets() -> list[float]:
+    """vllm:time_to_first_token_seconds's bounds as this release's source fixes them (TABLE["histogram_buckets"]), or
+    as --custom-histogram-buckets replaces its family's, as vLLM's histogram_buckets() does (0.33.0 on)."""
+    histogram = TABLE.get("histogram_buckets", {}).get("vllm:time_to_first_token_seconds", {})
+    family = histogram.get("family")
+    custom = json.loads(State.args["--custom-histogram-buckets"]) if State.args.get("--custom-histogram-buckets") else {}
+    return [float(b) for b in (custom[family] if family in custom else histogram.get("buckets", []))]
+
+
+def le(bound: float) -> str:
+    """A bound as prometheus_client writes it (floatToGoString): repr of the float, exponent form past 6 digits."""
+    text = repr(float(bound))
+    dot = text.find(".")
+    if bound > 0 and dot > 6:  # Go switches to exponents sooner than Python
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+0{dot - 1}"
+    return text
 
 
 def metrics_text() -> str:
@@ -654,7 +670,11 @@ def metrics_text() -> str:
         "# TYPE vllm:kv_cache_usage_perc gauge",
         f"vllm:kv_cache_usage_perc{{{labels}}} {min(1.0, State.kv_tokens / max(1, capacity))}",
         "# TYPE vllm:request_success_total counter",
-        f'vllm:request_success_total{{finished_reason="length",{labels}}} {float(State.requests)}',
+        # One child per finish reason, as vLLM makes them at start (TABLE["finish_reasons"]); each request ends on length.
+        *(
+            f'vllm:request_success_total{{finished_reason="{reason}",{labels}}} {float(State.requests if reason == "length" else 0)}'
+            for reason in TABLE.get("finish_reasons", ["length"])
+        ),
         "# TYPE vllm:prompt_tokens_total counter",
         f"vllm:prompt_tokens_total{{{labels}}} {float(State.prompt_tokens)}",
         "# TYPE vllm:generation_tokens_total counter",
@@ -668,8 +688,8 @@ def metrics_text() -> str:
         "# TYPE vllm:time_to_first_token_seconds histogram",
     ]
     ttfts = list(State.ttfts)
-    for bound in TTFT_BUCKETS:
-        lines.append(f'vllm:time_to_first_token_seconds_bucket{{le="{bound}",{labels}}} {float(sum(t <= bound for t in ttfts))}')
+    for bound in ttft_buckets():
+        lines.append(f'vllm:time_to_first_token_seconds_bucket{{le="{le(bound)}",{labels}}} {float(sum(t <= bound for t in ttfts))}')
     lines += [
         f'vllm:time_to_first_token_seconds_bucket{{le="+Inf",{labels}}} {float(len(ttfts))}',
         f"vllm:time_to_first_token_seconds_count{{{labels}}} {float(len(ttfts))}",
