@@ -109,6 +109,10 @@ slo_burn_alerts = [
 # a burn-rate window longer than it never fills.
 prometheus_retention = "15d"
 
+# How long an instance's `/metrics` target must be down before `VllmInstanceDown` pages (its
+# Prometheus `for`): a restart of the roll or the watch takes less.
+alert_down_for = "2m"
+
 # Where Alertmanager delivers the fleet's alerts (a webhook receiver; `instinct-fleet targets
 # --alertmanager` writes its config). `None`: no Alertmanager config.
 alert_webhook_url = None

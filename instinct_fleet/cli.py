@@ -28,10 +28,10 @@ from typing import Any
 
 from instinct_fleet import scaffold
 from instinct_fleet.converge import gpuhealth, managed
-from instinct_fleet.fleet import bench, interrupts, monitoring, remote, slo, status, sweeps, trials, tunereport
+from instinct_fleet.fleet import bench, boards, interrupts, monitoring, picture, remote, slo, status, sweeps, trials, tunereport
 from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
 from instinct_fleet.fleet.spread import WARM_ENV
-from instinct_fleet.model import ansible, knowledge, origins, paths, workload
+from instinct_fleet.model import ansible, defaults, knowledge, origins, paths, workload
 from instinct_fleet.model.catalog import Catalog, CatalogError, write_facts
 from instinct_fleet.model.defaults import DEFAULTS, default_image
 from instinct_fleet.model.inventory import (
@@ -600,6 +600,8 @@ def cmd_targets(opts: argparse.Namespace) -> int:
         _write_alerts(opts.alerts, specs)
     if opts.alertmanager:
         _write_json(opts.alertmanager, "--alertmanager", "Alertmanager's --config.file", slo.alertmanager_config(specs[0].vars))
+    if opts.grafana:
+        _write_boards(opts.grafana, specs)
     if opts.output:
         out = Path(opts.output)
         if out.is_dir():
@@ -619,6 +621,25 @@ def _write_alerts(target: str, specs: list[HostSpec]) -> None:
     _write_json(target, "--alerts", "Prometheus's rule_files", rules)
     for line in unfired:
         print(f"warning: {line}: that alert cannot fire there", file=sys.stderr)
+
+
+def _write_boards(directory: str, specs: list[HostSpec]) -> None:
+    """The Grafana boards (fleet/boards.py) and the provisioning file that loads them from ``directory``."""
+    where = Path(directory)
+    if not where.is_dir():
+        raise UsageError(f"--grafana {directory!r}: name an existing directory, which Grafana's dashboard provider reads")
+    try:
+        written = {"instinct-fleet.json": boards.fleet_board(specs), "instinct-fleet-instance.json": boards.instance_board(specs)}
+    except boards.BoardError as exc:
+        raise UsageError(f"--grafana: {exc}") from exc
+    for name, board in written.items():
+        (where / name).write_text(json.dumps(board, indent=2) + "\n")
+    provider = boards.provisioning(str(where.resolve()))
+    (where / "instinct-fleet-provisioning.yaml").write_text(json.dumps(provider, indent=2) + "\n")
+    print(
+        f"wrote {', '.join(written)} and instinct-fleet-provisioning.yaml (copy it into /etc/grafana/provisioning/dashboards/) to {where}",
+        file=sys.stderr,
+    )
 
 
 def _write_json(target: str, option: str, reader: str, value: object) -> None:
@@ -928,9 +949,14 @@ def _image_source(opts: argparse.Namespace, directory: Path) -> Path:
 
 
 def cmd_report(opts: argparse.Namespace) -> int:
-    """Write report.md and PNG plots from a directory of vLLM benchmark results, and print the fleet table."""
+    """Write report.md and PNG plots from a directory of vLLM benchmark results, and print the fleet table; or, with
+    --fleet, draw the fleet board's main panels from Prometheus."""
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError("report draws its plots with matplotlib, which is not installed: pip install 'instinct-fleet[report]'")
+    if (opts.results is None) == (opts.fleet is None):
+        raise UsageError("report takes RESULTS_DIR, or --fleet INVENTORY with --prometheus URL: one of the two")
+    if opts.fleet is not None:
+        return _fleet_picture(opts)
     from instinct_fleet.fleet import report
 
     try:
@@ -940,6 +966,34 @@ def cmd_report(opts: argparse.Namespace) -> int:
     print(terminal)
     print(f"\nwrote {path} and its plots")
     return 0
+
+
+def _fleet_picture(opts: argparse.Namespace) -> int:
+    """The fleet board's main panels over the last --since, from --prometheus, on one PNG (fleet/picture.py)."""
+    if not opts.prometheus:
+        raise UsageError("report --fleet asks Prometheus: give its address with --prometheus URL (http://host:9090)")
+    if not defaults.DURATION.match(opts.since):
+        raise UsageError(f"--since {opts.since!r} is not a Prometheus duration of one unit, such as 30m, 6h or 2d")
+    out = Path(opts.output)
+    if out.is_dir() or not out.parent.is_dir():
+        raise UsageError(f"-o {opts.output!r}: name a PNG file in an existing directory")
+    opts.inventory, opts.limit = opts.fleet, []
+    planned = _plan_limited(opts)
+    if refused((f for _, fs in planned for f in fs), "nothing was drawn"):
+        return EXIT_INVALID
+    try:
+        board = boards.fleet_board([spec for spec, _ in planned])
+    except boards.BoardError as exc:
+        raise UsageError(f"report --fleet: {exc}") from exc
+    end = time.time()
+    span = defaults.duration_seconds(opts.since)
+    try:
+        panels = picture.fetch(board, opts.prometheus, end - span, end, max(1.0, span / 240))
+    except picture.PictureError as exc:
+        raise UsageError(str(exc)) from exc
+    picture.draw(panels, out, f"{origins.named(opts.fleet)}: the last {opts.since}", end)
+    print(f"wrote {out}: {', '.join(f'{p.title} ({len(p.lines)})' for p in panels)}")
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1053,6 +1107,9 @@ def build_parser() -> argparse.ArgumentParser:
     targets.add_argument(
         "--alertmanager", metavar="FILE", help="also write Alertmanager's config, delivering every alert to alert_webhook_url, to FILE"
     )
+    targets.add_argument(
+        "--grafana", metavar="DIR", help="also write the Grafana boards (fleet, instance) and their provisioning file to DIR"
+    )
     targets.set_defaults(func=cmd_targets)
     status_p.add_argument("--json", action="store_true", help="machine-readable output")
     status_p.set_defaults(func=cmd_status)
@@ -1120,7 +1177,14 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser(
         "report", help="report.md, plots and a table from vllm bench serve results (RESULTS_DIR/<host>/<instance>/*.json)"
     )
-    report.add_argument("results", metavar="RESULTS_DIR")
+    report.add_argument("results", metavar="RESULTS_DIR", nargs="?")
+    report.add_argument(
+        "--fleet", metavar="INVENTORY", help="instead, draw the fleet board's main panels (Dashboards and alerts) from --prometheus"
+    )
+    report.add_argument("--prometheus", metavar="URL", help="with --fleet: the Prometheus that scrapes the fleet (http://host:9090)")
+    report.add_argument("--since", default="1h", help="with --fleet: the window drawn, a Prometheus duration (default 1h)")
+    report.add_argument("-o", "--output", default="fleet.png", help="with --fleet: the PNG written (default fleet.png)")
+    report.add_argument("--project-dir", help="with --fleet: the inventory's project (default: found from the inventory)")
     report.set_defaults(func=cmd_report)
     return parser
 

@@ -119,13 +119,13 @@ def slo_groups(specs: list[HostSpec]) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def fleet_group(specs: list[HostSpec]) -> dict[str, Any]:
-    """The alerts on the fleet's own parts: targets down, engines the watch gave up on or restarted, quarantines, and a
-    router pool with no healthy worker (where a host runs a router)."""
+    """The alerts on the fleet's own parts (``specs``: at least one host): targets down, engines the watch gave up on or
+    restarted, quarantines, and a router pool with no healthy worker (where a host runs a router)."""
     rules: list[dict[str, Any]] = [
         _alert(
             "VllmInstanceDown",
             'up{job="vllm"} == 0',
-            "2m",
+            specs[0].vars.alert_down_for,
             "page",
             "{{ $labels.instance }} on {{ $labels.host }} ({{ $labels.model }}) does not answer its /metrics",
             "its unit stopped or failed, the host is down, or the firewall changed; `instinct-fleet status` says which",

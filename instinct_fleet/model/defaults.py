@@ -530,6 +530,10 @@ class FleetVars(_Strict):
         default="15d",
         description="How long your Prometheus keeps samples (its `--storage.tsdb.retention.time`, 15d by default): a burn-rate window longer than it never fills.",
     )
+    alert_down_for: Duration = Field(
+        default="2m",
+        description="How long an instance's `/metrics` target must be down before `VllmInstanceDown` pages (its Prometheus `for`): a restart of the roll or the watch takes less.",
+    )
     alert_webhook_url: Annotated[StrictStr, _form(WEBHOOK, "an http:// or https:// URL")] | None = Field(
         default=None,
         description="Where Alertmanager delivers the fleet's alerts (a webhook receiver; `instinct-fleet targets --alertmanager` writes its config). `None`: no Alertmanager config.",

@@ -541,6 +541,7 @@ SLO_FLEET_KEYS = (
     "slo_success_objective",
     "slo_burn_alerts",
     "prometheus_retention",
+    "alert_down_for",
     "alert_webhook_url",
 )
 

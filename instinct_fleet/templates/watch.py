@@ -53,6 +53,7 @@ with open(sys.argv[1]) as handle:
 NAMES = liveness.Series(tuple(CONFIG["series"]["steps"]), tuple(CONFIG["series"]["busy"]))
 LOCK = threading.Lock()
 OUT = ("restarting", "left-out", "quarantined")  # the states in which the instance is out of its pools
+ROLLING = "a roll batch runs on this host"
 VIEW = {}  # unit -> what /state and /metrics show
 GPUS = {}  # GPU index -> its errors at the last reading of the evidence (the gpu thread's; empty before the first)
 
@@ -85,7 +86,7 @@ def paused():
     """A roll batch or a tune trial owns the units now."""
     try:  # a failed roll leaves its marker behind: older than the longest batch, it no longer pauses the watch
         if time.time() - os.stat(CONFIG["roll_marker"]).st_mtime < CONFIG["roll_pause"]:
-            return "a roll batch runs on this host"
+            return ROLLING
     except FileNotFoundError:
         pass
     try:
@@ -410,6 +411,11 @@ def metrics_text():
             f"instinct_fleet_watch_restarts{{{labels}}} {seen['restarts']}",
             f"instinct_fleet_watch_restarts_total{{{labels}}} {seen['restarts_total']}",
         ]
+    lines += [
+        "# HELP instinct_fleet_watch_rolling Whether a roll batch runs on this host now (its marker): the boards' roll annotations.",
+        "# TYPE instinct_fleet_watch_rolling gauge",
+        f"instinct_fleet_watch_rolling {int(paused() == ROLLING)}",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -20,10 +20,10 @@ from instinct_fleet.fleet import slo
 from instinct_fleet.model import extract, knowledge
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.knowledge import Histogram
+from tests.unit import series
 from tests.unit.conftest import check
 from tests.unit.consumers import PROMTOOL, standin
 
-ROOT = Path(__file__).resolve().parents[2]
 AMTOOL = "/usr/bin/amtool"
 VERSIONS = ("0.11.0", "0.22.0", "0.33.0")
 MODEL = "openai/gpt-oss-120b"
@@ -197,39 +197,23 @@ def test_the_alertmanager_config_delivers_every_alert_to_the_webhook_and_amtool_
 
 # Every series the rules read is written by someone: vLLM (its source's table, and the stand-in that serves it), the
 # watch, the exporter (monitoring.ALERTS, tests/unit/test_alerts.py), vllm-router (tests/e2e/test_observe.py scrapes it).
-SERIES = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
 
 
-def read_series(rules: dict[str, Any]) -> set[str]:
-    return {
-        name
-        for g in rules["groups"]
-        for r in g["rules"]
-        for name in SERIES.findall(r["expr"])
-        if name not in ("sum", "max", "rate", "increase")
-    }
-
-
-def exposed(table: dict[str, str], name: str) -> str | None:
-    """The table's metric a sample name belongs to (a counter's _total, a histogram's _bucket and _count)."""
-    for suffix, kind in (("_bucket", "histogram"), ("_count", "histogram"), ("_total", "counter"), ("", "gauge"), ("", "counter")):
-        base = name.removesuffix(suffix) if suffix else name
-        if (suffix == "" or name.endswith(suffix)) and table.get(base) == kind:
-            return base
-    return None
+def exprs(rules: dict[str, Any]) -> list[str]:
+    return [r["expr"] for g in rules["groups"] for r in g["rules"]]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_vllm_series_a_rule_reads_is_in_the_pinned_source_and_the_stand_in_s_metrics(tmp_path: Path, version: str) -> None:
     _, rules, _ = rules_file(tmp_path, vllm_version=version)
     table = knowledge.load(version)
-    names = {n for n in read_series(rules) if n.startswith("vllm:")}
+    names = {n for n in series.read(exprs(rules)) if n.startswith("vllm:")}
     assert names >= {"vllm:time_to_first_token_seconds_bucket", "vllm:time_to_first_token_seconds_count", "vllm:request_success_total"}
-    assert {n: exposed(table.metrics, n) for n in names if exposed(table.metrics, n) is None} == {}
+    assert {n for n in names if series.in_table(table.metrics, n) is None} == set()
     module = standin(version)
     module.State.served = "m"
     text = module.metrics_text()
-    assert {n for n in names if not re.search(rf"^{re.escape(n)}\{{", text, re.M)} == set()
+    assert {n for n in names if not series.standin_exposes(text, n)} == set()
     # The bound the TTFT SLO reads, as the stand-in writes it from the same table.
     assert re.search(r'^vllm:time_to_first_token_seconds_bucket\{le="2\.5",', text, re.M)
     reasons = set(re.findall(r'finished_reason="(\w+)"', text))
@@ -238,9 +222,8 @@ def test_every_vllm_series_a_rule_reads_is_in_the_pinned_source_and_the_stand_in
 
 def test_every_watch_series_a_rule_reads_is_one_the_watch_writes(tmp_path: Path) -> None:
     _, rules, _ = rules_file(tmp_path)
-    watch = (ROOT / "instinct_fleet" / "templates" / "watch.py").read_text()
-    written = set(re.findall(r"# TYPE (instinct_fleet_watch_\w+) ", watch))
-    assert {n for n in read_series(rules) if n.startswith("instinct_fleet_watch_")} <= written
+    written = series.watch_writes()
+    assert {n for n in series.read(exprs(rules)) if n.startswith("instinct_fleet_watch_")} <= written
     assert "instinct_fleet_watch_quarantined" in written
 
 
@@ -364,4 +347,8 @@ def test_windows_that_retention_cannot_hold_or_out_of_order_and_a_webhook_that_i
         (found,) = [f for f in findings({"alert_webhook_url": bad})]
         assert found.rule == "value-format" and found.key == "alert_webhook_url" and "an http:// or https:// URL" in found.message
     (duration,) = findings({"prometheus_retention": "15 days"})
-    assert duration.rule == "value-format" and duration.key == "prometheus_retention" and "a Prometheus duration of one unit" in duration.message
+    assert (
+        duration.rule == "value-format"
+        and duration.key == "prometheus_retention"
+        and "a Prometheus duration of one unit" in duration.message
+    )

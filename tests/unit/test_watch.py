@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
@@ -317,12 +318,25 @@ def test_the_watch_only_reads_while_a_roll_runs_on_the_host(tmp_path: Path, engi
         time.sleep(3)  # twice the stall window
         assert state(listen)["instances"]["vllm-absent"]["state"] == "paused" and seen["reason"] == "a roll batch runs on this host"
         assert not (tmp_path / "state" / "vllm-absent.restarts").exists()
+        assert "\ninstinct_fleet_watch_rolling 1\n" in watch_metrics(listen)  # the boards' roll annotation
         # A marker older than roll_pause is a failed roll's, left behind: the watch acts again.
         os.utime(tmp_path / "roll-in-progress", (time.time() - 601, time.time() - 601))
         assert wait_for(listen, "left-out", 20)["state"] == "left-out"
+        assert "\ninstinct_fleet_watch_rolling 0\n" in watch_metrics(listen)
+        held = os.open(tmp_path, os.O_RDONLY)  # a tune trial's lock pauses the watch too, but is no roll
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            assert "\ninstinct_fleet_watch_rolling 0\n" in watch_metrics(listen)
+        finally:
+            os.close(held)
     finally:
         proc.terminate()
         proc.communicate(timeout=10)
+
+
+def watch_metrics(listen: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{listen}/metrics", timeout=5) as reply:
+        return str(reply.read().decode())
 
 
 def test_a_quarantined_instance_is_out_and_left_alone_until_its_record_lets_it_go(tmp_path: Path, engine: tuple[Any, int]) -> None:

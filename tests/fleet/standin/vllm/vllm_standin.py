@@ -483,6 +483,7 @@ class State:
     waiting = 0
     kv_tokens = 0  # prompt + generated tokens of the running requests
     ttfts: ClassVar[list[float]] = []
+    itls: ClassVar[list[float]] = []  # the gaps between two tokens of a streamed reply
     prefix_queries = 0  # prompt tokens looked up in the prefix cache, and those found (vLLM's two counters)
     prefix_hits = 0
     draining = False
@@ -636,13 +637,25 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 2048
 
 
-def ttft_buckets() -> list[float]:
-    """vllm:time_to_first_token_seconds's bounds as this release's source fixes them (TABLE["histogram_buckets"]), or
-    as --custom-histogram-buckets replaces its family's, as vLLM's histogram_buckets() does (0.33.0 on)."""
-    histogram = TABLE.get("histogram_buckets", {}).get("vllm:time_to_first_token_seconds", {})
+def buckets(name: str) -> list[float]:
+    """A histogram's bounds as this release's source fixes them (TABLE["histogram_buckets"]), or as
+    --custom-histogram-buckets replaces its family's, as vLLM's histogram_buckets() does (0.33.0 on)."""
+    histogram = TABLE.get("histogram_buckets", {}).get(name, {})
     family = histogram.get("family")
     custom = json.loads(State.args["--custom-histogram-buckets"]) if State.args.get("--custom-histogram-buckets") else {}
     return [float(b) for b in (custom[family] if family in custom else histogram.get("buckets", []))]
+
+
+def histogram(name: str, values: list[float], labels: str) -> list[str]:
+    """A histogram's exposition (prometheus_client's): cumulative buckets at the release's bounds, +Inf, count, sum."""
+    lines = [f"# TYPE {name} histogram"]
+    lines += [f'{name}_bucket{{le="{le(bound)}",{labels}}} {float(sum(v <= bound for v in values))}' for bound in buckets(name)]
+    return [
+        *lines,
+        f'{name}_bucket{{le="+Inf",{labels}}} {float(len(values))}',
+        f"{name}_count{{{labels}}} {float(len(values))}",
+        f"{name}_sum{{{labels}}} {sum(values)}",
+    ]
 
 
 def le(bound: float) -> str:
@@ -685,15 +698,11 @@ def metrics_text() -> str:
         "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.",
         "# TYPE vllm:prefix_cache_hits_total counter",
         f"vllm:prefix_cache_hits_total{{{labels}}} {float(State.prefix_hits)}",
-        "# TYPE vllm:time_to_first_token_seconds histogram",
-    ]
-    ttfts = list(State.ttfts)
-    for bound in ttft_buckets():
-        lines.append(f'vllm:time_to_first_token_seconds_bucket{{le="{le(bound)}",{labels}}} {float(sum(t <= bound for t in ttfts))}')
-    lines += [
-        f'vllm:time_to_first_token_seconds_bucket{{le="+Inf",{labels}}} {float(len(ttfts))}',
-        f"vllm:time_to_first_token_seconds_count{{{labels}}} {float(len(ttfts))}",
-        f"vllm:time_to_first_token_seconds_sum{{{labels}}} {sum(ttfts)}",
+        "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+        "# TYPE vllm:num_preemptions_total counter",
+        f"vllm:num_preemptions_total{{{labels}}} 0.0",  # the stand-in's engine admits what fits, and never preempts
+        *histogram("vllm:time_to_first_token_seconds", list(State.ttfts), labels),
+        *histogram("vllm:inter_token_latency_seconds", list(State.itls), labels),
         "# HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.",
         "# TYPE vllm:iteration_tokens_total histogram",
         f'vllm:iteration_tokens_total_bucket{{le="+Inf",{labels}}} {float(State.steps)}',
@@ -957,10 +966,14 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             engine.prefill(prompt_words)
             stepped(prompt_len)
+            last = started
             for i, word in enumerate(words):
                 if i:
                     time.sleep(engine.step())
                     stepped(1)
+                    with State.lock:
+                        State.itls.append(time.monotonic() - last)
+                last = time.monotonic()
                 text = (" " if i else "") + word
                 delta: dict[str, Any] = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
                 delta["finish_reason"] = "length" if i == len(words) - 1 else None
