@@ -274,6 +274,7 @@ def restore(want: Desired, number: int, kept: Mapping[str, str]) -> str:
     missing = q(f"instinct-fleet: generation {number} is not on this host ({paths.GENERATIONS_DIR}); nothing to roll back to")
     serving = {f.path: f for f in want.files if f.restarts in want.serving}
     steps = [f"if [ ! -d {source} ]; then printf '%s\\n' {missing} >&2; exit 1; fi"]
+    steps.append(f"printf 'rolled back to generation %s\\n' {number} >> {paths.ROLL_MARKER}")  # the watch counts it
     units: dict[str, None] = {}
     for path, f in serving.items():
         if path in kept or f.content is None:

@@ -3,8 +3,8 @@
 Two boards in Grafana's JSON model (Grafana 10.4 and newer; ``schemaVersion`` 39), and the provisioning file that
 loads them: the fleet's (per model: request rate, success rate, TTFT and TPOT p50 and p99, queue, running requests,
 KV cache use, preemptions, prefix-cache hit rate; per host: GPU power, junction and memory temperature, uncorrectable
-ECC, PCIe speed; serving units up, out of their pools, quarantined) and one instance's. Rolls are annotations from
-the watch's ``instinct_fleet_watch_rolling`` (1 while a roll batch runs on the host).
+ECC, PCIe speed; serving units up, out of their pools, quarantined) and one instance's. The roll's batches, canaries
+and rollbacks are annotations, from the watch's counters of what the roll's marker showed on each host.
 
 A metric vLLM renamed (``vllm:gpu_cache_usage_perc`` became ``vllm:kv_cache_usage_perc`` and was removed in 0.12;
 ``vllm:time_per_output_token_seconds`` became ``vllm:inter_token_latency_seconds``) is chosen per fleet: the first
@@ -112,15 +112,20 @@ def _board(uid: str, title: str, variables: list[dict[str, Any]], panels: list[d
         "annotations": {
             "list": [
                 {
-                    "name": "Rolls",
+                    "name": name,
                     "datasource": DATASOURCE,
                     "enable": True,
-                    "iconColor": "orange",
-                    "expr": 'instinct_fleet_watch_rolling{job="instinct-fleet-watch"} == 1',
-                    "step": "30s",
-                    "titleFormat": "roll on {{host}}",
+                    "iconColor": color,
+                    "expr": f'increase(instinct_fleet_watch_{kind}_total{{job="instinct-fleet-watch"}}[2m]) > 0',
+                    "step": "1m",
+                    "titleFormat": f"{what} on {{{{host}}}}",
                     "tagKeys": "host",
                 }
+                for name, kind, color, what in (
+                    ("Rolls", "rolls", "blue", "roll batch"),
+                    ("Canaries", "canaries", "orange", "canary"),
+                    ("Rollbacks", "rollbacks", "red", "rollback"),
+                )
             ]
         },
         "panels": _laid_out(panels),

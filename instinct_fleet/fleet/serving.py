@@ -147,7 +147,8 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
         started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         files.put(
             name="Roll: mark the host as rolling",
-            src=StringIO(f"roll batch {batch} started {started}\n"),
+            # The watch counts the roll's events from it (its boards' annotations): this batch, its canary.
+            src=StringIO(f"roll batch {batch} started {started}\n" + ("canary\n" if me.measured else "")),
             dest=paths.ROLL_MARKER,
             _if=gate,
         )

@@ -53,9 +53,10 @@ with open(sys.argv[1]) as handle:
 NAMES = liveness.Series(tuple(CONFIG["series"]["steps"]), tuple(CONFIG["series"]["busy"]))
 LOCK = threading.Lock()
 OUT = ("restarting", "left-out", "quarantined")  # the states in which the instance is out of its pools
-ROLLING = "a roll batch runs on this host"
 VIEW = {}  # unit -> what /state and /metrics show
 GPUS = {}  # GPU index -> its errors at the last reading of the evidence (the gpu thread's; empty before the first)
+EVENTS = {"rolls": 0, "canaries": 0, "rollbacks": 0}  # what the roll's marker showed since this watch started
+MARKER_POLL = 0.25  # seconds between two readings of the roll's marker
 
 
 def log(message, error=False):
@@ -86,7 +87,7 @@ def paused():
     """A roll batch or a tune trial owns the units now."""
     try:  # a failed roll leaves its marker behind: older than the longest batch, it no longer pauses the watch
         if time.time() - os.stat(CONFIG["roll_marker"]).st_mtime < CONFIG["roll_pause"]:
-            return ROLLING
+            return "a roll batch runs on this host"
     except FileNotFoundError:
         pass
     try:
@@ -160,6 +161,29 @@ def watch_gpus():
             for index in sorted(set(before) - set(found)):
                 log(f"GPU {index}: its evidence has cleared")
         time.sleep(CONFIG["gpu"]["interval"])
+
+
+def watch_rolls():
+    """Count the roll's events on this host from its marker: a batch (a new first line, ``roll batch N started T``),
+    its canary (a ``canary`` line) and its rollback (``rolled back to generation N``, which the restore adds before it
+    removes the marker, seconds later: hence a reading every MARKER_POLL seconds, one small file's). A tune trial's
+    marker is none of these."""
+    batch, counted = None, set()
+    while True:
+        try:
+            with open(CONFIG["roll_marker"]) as handle:
+                lines = handle.read().splitlines()
+        except OSError:
+            lines = []
+        if lines and lines[0].startswith("roll batch"):
+            if lines[0] != batch:
+                batch, counted = lines[0], set()
+            shown = {"rolls": True, "canaries": "canary" in lines, "rollbacks": any(x.startswith("rolled back") for x in lines)}
+            for kind in sorted(k for k, seen in shown.items() if seen and k not in counted):
+                counted.add(kind)
+                with LOCK:
+                    EVENTS[kind] += 1
+        time.sleep(MARKER_POLL)
 
 
 class Instance:
@@ -411,10 +435,18 @@ def metrics_text():
             f"instinct_fleet_watch_restarts{{{labels}}} {seen['restarts']}",
             f"instinct_fleet_watch_restarts_total{{{labels}}} {seen['restarts_total']}",
         ]
-    lines += [
-        "# HELP instinct_fleet_watch_rolling Whether a roll batch runs on this host now (its marker): the boards' roll annotations.",
-        "# TYPE instinct_fleet_watch_rolling gauge",
-        f"instinct_fleet_watch_rolling {int(paused() == ROLLING)}",
+    with LOCK:
+        events = dict(EVENTS)
+    lines += [  # what the roll's marker showed on this host since the watch started: the boards' annotations
+        "# HELP instinct_fleet_watch_rolls_total Roll batches on this host.",
+        "# TYPE instinct_fleet_watch_rolls_total counter",
+        f"instinct_fleet_watch_rolls_total {events['rolls']}",
+        "# HELP instinct_fleet_watch_canaries_total Roll batches that measured a canary on this host.",
+        "# TYPE instinct_fleet_watch_canaries_total counter",
+        f"instinct_fleet_watch_canaries_total {events['canaries']}",
+        "# HELP instinct_fleet_watch_rollbacks_total Roll batches that rolled this host back.",
+        "# TYPE instinct_fleet_watch_rollbacks_total counter",
+        f"instinct_fleet_watch_rollbacks_total {events['rollbacks']}",
     ]
     return "\n".join(lines) + "\n"
 
@@ -455,6 +487,7 @@ def main():
     watched = [Instance(spec) for spec in CONFIG["instances"]]
     if CONFIG["gpu"] is not None:
         threading.Thread(target=watch_gpus, name="gpu evidence", daemon=True).start()
+    threading.Thread(target=watch_rolls, name="roll events", daemon=True).start()
     for instance in watched:
         threading.Thread(target=instance.run, name=instance.unit, daemon=True).start()
     names = ", ".join(f"{i.unit} (:{i.spec['port']})" for i in watched) or "no instance"

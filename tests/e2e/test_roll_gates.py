@@ -9,8 +9,10 @@ on inventories/local.py (FLEET_LAST).
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,14 @@ CANARY = {
 }
 
 
+def roll_events(fleet: dict[str, Any], host: str) -> dict[str, int]:
+    """The roll's events the host's watch counted (its /metrics on watch_port)."""
+    address = next(h["address"] for h in fleet["hosts"] if h["name"] == host)
+    with urllib.request.urlopen(f"http://{address}:9401/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return {k: int(v) for k, v in re.findall(r"^instinct_fleet_watch_(rolls|canaries|rollbacks)_total (\d+)$", text, re.M)}
+
+
 def test_a_canary_that_regresses_loses_requests_or_answers_wrong_is_rolled_back_and_a_harmless_change_rolls_on(
     baseline: str, fleet: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -57,6 +67,7 @@ def test_a_canary_that_regresses_loses_requests_or_answers_wrong_is_rolled_back_
     reach) rolls through the whole fleet (sim-gpu-2 sets its own vllm_env). Every canary also asks the accuracy
     probe: a change that corrupts the replies at full speed is caught by it alone."""
     files = serving_files(fleet)
+    events = {host: roll_events(fleet, host) for host in ("sim-gpu-1", "sim-gpu-2")}
     slower = inventory(tmp_path, "slower", {**BASELINE, **CANARY, "vllm_env": {"STANDIN_TOKENS_PER_SECOND": "100"}})
     with Probe(fleet, hz=5) as probe, Load(router_url(fleet), key=fleet["api_key"]) as load:
         caught = deploy(inventory=slower)
@@ -76,6 +87,10 @@ def test_a_canary_that_regresses_loses_requests_or_answers_wrong_is_rolled_back_
     assert main["after"]["output_throughput"] < 0.5 * main["before"]["output_throughput"]
     assert serving_files(fleet) == files
     assert probe.worst() >= len(UNITS) - 1 and sum(probe.samples[-1][1].values()) == len(UNITS), probe.samples[-1]
+    # The canary host's watch counted the batch, its canary and its rollback from the roll's marker (the boards'
+    # annotations); sim-gpu-2 was not rolled.
+    counted = {host: {k: v - events[host][k] for k, v in roll_events(fleet, host).items()} for host in events}
+    assert counted == {"sim-gpu-1": {"rolls": 1, "canaries": 1, "rollbacks": 1}, "sim-gpu-2": {"rolls": 0, "canaries": 0, "rollbacks": 0}}
 
     # Faster, but one streamed request in four gets a 500: the rest would beat the baseline, so the lost
     # requests alone must stop it, and the canary goes back as for a regression.

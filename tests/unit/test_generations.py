@@ -109,6 +109,9 @@ def test_a_failed_batch_puts_back_what_it_changed_with_the_declared_modes_and_re
     assert restarted == ["vllm-a.service", "vllm-b.service"]
     assert paths.unit_env_path("vllm-a") not in script  # unchanged files are left alone
     assert script.startswith("set -e; ") and paths.ROLL_MARKER in script and script.index("daemon-reload") < script.index("restart")
+    # The rollback marks itself on the marker first (the watch counts it for the boards), and removes the marker last.
+    said = f"printf 'rolled back to generation %s\\n' 7 >> {paths.ROLL_MARKER}"
+    assert said in script and script.index(said) < script.index("install -D") < script.index(f"rm -f {paths.ROLL_MARKER}")
 
 
 def test_the_fact_reads_back_the_generation_a_rollback_asks_for() -> None:

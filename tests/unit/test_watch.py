@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -318,17 +318,38 @@ def test_the_watch_only_reads_while_a_roll_runs_on_the_host(tmp_path: Path, engi
         time.sleep(3)  # twice the stall window
         assert state(listen)["instances"]["vllm-absent"]["state"] == "paused" and seen["reason"] == "a roll batch runs on this host"
         assert not (tmp_path / "state" / "vllm-absent.restarts").exists()
-        assert "\ninstinct_fleet_watch_rolling 1\n" in watch_metrics(listen)  # the boards' roll annotation
         # A marker older than roll_pause is a failed roll's, left behind: the watch acts again.
         os.utime(tmp_path / "roll-in-progress", (time.time() - 601, time.time() - 601))
         assert wait_for(listen, "left-out", 20)["state"] == "left-out"
-        assert "\ninstinct_fleet_watch_rolling 0\n" in watch_metrics(listen)
-        held = os.open(tmp_path, os.O_RDONLY)  # a tune trial's lock pauses the watch too, but is no roll
-        try:
-            fcntl.flock(held, fcntl.LOCK_EX)
-            assert "\ninstinct_fleet_watch_rolling 0\n" in watch_metrics(listen)
-        finally:
-            os.close(held)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
+def events(listen: int) -> dict[str, int]:
+    text = watch_metrics(listen)
+    return {k: int(v) for k, v in re.findall(r"^instinct_fleet_watch_(rolls|canaries|rollbacks)_total (\d+)$", text, re.M)}
+
+
+def test_the_watch_counts_the_roll_s_batches_canaries_and_rollbacks_from_its_marker(tmp_path: Path, engine: tuple[Any, int]) -> None:
+    """What the boards annotate: each batch once, its canary and its rollback once each, a tune trial's marker not."""
+    _, port = engine
+    marker = tmp_path / "roll-in-progress"
+    proc, listen = start_watch(tmp_path, port, max_restarts=3)
+    try:
+        assert wait_for(listen, "in", 10)["state"] == "in"
+        assert events(listen) == {"rolls": 0, "canaries": 0, "rollbacks": 0}
+        marker.write_text("roll batch 1 started 2026-11-28T10:00:00Z\ncanary\n")
+        time.sleep(1)  # several readings of the same marker: counted once
+        marker.write_text("roll batch 1 started 2026-11-28T10:00:00Z\ncanary\nrolled back to generation 3\n")
+        time.sleep(1)
+        marker.unlink()  # the restore's end
+        time.sleep(0.5)
+        marker.write_text("roll batch 2 started 2026-11-28T10:05:00Z\n")  # the next batch, no canary there
+        time.sleep(1)
+        marker.write_text("tune trial 2 of 6 on vllm-main\n")
+        time.sleep(1)
+        assert events(listen) == {"rolls": 2, "canaries": 1, "rollbacks": 1}
     finally:
         proc.terminate()
         proc.communicate(timeout=10)
