@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from instinct_fleet.fleet.slo import ERROR_REASON, SUCCESS, TTFT
-from instinct_fleet.model.knowledge import VllmKnowledge
+from instinct_fleet.fleet.slo import ERROR_REASON, SUCCESS
+from instinct_fleet.model.knowledge import TTFT, VllmKnowledge
 from instinct_fleet.model.spec import HostSpec
 
 # The names a vLLM metric had, newest first: a board reads the first one every pinned table has.

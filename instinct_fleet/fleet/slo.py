@@ -24,9 +24,9 @@ from typing import Any
 
 from instinct_fleet.fleet.monitoring import alert_rules, promql_string, re2_literal
 from instinct_fleet.model.defaults import BurnAlert, FleetVars, duration_seconds
+from instinct_fleet.model.knowledge import TTFT
 from instinct_fleet.model.spec import HostSpec
 
-TTFT = "vllm:time_to_first_token_seconds"  # a histogram: _bucket{le}, _count
 SUCCESS = "vllm:request_success_total"  # a counter by finished_reason
 ERROR_REASON = "error"
 # vllm-router's pool, as its /metrics exposes it (one series per worker; the count of workers it lists).

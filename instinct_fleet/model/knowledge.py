@@ -102,6 +102,10 @@ class Replacement:
     source: str
 
 
+# The histogram a TTFT SLO counts requests in, at one of its bucket bounds (validate.validate_slo, fleet/slo.py).
+TTFT = "vllm:time_to_first_token_seconds"
+
+
 @dataclass(frozen=True)
 class Histogram:
     """A vLLM histogram's bucket upper bounds as its source fixes them; ``family``: the key of

@@ -18,6 +18,7 @@ from instinct_fleet.model import knowledge, liveness, probe, secrets, startup, w
 from instinct_fleet.model.crosscheck import member, unpinned_image, validate_crossings
 from instinct_fleet.model.defaults import default_image, duration_seconds, image_tag, tag_version
 from instinct_fleet.model.inputs import validate_inputs
+from instinct_fleet.model.knowledge import TTFT
 from instinct_fleet.model.rules import Finding, finding
 from instinct_fleet.model.spec import HostSpec, ServiceSpec
 from instinct_fleet.model.startup import TRUE
@@ -714,9 +715,6 @@ def validate_slo(spec: HostSpec) -> list[Finding]:
         )
         found.append(finding("slo-ttft-bucket", spec.host, "slo_ttft_seconds", why))
     return found
-
-
-TTFT = "vllm:time_to_first_token_seconds"
 
 
 def _custom_buckets(svc: ServiceSpec) -> dict[str, list[float]] | None:

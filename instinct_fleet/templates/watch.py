@@ -228,15 +228,19 @@ class Instance:
             True,
         )
         self.progress.reset()
+        self.systemctl("stop")
+
+    def systemctl(self, verb):
+        """systemctl VERB on the unit (its stop drains it); a failure is said in the journal, and the watch goes on."""
         try:
             result = subprocess.run(
-                ["systemctl", "stop", self.unit], capture_output=True, text=True, timeout=self.spec["start_seconds"] + 600
+                ["systemctl", verb, self.unit], capture_output=True, text=True, timeout=self.spec["start_seconds"] + 600
             )
             failed = result.stderr.strip() if result.returncode else None
         except (OSError, subprocess.TimeoutExpired) as error:
             failed = str(error)
         if failed is not None:
-            log(f"{self.unit}: systemctl stop failed: {failed}", True)
+            log(f"{self.unit}: systemctl {verb} failed: {failed}", True)
 
     def reading(self):
         try:
@@ -317,15 +321,7 @@ class Instance:
         log(f"{self.unit}: {reason}; out of its router pools{'' if out else ' (not every router answered: retried)'}, restarting it", True)
         write_json(path(self.unit, "restarts"), [*restarts, time.time()])
         self.restarts_total += 1
-        try:
-            result = subprocess.run(
-                ["systemctl", "restart", self.unit], capture_output=True, text=True, timeout=self.spec["start_seconds"] + 600
-            )
-            failed = result.stderr.strip() if result.returncode else None
-        except (OSError, subprocess.TimeoutExpired) as error:
-            failed = str(error)
-        if failed is not None:
-            log(f"{self.unit}: systemctl restart failed: {failed}", True)
+        self.systemctl("restart")
         self.progress.reset()
         self.admit()
 

@@ -267,7 +267,7 @@ def test_the_shipped_tables_give_the_ttft_bounds_and_the_finish_reasons_of_their
         2560.0,
     )
     for version in VERSIONS:
-        ttft = knowledge.load(version).histograms[slo.TTFT]
+        ttft = knowledge.load(version).histograms[knowledge.TTFT]
         assert ttft.buckets == bounds
         assert ttft.family == ("time_to_first_token" if version == "0.33.0" else None)
     assert knowledge.load("0.11.0").finish_reasons == ("stop", "length", "abort")
