@@ -118,7 +118,7 @@ def test_targets_writes_the_boards_and_a_provisioning_file_that_points_at_them(t
     root = Path(__file__).resolve().parents[2]
     out = tmp_path / "boards"
     out.mkdir()
-    code = main(["targets", str(root / "inventories" / "local.py"), "-o", str(tmp_path / "t.json"), "--grafana", str(out)])
+    code = main(["targets", str(root / "inventories" / "prod.py"), "-o", str(tmp_path / "t.json"), "--grafana", str(out)])
     assert code == 0, capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == [
         "instinct-fleet-instance.json",
@@ -128,5 +128,5 @@ def test_targets_writes_the_boards_and_a_provisioning_file_that_points_at_them(t
     provider = json.loads((out / "instinct-fleet-provisioning.yaml").read_text())
     assert provider["apiVersion"] == 1 and provider["providers"][0]["options"]["path"] == str(out.resolve())
     assert json.loads((out / "instinct-fleet.json").read_text())["uid"] == "instinct-fleet"
-    missing = main(["targets", str(root / "inventories" / "local.py"), "-o", str(tmp_path / "t.json"), "--grafana", str(tmp_path / "none")])
+    missing = main(["targets", str(root / "inventories" / "prod.py"), "-o", str(tmp_path / "t.json"), "--grafana", str(tmp_path / "none")])
     assert missing != 0 and "--grafana" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from instinct_fleet.model.inventory import HostData, plan_hosts
 from tests.unit.promserver import answer
 
 ROOT = Path(__file__).resolve().parents[2]
-INVENTORY = str(ROOT / "inventories" / "local.py")
+INVENTORY = str(ROOT / "inventories" / "prod.py")  # needs no simulated fleet
 
 
 class Prometheus:
