@@ -147,19 +147,27 @@ def read_gpus():
     return evidence.errors(found, evidence.Thresholds(**CONFIG["gpu"]["thresholds"]), CONFIG["gpu"]["levels"])
 
 
+def refresh_gpus():
+    """Read the GPUs' evidence now and make it the watch's, saying in the journal what appeared and what cleared; a
+    reading that lists no GPU keeps the last one's verdict (None)."""
+    found = read_gpus()
+    if found is None:
+        return None
+    with LOCK:
+        before = dict(GPUS)
+        GPUS.clear()
+        GPUS.update(found)
+    for index in sorted(set(found) - set(before)):
+        log(f"GPU {index}: {'; '.join(found[index])}", True)
+    for index in sorted(set(before) - set(found)):
+        log(f"GPU {index}: its evidence has cleared")
+    return found
+
+
 def watch_gpus():
-    """Read the GPUs' evidence every gpu.interval seconds; a reading that lists no GPU keeps the last one's verdict."""
+    """Read the GPUs' evidence every gpu.interval seconds."""
     while True:
-        found = read_gpus()
-        if found is not None:
-            with LOCK:
-                before = dict(GPUS)
-                GPUS.clear()
-                GPUS.update(found)
-            for index in sorted(set(found) - set(before)):
-                log(f"GPU {index}: {'; '.join(found[index])}", True)
-            for index in sorted(set(before) - set(found)):
-                log(f"GPU {index}: its evidence has cleared")
+        refresh_gpus()
         time.sleep(CONFIG["gpu"]["interval"])
 
 
@@ -215,6 +223,13 @@ class Instance:
         """The errors of the GPUs this instance runs on, at the last reading."""
         with LOCK:
             return [why for index in self.spec["gpus"] for why in GPUS.get(index, ())]
+
+    def confirmed(self):
+        """Its GPUs' errors in a reading taken now, before the watch acts on them: the last reading may predate a reset
+        that a deploy has since read, and re-admitted the instance on. No reading now: nothing to act on."""
+        if refresh_gpus() is None:
+            return []
+        return self.gpu_errors()
 
     def quarantine(self, errors):
         """Out of every pool, then stopped (systemd's stop drains it, as the deploy's quarantine does), and recorded."""
@@ -332,8 +347,7 @@ class Instance:
             record = read_json(path(self.unit, "out"), None)
             if record is None or record.get("state") not in ("restarting", "admitting"):  # a roll's join took it meanwhile
                 return
-            errors = self.gpu_errors()
-            if errors and paused() is None:
+            if self.gpu_errors() and paused() is None and (errors := self.confirmed()):
                 self.quarantine(errors)
                 return
             if paused() is None:
@@ -363,8 +377,7 @@ class Instance:
             cleared = "" if self.gpu_errors() else " (its evidence has cleared: the next deploy, or `instinct-fleet admit`, re-admits it)"
             self.show("quarantined", reason=record.get("reason", "") + cleared)
             return
-        errors = self.gpu_errors()
-        if errors and paused() is None:
+        if self.gpu_errors() and paused() is None and (errors := self.confirmed()):
             self.quarantine(errors)
             return
         if record is not None and record.get("state") == "left-out":

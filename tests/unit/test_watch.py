@@ -493,7 +493,7 @@ def test_an_error_on_its_gpu_quarantines_an_instance_at_once_until_the_deploy_le
         assert state(listen)["instances"]["vllm-absent"]["state"] == "in" and state(listen)["out"] == []
         # Two uncorrectable errors in GPU 4's memory: out at the next reading, with the deploy's own words.
         (tmp_path / "faults.json").write_text(json.dumps({"gpus": {"4": {"uncorrectable": 2, "block": "UMC"}}}))
-        seen = wait_for(listen, "quarantined", 10)
+        seen = wait_for(listen, "quarantined", 30)
         assert seen["state"] == "quarantined", seen
         assert "GPU 4: 2 uncorrectable ECC error(s) (blocks: UMC 2)" in seen["reason"] and "[gpu-ecc-uncorrectable]" in seen["reason"]
         assert state(listen)["out"] == [port]
@@ -504,8 +504,12 @@ def test_an_error_on_its_gpu_quarantines_an_instance_at_once_until_the_deploy_le
         # The error clears (a reset): it stays out, stopped, until the deploy starts it behind its gate and its join
         # removes the record, which the watch then judges as any other instance.
         (tmp_path / "faults.json").write_text("{}")
-        time.sleep(2)
-        seen = state(listen)["instances"]["vllm-absent"]
+        deadline = time.monotonic() + 30  # a reading runs the stand-in amd-smi four times: seconds on a loaded machine
+        while (
+            "its evidence has cleared" not in (seen := state(listen)["instances"]["vllm-absent"])["reason"] and time.monotonic() < deadline
+        ):
+            assert seen["state"] == "quarantined", seen
+            time.sleep(0.2)
         assert seen["state"] == "quarantined" and "its evidence has cleared" in seen["reason"], seen
         (tmp_path / "state" / "vllm-absent.out").unlink()
         assert wait_for(listen, "in", 10)["state"] == "in"
@@ -515,6 +519,30 @@ def test_an_error_on_its_gpu_quarantines_an_instance_at_once_until_the_deploy_le
     assert "<3>vllm-absent is quarantined: GPU 4: 2 uncorrectable ECC error(s)" in out, out
     assert "systemctl stop failed" in out  # it stopped it (no such unit here)
     assert "GPU 4: its evidence has cleared" in out
+
+
+def test_a_reading_older_than_the_deploy_s_re_admission_is_read_again_before_the_watch_acts(
+    tmp_path: Path, engine: tuple[Any, int]
+) -> None:
+    """The deploy re-admits the instance on evidence that has cleared (its join removes the record) while the watch's
+    last reading still shows the error: the watch reads again before it quarantines, and lets it serve."""
+    _, port = engine
+    levels = {rule: gpuhealth.level(rule, {}) for rule in evidence.PER_GPU_RULES}
+    thresholds = dataclasses.asdict(gpuhealth.thresholds(specs()["a"][0].vars))
+    fault = amd_smi(tmp_path, {"gpus": {"4": {"uncorrectable": 1}}})
+    gpu = {"interval": 600, "amd_smi": fault, "levels": levels, "thresholds": thresholds}  # one reading, at start
+    proc, listen = start_watch(tmp_path, port, max_restarts=1, gpu=gpu)
+    try:
+        assert wait_for(listen, "quarantined", 30)["state"] == "quarantined"
+        (tmp_path / "faults.json").write_text("{}")  # a reset; the deploy reads it, starts the unit, joins its pools
+        (tmp_path / "state" / "vllm-absent.out").unlink()
+        assert wait_for(listen, "in", 30)["state"] == "in"
+        time.sleep(1)
+        assert state(listen)["instances"]["vllm-absent"]["state"] == "in" and not (tmp_path / "state" / "vllm-absent.out").exists()
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert out.count("is quarantined") == 1 and "GPU 4: its evidence has cleared" in out, out
 
 
 def test_a_host_that_lowers_a_rule_keeps_the_instance_and_a_host_without_amd_smi_judges_nothing(
