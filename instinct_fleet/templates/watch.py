@@ -231,6 +231,13 @@ class Instance:
             return []
         return self.gpu_errors()
 
+    def quarantined_now(self):
+        """Quarantine it when its GPUs show an error that a fresh reading confirms and no roll or tune owns the unit."""
+        if self.gpu_errors() and paused() is None and (errors := self.confirmed()):
+            self.quarantine(errors)
+            return True
+        return False
+
     def quarantine(self, errors):
         """Out of every pool, then stopped (systemd's stop drains it, as the deploy's quarantine does), and recorded."""
         reason = "; ".join(errors)
@@ -347,8 +354,7 @@ class Instance:
             record = read_json(path(self.unit, "out"), None)
             if record is None or record.get("state") not in ("restarting", "admitting"):  # a roll's join took it meanwhile
                 return
-            if self.gpu_errors() and paused() is None and (errors := self.confirmed()):
-                self.quarantine(errors)
+            if self.quarantined_now():
                 return
             if paused() is None:
                 verdict = self.gate()
@@ -377,8 +383,7 @@ class Instance:
             cleared = "" if self.gpu_errors() else " (its evidence has cleared: the next deploy, or `instinct-fleet admit`, re-admits it)"
             self.show("quarantined", reason=record.get("reason", "") + cleared)
             return
-        if self.gpu_errors() and paused() is None and (errors := self.confirmed()):
-            self.quarantine(errors)
+        if self.quarantined_now():
             return
         if record is not None and record.get("state") == "left-out":
             self.left = True
