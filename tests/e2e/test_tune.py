@@ -20,7 +20,8 @@ from typing import Any
 
 from fleetctl import CLI, FIGURES, ROOT, Probe, Run, deploy, inventory, quiet, serving_files, verify
 
-FLEET_SHARE = 1  # last on share 1: it leaves the fleet on the staging inventory (conftest.py)
+FLEET_SHARE = 1  # beside test_roll
+FLEET_LAST = True  # it leaves the fleet on the staging inventory (conftest.py)
 
 HOSTS = ("sim-gpu-1", "sim-gpu-2")
 LIMIT = "sim-gpu-*"

@@ -3,6 +3,7 @@ the evidence sections a simulated MI300X host's preflight fact reads."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -23,6 +24,7 @@ COMMANDS = {name.replace("-", "_"): arguments for name, arguments in evidence.CO
 @functools.cache
 def _data() -> str:
     data = tempfile.mkdtemp(prefix="instinct-fleet-smi-")
+    atexit.register(shutil.rmtree, data, True)
     shutil.copy(FIXTURES / "amd-smi-static-json_mi300x-x8_rocm7.2.1_amdsmi26.2.2.json", Path(data) / "amd-smi-static.json")
     shutil.copy(FIXTURES / "amd-smi-version-json_rocm7.2.1_amdsmi26.2.2.json", Path(data) / "amd-smi-version.json")
     return data
