@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from io import StringIO
 
 from pyinfra.api.state import State
-from pyinfra.operations import files
 from pyinfra.operations.util import any_changed
 
-from instinct_fleet.converge import apply, health, operations
+from instinct_fleet.converge import apply, health, operations, steps
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import accuracy, bench, canary, measure, spread
 from instinct_fleet.fleet.run import FleetPlan
@@ -145,13 +143,8 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
     generation = me.generation
     if me.busy:  # instinct-fleet bench refuses a host while this marker is there
         started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        files.put(
-            name="Roll: mark the host as rolling",
-            # The watch counts the roll's events from it (its boards' annotations): this batch, its canary.
-            src=StringIO(f"roll batch {batch} started {started}\n" + ("canary\n" if me.measured else "")),
-            dest=paths.ROLL_MARKER,
-            _if=gate,
-        )
+        # The watch counts the roll's events from it (its boards' annotations): this batch, its canary.
+        apply.step(steps.mark(f"roll batch {batch} started {started}" + ("\ncanary" if me.measured else "")), gate)
     if (pending or stale) and generation.keep is not None:  # before any serving file changes
         kept = "healthy" if generation.keep_healthy else "not healthy at preflight"
         operations.generation_saved(
@@ -218,4 +211,4 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
             _if=[lambda: fleet.roll.rolls_back(batch, failed()), lambda: fleet.roll.back(host)],
         )
     if me.busy or me.marker_left:  # a marker left by a roll that failed goes once the host is whole
-        files.file(name="Roll: done on this host", path=paths.ROLL_MARKER, present=False, _if=gate)
+        apply.step(steps.unmark(), gate)

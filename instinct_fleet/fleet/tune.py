@@ -12,8 +12,8 @@ The sweep itself, its grid and its validation before any host are
   as it runs (the baseline, no restart).
 - **A trial** renders the instance's unit and env file through the deploy's own
   path (:func:`instinct_fleet.fleet.run.plan_inventory` with the host's preflight
-  fact), writes them through the one applier (:func:`instinct_fleet.converge.apply.script`:
-  the declared modes, owners and restarts), waits behind the deploy's health gate
+  fact), writes them through the one applier (:func:`instinct_fleet.converge.steps.trial`'s steps, as
+  :func:`instinct_fleet.converge.apply.shell` makes them a script: the declared modes, owners and restarts), waits behind the deploy's health gate
   (one token generated, :mod:`instinct_fleet.converge.health`) and benchmarks it as
   ``bench`` does: ``--warmup`` discarded requests, then ``--repeats`` runs, every one
   kept (the defaults are the host's ``canary_warmup`` and ``canary_runs``), so that a
@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from instinct_fleet.converge import apply, health, managed, operations, preflight, probe, progress
+from instinct_fleet.converge import apply, health, managed, operations, preflight, probe, progress, steps
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import bench, canary, interrupts, remote, report
 from instinct_fleet.fleet.sweeps import BASELINE, RESULT_FIELDS, Checked, Point, Sweep, assign, with_point
@@ -128,13 +128,12 @@ class HostTuner:
 
         ``first``: a command run before the files are written, under the same lock (the restore's).
         """
-        q = shlex.quote
         files = [plan.desired.file(path) for path in plan.desired.unit_files(self.unit)]
-        marker = f"printf '%s\\n' {q(why)} > {paths.ROLL_MARKER}"
+        trial = apply.shell((steps.Planned(steps.mark(why)), *steps.trial(files)))  # the marker first: bench refuses the host
         svc = self.service(plan)
         v = plan.spec.vars
         stop = render.stop_seconds(svc, v.rolling_drain_timeout)
-        restart = locked(" && ".join(s for s in (first, marker, apply.script(files)) if s), v.command_timeout + stop)
+        restart = locked(" && ".join(s for s in (first, trial) if s), v.command_timeout + stop)
         if self.members and not self.away:  # out of every router pool before its first restart, back after the restore
             left = self.runner.run(self.name, operations.worker_calls("remove", self.members), v.command_timeout)
             if left.error is not None or not left.ok:
@@ -228,7 +227,7 @@ class HostTuner:
             joined = self.runner.run(self.name, operations.worker_calls("add", self.members), self.deployed.spec.vars.command_timeout)
             problem = None if joined.ok and joined.error is None else (joined.error or (joined.stderr or joined.stdout).strip()[-500:])
         if problem is None:
-            cleared = self.runner.run(self.name, f"rm -f {paths.ROLL_MARKER}", 30)
+            cleared = self.runner.run(self.name, apply.shell((steps.Planned(steps.unmark()),)), 30)
             problem = None if cleared.ok else f"cannot remove {paths.ROLL_MARKER}: {cleared.error or cleared.stderr}"
         if problem is None:
             self.away = False

@@ -30,10 +30,10 @@ from pyinfra.context import ctx_host
 from pyinfra.operations import apt, files, server, systemd
 
 from instinct_fleet import deploys
-from instinct_fleet.converge import managed, operations, preflight, state
+from instinct_fleet.converge import managed, operations, preflight, state, steps
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.probe import Probe
-from instinct_fleet.converge.state import Endpoint
+from instinct_fleet.converge.state import Endpoint, Stage
 from instinct_fleet.fleet.run import FleetPlan, plan_inventory
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData
@@ -368,3 +368,25 @@ def deploy(monkeypatch: pytest.MonkeyPatch, host_plan: HostPlan, sim: SimHost) -
         ops += run_stage(monkeypatch, stage, host_plan)
     sim.replay(ops, host_plan.desired.endpoints)
     return ops
+
+
+def declared(host_plan: HostPlan, stage: Stage) -> list[str]:
+    """The operations that write what drifted of ``stage``'s declared entries, in the applier's order: the user's
+    groups and the user, kernel settings, directories, files (written or removed), images and models; then a
+    ``systemd-analyze verify`` of each unit file written and one reload of systemd when a file systemd reads
+    changed. Read from the host plan's desired state, so that a new entry changes no list of expected operations."""
+    want, report = host_plan.desired, host_plan.report
+    names: list[str] = []
+    if want.user is not None and want.user.stage == stage and state.user_drifts(want.user, report):
+        names += [f"{g} group" for g in want.user.groups] + [f"Service user {want.user.name}"]
+    names += [s.label for s in want.sysctls if s.stage == stage and state.sysctl_drifts(s, report)]
+    names += [d.label for d in want.directories if d.stage == stage and state.directory_drifts(d, report)]
+    files = [f for f in want.files if f.stage == stage and state.file_drifts(f, report)]
+    names += [f.label for f in files]
+    names += [i.label for i in want.images if i.stage == stage and state.image_drifts(i, report)]
+    names += [f"Copy {w.model} into the Hugging Face cache" for w in want.weights if w.stage == stage and state.weights_drift(w, report)]
+    units = [(unit, f) for f in files if f.content is not None and (unit := steps.unit_name(f.path)) is not None]
+    names += [f"{unit} passes systemd-analyze verify" for unit, _ in units]
+    if any(f.path.startswith(paths.SYSTEMD_DIR + "/") for f in files):
+        names.append(f"Reload systemd ({steps.TITLES[stage]})")
+    return names

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -108,9 +109,19 @@ def test_a_failed_batch_puts_back_what_it_changed_with_the_declared_modes_and_re
     restarted = re.findall(r"systemctl restart ([^\s;]+)", script)
     assert restarted == ["vllm-a.service", "vllm-b.service"]
     assert paths.unit_env_path("vllm-a") not in script  # unchanged files are left alone
-    assert script.startswith("set -e; ") and paths.ROLL_MARKER in script and script.index("daemon-reload") < script.index("restart")
+    # One chain of steps joined by &&, so that it stops at its first failure (the tolerated stop is braced, so its
+    # `|| true` rescues that step alone), the generation's presence checked first.
+    assert script.startswith(f"if [ ! -d {source} ]; then printf ") and "; exit 1; fi && " in script
+    tokens = list(shlex.shlex(script, posix=True, punctuation_chars=True))
+    depth, outside = 0, []
+    for token in tokens[tokens.index("fi") + 1 :]:
+        depth += {"{": 1, "}": -1}.get(token, 0)
+        if depth == 0 and token in (";", "&&", "||", "&"):
+            outside.append(token)
+    assert set(outside) == {"&&"}, outside
+    assert paths.ROLL_MARKER in script and script.index("daemon-reload") < script.index("restart")
     # The rollback marks itself on the marker first (the watch counts it for the boards), and removes the marker last.
-    said = f"printf 'rolled back to generation %s\\n' 7 >> {paths.ROLL_MARKER}"
+    said = f"printf '%s\\n' 'rolled back to generation 7' >> {paths.ROLL_MARKER}"
     assert said in script and script.index(said) < script.index("install -D") < script.index(f"rm -f {paths.ROLL_MARKER}")
 
 

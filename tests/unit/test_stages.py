@@ -8,16 +8,18 @@ repairs, with exactly the operations the repair needs.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, cast, get_args
 
 import pytest
 from hypothesis import event
 
 from instinct_fleet.converge import managed
+from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.state import Action, Roll, Run, Stage
 from instinct_fleet.model import paths
 from tests.unit import smi
-from tests.unit.stages import STAGES, SimHost, deploy, drifted, emitted, plan, run_stage
+from tests.unit.stages import STAGES, SimHost, declared, deploy, drifted, emitted, plan, run_stage
 from tests.unit.test_consumers import CLUSTER, EXAMPLES, assert_reached
 
 DATA: dict[str, Any] = {"vllm_allow_from": ["10.0.0.0/8"], "metrics_exporter": True}
@@ -37,82 +39,56 @@ def restart(generation: int) -> list[str]:
     return [*RESTART, f"Roll: keep the new serving files as generation {generation} (healthy)", "Roll: done on this host"]
 
 
-FRESH = {
-    "preflight": [],
-    "tuning": [
-        "Install missing packages",
-        "render group",
-        "video group",
-        "Service user vllm",
-        "NUMA balancing off now",
-        GRUB,
-        "NUMA balancing off at boot",
-        "Report: reboot required",
-        "CPU idle unit",
-        f"{paths.CPU_IDLE_UNIT} passes systemd-analyze verify",
-        "Reload systemd (host tuning)",
-        "Regenerate the GRUB configuration",
-        f"Restart {paths.CPU_IDLE_UNIT} for its new configuration",
-        f"{paths.CPU_IDLE_UNIT} enabled",
-    ],
-    "runtime": [
-        "Compile-cache root",
-        "Compile cache of vllm/vllm-openai-rocm:v0.22.0",
-        "Compile-cache script",
-        "Compile-cache copy script",
-        f"docker settings {paths.DAEMON_JSON}",
-        f"docker settings {paths.DOCKER_DROP_IN}",
-        "Reload systemd (dockerd settings)",
-        "Restart docker for its new configuration",
-        "docker running and enabled",
-        "vLLM image present",
-        "Image: the first pull of each image is done",
-    ],
-    "weights": [],
-    "cluster": [],
-    "firewall": [
-        f"nftables ruleset {paths.FIREWALL_FILE}",
-        "Firewall unit",
-        f"{paths.FIREWALL_UNIT} passes systemd-analyze verify",
-        "Reload systemd (firewall)",
-        f"Reload {paths.FIREWALL_UNIT}",
-        f"{paths.FIREWALL_UNIT} running and enabled",
-    ],
-    "exporter": [
-        f"Metrics exporter {paths.unit_path(paths.EXPORTER_UNIT)}",
-        f"Metrics exporter {paths.EXPORTER_CONFIG}",
-        "Metrics exporter image present",
-        f"{paths.EXPORTER_UNIT} passes systemd-analyze verify",
-        "Reload systemd (metrics exporter)",
-        f"Restart {paths.EXPORTER_UNIT} for its new configuration",
-        f"{paths.EXPORTER_UNIT} running and enabled",
-    ],
-    "router": [],  # not a router host
-    "services": [
-        "Config directory",
-        "Generations directory",
-        "Watch directory",
-        "Watch state directory",
-        "Hugging Face cache",
-        f"Operator's README {paths.HOST_README}",
-        "Watch: the progress rule",
-        "Watch: the GPU evidence and its rules",
-        "Watch script",
-        "Watch config",
-        f"Watch {paths.unit_path(paths.WATCH_UNIT)}",
-        f"{paths.WATCH_UNIT} passes systemd-analyze verify",
-        "Reload systemd (services)",
-        f"Restart {paths.WATCH_UNIT} for its new configuration",
-        f"{paths.WATCH_UNIT} running and enabled",
-        "Roll: batch 0",
-        "Roll: mark the host as rolling",
-        "vllm-main unit",
-        "vllm-main env file",
-        "vllm-main passes systemd-analyze verify",
-        *restart(1),
-    ],
-    "health": ["vllm-main healthy"],
-}
+def fresh(stage: str, host_plan: HostPlan) -> list[str]:
+    """What a fresh host gets of ``stage``: the writes of its declared entries (:func:`declared`, derived from the
+    declaration) between the operations a stage runs of its own and the actions those writes ask for, here by hand."""
+    d = functools.partial(declared, host_plan)
+    return {
+        "preflight": [],
+        "tuning": [
+            "Install missing packages",
+            *d("tuning"),
+            "Regenerate the GRUB configuration",
+            f"Restart {paths.CPU_IDLE_UNIT} for its new configuration",
+            f"{paths.CPU_IDLE_UNIT} enabled",
+        ],
+        "runtime": [
+            *d("runtime"),
+            *d("docker"),
+            "Restart docker for its new configuration",
+            "docker running and enabled",
+            *d("pull"),
+            "Image: the first pull of each image is done",
+        ],
+        "weights": d("weights"),
+        "cluster": d("cluster"),
+        "firewall": [*d("firewall"), f"Reload {paths.FIREWALL_UNIT}", f"{paths.FIREWALL_UNIT} running and enabled"],
+        "exporter": [
+            *d("exporter"),
+            f"Restart {paths.EXPORTER_UNIT} for its new configuration",
+            f"{paths.EXPORTER_UNIT} running and enabled",
+        ],
+        "router": d("router"),  # not a router host: nothing
+        "services": [
+            *d("services"),
+            f"Restart {paths.WATCH_UNIT} for its new configuration",
+            f"{paths.WATCH_UNIT} running and enabled",
+            "Roll: batch 0",
+            "Roll: mark the host as rolling",
+            *[n for n in d("roll") if not n.startswith("Reload systemd")],
+            *restart(1),
+        ],
+        "health": ["vllm-main healthy"],
+    }[stage]
+
+
+def test_the_declared_writes_of_a_fresh_host_are_every_entry_with_content() -> None:
+    """What :func:`fresh` derives is the declaration itself: every file and directory a fresh host gets, once."""
+    host_plan = plan(DATA, SimHost())
+    names = [n for stage in get_args(Stage) for n in declared(host_plan, stage)]
+    want = host_plan.desired
+    assert {f.label for f in want.files if f.content is not None} | {d.label for d in want.directories} <= set(names)
+    assert "Watch: the GPU evidence and its rules" in names and f"Operator's README {paths.HOST_README}" in names
 
 
 def converged(monkeypatch: pytest.MonkeyPatch, data: dict[str, Any]) -> SimHost:
@@ -126,7 +102,8 @@ def converged(monkeypatch: pytest.MonkeyPatch, data: dict[str, Any]) -> SimHost:
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_fresh_host_gets_the_whole_stage(monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
-    assert emitted(monkeypatch, stage, plan(DATA, SimHost())) == FRESH[stage]
+    host_plan = plan(DATA, SimHost())
+    assert emitted(monkeypatch, stage, host_plan) == fresh(stage, host_plan)
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -424,15 +401,11 @@ def test_an_entry_no_stage_converges_fails_the_harness(monkeypatch: pytest.Monke
 
 def test_the_watch_switched_off_is_stopped_and_its_files_removed_then_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     off = {**DATA, "watch": False}
-    assert only(monkeypatch, off, converged(monkeypatch, DATA))["services"] == [
-        f"Stop {paths.WATCH_UNIT} (watch is off)",
-        "Watch: the progress rule",
-        "Watch: the GPU evidence and its rules",
-        "Watch script",
-        "Watch config",
-        f"Watch {paths.unit_path(paths.WATCH_UNIT)}",
-        "Reload systemd (services)",
-    ]
+    sim = converged(monkeypatch, DATA)
+    removed = declared(plan(off, sim), "services")
+    assert only(monkeypatch, off, sim)["services"] == [f"Stop {paths.WATCH_UNIT} (watch is off)", *removed]
+    watch_files = [e.label for e in managed.watch_entries(plan(DATA, sim).spec) if isinstance(e, managed.FileEntry) and not e.directory]
+    assert removed == [*watch_files, "Reload systemd (services)"]
     gone = converged(monkeypatch, DATA)
     deploy(monkeypatch, plan(off, gone), gone)
     assert only(monkeypatch, off, gone) == {}

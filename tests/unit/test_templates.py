@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from instinct_fleet.converge import content, managed
+from instinct_fleet.converge import content, managed, steps
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet.run import plan_inventory
 from instinct_fleet.model import paths, render
@@ -23,6 +24,7 @@ from tests.unit.consumers import units_check
 from tests.unit.files import docker_files, exporter_files, unit_files
 
 from . import test_preflight as pf
+from .conftest import CLUSTER
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = {"Unit", "Service", "Install"}
@@ -133,10 +135,47 @@ def test_static_units_parse_and_install(name: str) -> None:
     assert "{{" not in text and "{%" not in text
 
 
-def test_every_template_is_rendered_by_a_test_here() -> None:
-    source = Path(__file__).read_text()
-    for path in (ROOT / "instinct_fleet" / "templates").glob("*.j2"):
-        assert path.name in source or path.stem.split(".")[0] in ("vllm", "ray"), path.name
+# Host shapes whose declarations together hold every kind of managed file: a single-node host with the exporter, the
+# firewall and the watch; a router host; a cluster's head and worker.
+SHAPES: dict[str, dict[str, object]] = {
+    "single": {"metrics_exporter": True, "vllm_allow_from": ["10.0.0.0/8"]},
+    "router": {"router": True},
+    "cluster": {**CLUSTER, "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2},
+}
+
+
+def test_every_template_is_loaded_by_the_declaration_and_each_file_it_makes_passes_its_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The templates are found from the declaration, not from a list here: every file of ``templates/`` is loaded by
+    some entry's content, and every declared file passes whoever reads it on the host: ``systemd-analyze verify``
+    for a unit, ``sh -n`` for a shell script, Python's compiler for a Python one. A new entry and its template need
+    no edit here."""
+    loaded: set[str] = set()
+    template, template_bytes = render.template, render.template_bytes
+    monkeypatch.setattr(render, "template", lambda name, **values: (loaded.add(name), template(name, **values))[1])
+    monkeypatch.setattr(render, "template_bytes", lambda name: (loaded.add(name), template_bytes(name))[1])
+    made: dict[str, bytes] = {}
+    reports = {
+        h: pf.preflight.parse_report(pf.mi300x_host(interfaces=pf.interfaces(ip))) for h, ip in (("h1", "10.0.0.1"), ("h2", "10.0.0.2"))
+    }
+    for shape, data in SHAPES.items():
+        if "ray_cluster" in data:
+            hosts = [HostData("h1", (), {**data, "ray_role": "head"}), HostData("h2", (), {**data, "ray_role": "worker"})]
+        else:
+            hosts = [HostData("h1", (), data)]
+        plans = plan_inventory(hosts, {h.name for h in hosts}, lambda specs: {name: reports[name] for name in specs})
+        for name, host_plan in plans.items():
+            assert host_plan.ok, (shape, host_plan.errors)
+            made |= {f"{shape}/{name}:{f.path}": f.content for f in host_plan.desired.files if f.content is not None}
+    shipped = {p.name for p in (ROOT / "instinct_fleet" / "templates").iterdir() if p.is_file()}
+    assert shipped - loaded == set(), "templates no declared entry loads"
+    units = {key.split(":", 1)[1]: data.decode() for key, data in made.items() if steps.unit_name(key.split(":", 1)[1])}
+    assert len(units) >= 8 and units_check(units) == ""
+    for key, data in made.items():
+        if key.endswith(".sh"):
+            checked = subprocess.run(["sh", "-n"], input=data, capture_output=True)
+            assert checked.returncode == 0, (key, checked.stderr)
+        elif key.endswith(".py"):
+            compile(data, key, "exec")
 
 
 def test_plan_inventory_is_the_one_entry_point() -> None:
