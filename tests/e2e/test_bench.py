@@ -15,7 +15,7 @@ from fleetctl import CLI, FIGURES, INVENTORY, ROOT, Run, deploy, ssh
 
 from instinct_fleet.model import paths
 
-FLEET_SHARE = 3  # with the watch, GPU health and observability modules (conftest.py)
+FLEET_SHARE = 1  # beside test_roll (conftest.py)
 INSTANCES = {("sim-gpu-1", "main"), ("sim-gpu-1", "batch"), ("sim-gpu-2", "llama-a"), ("sim-gpu-2", "oss"), ("sim-c1", "llama-405b")}
 
 

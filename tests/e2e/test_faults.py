@@ -25,7 +25,7 @@ from fleetctl import (
     streamed_deploy,
 )
 
-FLEET_SHARE = 0  # with test_deploy and test_package (conftest.py)
+FLEET_SHARE = 0  # with test_deploy, test_watch and the short modules of share 1's router and floor (conftest.py)
 FLEET_LAST = True  # it leaves the fleet on BASELINE: after the modules on inventories/local.py (conftest.py)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from fleetctl import ROOT, deploy
 
-FLEET_SHARE = 2  # a short module beside test_roll_gates, before it (conftest.py)
+FLEET_SHARE = 0  # a short module beside test_deploy (conftest.py)
 
 FLOOR_PYTHON = ROOT / ".venv-floor" / "bin" / "python"
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from fleetctl import ROUTER_PORT, Run, deploy, inventory, pool, router_url, ssh, started_at
 
-FLEET_SHARE = 1  # beside test_roll (conftest.py)
+FLEET_SHARE = 0  # a short module beside test_deploy (conftest.py)
 
 UNIT = f"instinct-fleet-router-{ROUTER_PORT}"
 

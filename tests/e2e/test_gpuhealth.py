@@ -18,7 +18,7 @@ from typing import Any
 
 from fleetctl import BASELINE, CLI, ROOT, Load, deploy, inventory, pool, quiet, router_url, ssh, until
 
-FLEET_SHARE = 3
+FLEET_SHARE = 1  # beside test_roll (conftest.py)
 FAULTS = "/etc/instinct-fleet-standin/faults.json"  # what the stand-in amd-smi reads (tests/fleet/standin/amd-smi)
 HOST = "sim-gpu-2"  # vllm-llama-a on GPUs 0-3, vllm-oss on GPU 4 (in the router's pool of gpt-oss-120b)
 QUARANTINE = "/var/lib/instinct-fleet/quarantine.json"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from fleetctl import INVENTORY, ROOT, Run, simulated
 
-FLEET_SHARE = 0  # beside test_deploy, before test_faults (conftest.py)
+FLEET_SHARE = 2  # beside test_roll_gates, before it (conftest.py)
 
 
 @pytest.fixture(scope="module")

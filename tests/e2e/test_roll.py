@@ -33,7 +33,7 @@ from fleetctl import (
 
 from instinct_fleet.model import paths
 
-FLEET_SHARE = 1  # with the router and tune modules; the roll's gates are on share 2 (conftest.py)
+FLEET_SHARE = 1  # with the bench, GPU health and tune modules; the roll's gates are on share 2 (conftest.py)
 # A cache miss compiles for STANDIN_COMPILE_S. sim-gpu-1's main and sim-gpu-2's oss serve gpt-oss-120b with one
 # configuration once both have the API key (vLLM 0.22.0 hashes VLLM_API_KEY into its compile key), so the host
 # that restarts oss after sim-gpu-1 can start it on the cache sim-gpu-1 built.

@@ -17,7 +17,7 @@ from typing import Any
 
 from fleetctl import BASELINE, CLI, ROOT, Load, deploy, hang, inventory, pool, router_url, ssh, until
 
-FLEET_SHARE = 3
+FLEET_SHARE = 0
 
 # A stall window the tests can wait for, and a budget of two restarts.
 WATCHED = {"watch_interval": 1, "watch_stall_seconds": 8, "watch_max_restarts": 2}

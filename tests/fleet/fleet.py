@@ -76,6 +76,7 @@ STANDIN_REPO = "instinct-fleet-standin/vllm-openai-rocm"
 STANDIN_VERSION = "0.22.0"
 RAY_VERSION = "2.52.1"  # the stand-in's Ray; a real vLLM image brings its own
 REGISTRY_PORT = 5000 + 10 * SLOT  # and the pull-through cache on the next port
+SEED_PORT = 4990  # the registry that fills the seed storage every slot's registry copies (seed_registry), for a moment
 # The machine's dockerd is Debian's docker.io, driven by Debian's own CLI: another docker
 # CLI may come first on PATH (a newer one defaults to buildx, which Debian does not ship).
 DOCKER = "/usr/bin/docker"
@@ -410,8 +411,51 @@ def images(light: bool = False) -> Images:
             wheels.result()
             built = Images(build_standin(), build_exporter(), build_standin(ray=False) if light else None)
             host.result()
+        seed_registry(built)
     log("images ready")
     return built
+
+
+def seed_path(built: Images) -> Path:
+    """Where the registry storage holding exactly these images is kept (its name: their image ids)."""
+    refs = [ref for ref in (built.standin, built.exporter, built.slim) if ref is not None]
+    ids = out(DOCKER, "image", "inspect", "-f", "{{.Id}}", *refs).split()
+    return SHARED / "registry-seed" / hashlib.sha256(" ".join(ids).encode()).hexdigest()[:16]
+
+
+def seed_registry(built: Images) -> None:
+    """Push the fleet's images once, into a registry storage that each slot's registry starts from as a copy
+    (:func:`up`): the shares of make test then push nothing, where each pushed (and gzipped) the same layers
+    at once. A storage holds no registry address, so one serves every slot."""
+    seed = seed_path(built)
+    if seed.is_dir():
+        return
+    log("pushing the images into the registry storage every slot starts from")
+    tmp = seed.with_name(seed.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    address = f"{gateway()}:{SEED_PORT}"
+    config = tmp.with_name("seed.yml")
+    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {tmp}\nhttp:\n  addr: {address}\n")
+    registry = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(30):
+            if run("curl", "-sf", f"http://{address}/v2/", check=False, capture=True).returncode == 0:
+                break
+            time.sleep(0.5)
+        else:
+            sys.exit(f"fleet: the seed docker-registry did not answer on {address}")
+        publish(built.standin, standin_ref(address))
+        publish(built.exporter, exporter_ref(address))
+        if built.slim is not None:
+            publish(built.slim, slim_ref(address))
+    finally:
+        registry.terminate()
+        registry.wait()
+    for old in seed.parent.iterdir():  # the storages of images built before these
+        if old.is_dir() and old != tmp:
+            shutil.rmtree(old)
+    tmp.rename(seed)
 
 
 def image_bytes(ref: str) -> int:
@@ -637,13 +681,18 @@ def up(count: int | None = None, clusters: int | None = None) -> dict[str, objec
     built = images(light=count is not None)
     registry = f"{gateway()}:{REGISTRY_PORT}"
     check_trusted(registry)
+    # A slot's first registry starts from a copy of the seed storage, which holds its images already.
+    seeded = not registry_pids() and not (STATE / "registry").exists()
+    if seeded:
+        shutil.copytree(seed_path(built), STATE / "registry")
     start_registry(registry)
     cache = f"{gateway()}:{REGISTRY_PORT + 1}"
     start_registry(cache, "cache", proxy=registry)
-    publish(built.standin, standin_ref(registry))
-    publish(built.exporter, exporter_ref(registry))
-    if built.slim is not None:
-        publish(built.slim, slim_ref(registry))
+    if not seeded:
+        publish(built.standin, standin_ref(registry))
+        publish(built.exporter, exporter_ref(registry))
+        if built.slim is not None:
+            publish(built.slim, slim_ref(registry))
     if count is not None:
         check_disk(light_hosts(count, clusters), registry)
     key = ssh_key()
