@@ -236,8 +236,8 @@ def serving() -> None:
             host.name,
             batch,
             plan.spec.vars.compile_cache_keep,
-            fleet.roll.carried,
-            lambda: fleet.roll.interrupted is None,
+            fleet.journal.carried,
+            lambda: fleet.journal.interrupted is None,
             plan.spec.vars.image_pull_timeout,
         )
     # After the last batch (on every host at once): a host whose batch an interrupt (SIGINT, SIGTERM)
@@ -245,7 +245,7 @@ def serving() -> None:
     operations.fail(
         name="Roll: interrupted before this host's batch",
         message="the run was interrupted before this host's roll batch: it keeps its old configuration; deploy again to roll it",
-        _if=[fleet.roll.finish, lambda: fleet.roll.skipped(host.name)],
+        _if=[fleet.journal.finish, lambda: fleet.journal.skipped(host.name)],
     )
 
 

@@ -37,13 +37,54 @@ def always() -> bool:
     return True
 
 
+def label(step: st.Step) -> str:
+    """The name a step's operation shows (the declared entry's label, where it has one)."""
+    match step:
+        case st.Write(file=f):
+            return f.label
+        case st.Remove() | st.Mark():
+            return step.label
+        case st.MakeDirectory(directory=d):
+            return d.label
+        case st.CopyBack():
+            return f"Put {step.path} back"
+        case st.Group():
+            return f"{step.name} group"
+        case st.EnsureUser():
+            return f"Service user {step.user.name}"
+        case st.SetSysctl():
+            return step.sysctl.label
+        case st.Pull():
+            return step.image.label
+        case st.CopyWeights():
+            return f"Copy {step.weights.model} into the Hugging Face cache"
+        case st.Verify():
+            return f"{step.unit} passes systemd-analyze verify"
+        case st.DaemonReload():
+            return f"Reload systemd ({step.title})" if step.title else "Reload systemd"
+        case st.Command() | st.RebootHost():
+            return step.action.label
+        case st.Stop():
+            return f"Stop {step.unit} ({step.why})"
+        case st.RestartUnit():
+            return f"Restart {step.unit} for its new configuration"
+        case st.ReloadUnit():
+            return f"Reload {step.unit}"
+        case st.EnsureUnit():
+            return f"{step.unit.name} running and enabled" if step.unit.running else f"{step.unit.name} enabled"
+        case st.Refuse():
+            return f"{step.path} is there"
+        case st.Say():
+            return step.text
+
+
 def _sysctl_value(value: str) -> int | str:
     return int(value) if value.isdigit() else value  # pyinfra's sysctl fact reads numbers as int
 
 
 def _operation(step: st.Step, when: list[Any]) -> Any:
     """The pyinfra operation of one step, running ``when`` all of its conditions hold."""
-    name = step.label
+    name = label(step)
     if isinstance(step, st.Write):
         f = step.file
         assert f.content is not None, f"{f.path}: a file declared absent is a Remove step"
@@ -157,7 +198,7 @@ def _command(step: st.Step) -> str:
         return f"echo {q(step.text)}"
     if isinstance(step, st.Command):
         return step.action.command
-    raise ValueError(f"{type(step).__name__} ({step.label}) runs only as a pyinfra operation (apply.operations)")
+    raise ValueError(f"{type(step).__name__} ({label(step)}) runs only as a pyinfra operation (apply.operations)")
 
 
 def shell(planned: tuple[st.Planned, ...]) -> str:

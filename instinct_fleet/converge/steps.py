@@ -48,10 +48,6 @@ class Write:
 
     file: File
 
-    @property
-    def label(self) -> str:
-        return self.file.label
-
 
 @dataclass(frozen=True)
 class Remove:
@@ -64,10 +60,6 @@ class Remove:
 @dataclass(frozen=True)
 class MakeDirectory:
     directory: state.Directory
-
-    @property
-    def label(self) -> str:
-        return self.directory.label
 
 
 @dataclass(frozen=True)
@@ -89,36 +81,20 @@ class CopyBack:
     owner: str = "root"
     group: str = "root"
 
-    @property
-    def label(self) -> str:
-        return f"Put {self.path} back"
-
 
 @dataclass(frozen=True)
 class Group:
     name: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} group"
 
 
 @dataclass(frozen=True)
 class EnsureUser:
     user: state.User
 
-    @property
-    def label(self) -> str:
-        return f"Service user {self.user.name}"
-
 
 @dataclass(frozen=True)
 class SetSysctl:
     sysctl: state.Sysctl
-
-    @property
-    def label(self) -> str:
-        return self.sysctl.label
 
 
 @dataclass(frozen=True)
@@ -126,19 +102,11 @@ class Pull:
     image: state.Image
     timeout: int
 
-    @property
-    def label(self) -> str:
-        return self.image.label
-
 
 @dataclass(frozen=True)
 class CopyWeights:
     weights: state.Weights
     timeout: int
-
-    @property
-    def label(self) -> str:
-        return f"Copy {self.weights.model} into the Hugging Face cache"
 
 
 @dataclass(frozen=True)
@@ -148,18 +116,10 @@ class Verify:
     unit: str
     path: str
 
-    @property
-    def label(self) -> str:
-        return f"{self.unit} passes systemd-analyze verify"
-
 
 @dataclass(frozen=True)
 class DaemonReload:
     title: str
-
-    @property
-    def label(self) -> str:
-        return f"Reload systemd ({self.title})" if self.title else "Reload systemd"
 
 
 @dataclass(frozen=True)
@@ -168,18 +128,10 @@ class Command:
 
     action: Run
 
-    @property
-    def label(self) -> str:
-        return self.action.label
-
 
 @dataclass(frozen=True)
 class RebootHost:
     action: Reboot
-
-    @property
-    def label(self) -> str:
-        return self.action.label
 
 
 @dataclass(frozen=True)
@@ -188,10 +140,6 @@ class Stop:
 
     unit: str
     why: str
-
-    @property
-    def label(self) -> str:
-        return f"Stop {self.unit} ({self.why})"
 
 
 @dataclass(frozen=True)
@@ -204,18 +152,10 @@ class RestartUnit:
     enable: bool = False
     timeout: int | None = None
 
-    @property
-    def label(self) -> str:
-        return f"Restart {self.unit} for its new configuration"
-
 
 @dataclass(frozen=True)
 class ReloadUnit:
     unit: str
-
-    @property
-    def label(self) -> str:
-        return f"Reload {self.unit}"
 
 
 @dataclass(frozen=True)
@@ -225,10 +165,6 @@ class EnsureUnit:
     unit: Unit
     timeout: int | None = None
 
-    @property
-    def label(self) -> str:
-        return f"{self.unit.name} running and enabled" if self.unit.running else f"{self.unit.name} enabled"
-
 
 @dataclass(frozen=True)
 class Refuse:
@@ -237,20 +173,12 @@ class Refuse:
     path: str
     message: str
 
-    @property
-    def label(self) -> str:
-        return f"{self.path} is there"
-
 
 @dataclass(frozen=True)
 class Say:
     """A line on the script's output (what a rollback did)."""
 
     text: str
-
-    @property
-    def label(self) -> str:
-        return self.text
 
 
 Step = (

@@ -13,12 +13,13 @@ Batch 0 holds every ``start`` unit at once; restarts follow in batches of
 ``rolling_batch`` units. The serving stage (:func:`instinct_fleet.deploys.serving`) emits each batch's operations
 behind a barrier that every host shares, so pyinfra finishes a batch, health
 gate included, before the next one begins. Each batch's operations run only
-while :meth:`Roll.proceeds` says so; it reads the hosts pyinfra has failed, so
+while :meth:`Journal.proceeds` says so; it reads the hosts pyinfra has failed, so
 the roll stops as soon as more batches failed than ``rolling_max_failures``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -98,9 +99,10 @@ class Turn:
     marker_left: bool  # a roll marker a failed roll left behind
 
 
-def turn(plan: HostPlan, roll: Roll, only: frozenset[str] | None = None) -> Turn:
-    """One host's :class:`Turn` in ``roll``; ``only`` (``instinct-fleet warm``): the instance units it may restart.
-    A host with changes and none of them in ``only`` acts in no batch; its docker settings wait as well."""
+def turn(plan: HostPlan, roll: RollPlan, only: frozenset[str] | None = None) -> Turn:
+    """One host's :class:`Turn` in ``roll`` (its batches and canary host); ``only`` (``instinct-fleet warm``): the
+    instance units it may restart. A host with changes and none of them in ``only`` acts in no batch; its docker
+    settings wait as well."""
     host = str(plan.spec.host)
     unit = roll.unit_of(host)
     rolling = unit is not None and unit.kind == "restart"
@@ -127,46 +129,27 @@ def turn(plan: HostPlan, roll: Roll, only: frozenset[str] | None = None) -> Turn
     )
 
 
-@dataclass
-class Roll:
-    """One run's roll. It lives as long as pyinfra's State; the hosts pyinfra failed say which batch failed."""
+@dataclass(frozen=True)
+class RollPlan:
+    """What one run's roll will do, decided whole from the hosts' plans before any operation (:func:`plan_roll`):
+    its serving units and batches, the canary's host and rule, each host's :class:`Turn`, and the compile caches
+    carried between hosts. Nothing changes it during the run; what happens is the :class:`Journal`'s."""
 
-    units: list[ServingUnit]
-    batches: list[list[ServingUnit]]
+    units: tuple[ServingUnit, ...]
+    batches: tuple[tuple[ServingUnit, ...], ...]
     max_failures: int
-    # Per batch, the hosts pyinfra had already failed when the batch began: their failure is not the batch's.
-    failed_at_start: dict[int, frozenset[str]] = field(default_factory=dict)
-    # Per host: why it did not converge, recorded by the operation that found out (health, hooks).
-    reasons: dict[str, list[str]] = field(default_factory=dict)
-    # The signal (SIGINT, SIGTERM) that asked the run to stop: the open batch finishes, no other opens.
-    interrupted: str | None = None
-    current: int | None = None  # the batch that is open: from its first operation to the next batch or the roll's end
     on_failure: str = "stop"  # rolling_on_failure
-    # Per host whose health gate failed in a batch that rolls back: why (the host fails once it is back).
-    unhealthy: dict[str, str] = field(default_factory=dict)
-    rolled_back: set[int] = field(default_factory=set)  # batches whose units were put back
-    targets: dict[str, int] = field(default_factory=dict)  # per host, the generation a rollback restores
-    restored: set[str] = field(default_factory=set)  # hosts whose rollback and its gate passed
-    # The canary (canary_profile): the host it is measured on, how it judges (canary.Rule), and per host and
-    # instance the runs of each phase ("before", "after") and the comparison.
+    # The canary (canary_profile): the host it is measured on, and how it judges (canary.Rule).
     canary_host: str | None = None
     canary_rule: canary.Rule | None = None
-    measured: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
-    compared: dict[str, list[canary.Comparison]] = field(default_factory=dict)
-    # The accuracy probe's answers per host and instance and phase, and its verdicts per host.
-    probed: dict[tuple[str, str], dict[str, list[accuracy.Answer]]] = field(default_factory=dict)
-    answered: dict[str, list[accuracy.Verdict]] = field(default_factory=dict)
-    turns: dict[str, Turn] = field(default_factory=dict)  # per host that passed preflight: its part in the roll
-    # Per host and serving unit: its start in this roll, from the health gate (how long, cold or warm, the phases).
-    starts: dict[tuple[str, str], Startup] = field(default_factory=dict)
+    turns: Mapping[str, Turn] = field(default_factory=dict)  # per host that passed preflight: its part in the roll
     spreads: tuple[Spread, ...] = ()  # the compile caches carried from the first host to build them to later ones
-    carried: Carried = field(default_factory=Carried)  # what each copy did
     warm: bool = False  # instinct-fleet warm: only the batches' instances restart; the others wait, their caches filled
 
     @property
     def idle(self) -> bool:
         """Every serving unit of the fleet is unchanged and no cache travels: one batch (0), whose operations order
-        nothing across hosts and which no interrupt can keep from a host (:meth:`skipped` needs a changed unit)."""
+        nothing across hosts and which no interrupt can keep from a host (:meth:`Journal.skipped` needs a changed unit)."""
         return len(self.batches) <= 1 and not self.spreads and all(u.kind == "unchanged" for u in self.units)
 
     def batch_of(self, host: str) -> int | None:
@@ -178,14 +161,43 @@ class Roll:
     def unit_of(self, host: str) -> ServingUnit | None:
         return next((u for u in self.units if host in u.hosts), None)
 
+
+@dataclass
+class Journal:
+    """What one run's roll did, appended to as its operations run; it lives as long as pyinfra's State, and the
+    hosts pyinfra failed say which batch failed. ``plan``: the roll it follows."""
+
+    plan: RollPlan
+    # Per batch, the hosts pyinfra had already failed when the batch began: their failure is not the batch's.
+    failed_at_start: dict[int, frozenset[str]] = field(default_factory=dict)
+    # Per host: why it did not converge, recorded by the operation that found out (health, hooks).
+    reasons: dict[str, list[str]] = field(default_factory=dict)
+    # The signal (SIGINT, SIGTERM) that asked the run to stop: the open batch finishes, no other opens.
+    interrupted: str | None = None
+    current: int | None = None  # the batch that is open: from its first operation to the next batch or the roll's end
+    # Per host whose health gate failed in a batch that rolls back: why (the host fails once it is back).
+    unhealthy: dict[str, str] = field(default_factory=dict)
+    rolled_back: set[int] = field(default_factory=set)  # batches whose units were put back
+    targets: dict[str, int] = field(default_factory=dict)  # per host, the generation a rollback restores
+    restored: set[str] = field(default_factory=set)  # hosts whose rollback and its gate passed
+    # The canary's runs per host and instance and phase ("before", "after"), and its comparisons per host.
+    measured: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    compared: dict[str, list[canary.Comparison]] = field(default_factory=dict)
+    # The accuracy probe's answers per host and instance and phase, and its verdicts per host.
+    probed: dict[tuple[str, str], dict[str, list[accuracy.Answer]]] = field(default_factory=dict)
+    answered: dict[str, list[accuracy.Verdict]] = field(default_factory=dict)
+    # Per host and serving unit: its start in this roll, from the health gate (how long, cold or warm, the phases).
+    starts: dict[tuple[str, str], Startup] = field(default_factory=dict)
+    carried: Carried = field(default_factory=Carried)  # what each copy of a compile cache did
+
     def failed_batches(self, failed: set[str], before: int) -> list[int]:
         """Batches before ``before`` one of whose hosts failed (or failed its gate, to be rolled back) while it ran."""
         bad = failed | set(self.unhealthy)
         return [
             index
-            for index in range(min(before, len(self.batches)))
+            for index in range(min(before, len(self.plan.batches)))
             if index in self.failed_at_start
-            and any(h in bad and h not in self.failed_at_start[index] for unit in self.batches[index] for h in unit.hosts)
+            and any(h in bad and h not in self.failed_at_start[index] for unit in self.plan.batches[index] for h in unit.hosts)
         ]
 
     def measure(self, host: str, phase: str, instance: str, runs: list[dict[str, Any]]) -> str | None:
@@ -193,9 +205,9 @@ class Roll:
         inconclusive verdict lets the roll proceed, which the summary says)."""
         self.measured.setdefault((host, instance), {})[phase] = runs
         before = self.measured[(host, instance)].get("before")
-        if phase != "after" or before is None or self.canary_rule is None:
+        if phase != "after" or before is None or self.plan.canary_rule is None:
             return None
-        found = self.canary_rule.compare(instance, before, runs)
+        found = self.plan.canary_rule.compare(instance, before, runs)
         self.compared.setdefault(host, []).append(found)
         return self._judged(host, found)
 
@@ -206,16 +218,16 @@ class Roll:
         or are inconclusive and the roll proceeds, which the summary says). ``instances``: how many the canary judges."""
         self.probed.setdefault((host, instance), {})[phase] = answers
         before = self.probed[(host, instance)].get("before")
-        if phase != "after" or before is None or self.canary_rule is None:
+        if phase != "after" or before is None or self.plan.canary_rule is None:
             return None
-        found = self.canary_rule.compare_answers(instance, items, before, answers, instances)
+        found = self.plan.canary_rule.compare_answers(instance, items, before, answers, instances)
         self.answered.setdefault(host, []).append(found)
         return self._judged(host, found)
 
     def _judged(self, host: str, found: canary.Comparison | accuracy.Verdict) -> str | None:
         """Why a canary comparison fails the host's batch, or None with its line noted for the summary."""
-        assert self.canary_rule is not None  # the callers compared with it
-        problem, line = self.canary_rule.judged(found)
+        assert self.plan.canary_rule is not None  # the callers compared with it
+        problem, line = self.plan.canary_rule.judged(found)
         if problem is None:
             self.note(host, line)
         return problem
@@ -232,7 +244,7 @@ class Roll:
     def rolls_back(self, batch: int, failed: set[str]) -> bool:
         """Whether ``batch`` goes back to its last healthy generation: it restarted serving units, one of its
         hosts failed, and ``rolling_on_failure`` is rollback. Batch 0 starts units that served nothing."""
-        if self.on_failure != "rollback" or batch == 0 or batch not in self.failed_at_start:
+        if self.plan.on_failure != "rollback" or batch == 0 or batch not in self.failed_at_start:
             return False
         if batch in self.failed_batches(failed, batch + 1):
             self.rolled_back.add(batch)
@@ -250,7 +262,7 @@ class Roll:
         after an interrupt, a batch that is not open yet never opens (an open one finishes, gate included)."""
         if batch not in self.failed_at_start and self.interrupted is not None:
             return False
-        if len(self.failed_batches(failed, batch)) > self.max_failures:
+        if len(self.failed_batches(failed, batch)) > self.plan.max_failures:
             return False
         if batch not in self.failed_at_start:
             self.failed_at_start[batch] = frozenset(failed)
@@ -264,8 +276,8 @@ class Roll:
 
     def skipped(self, host: str) -> bool:
         """Whether an interrupt kept this host's batch from opening: the host keeps its old configuration."""
-        unit = self.unit_of(host)
-        batch = self.batch_of(host)
+        unit = self.plan.unit_of(host)
+        batch = self.plan.batch_of(host)
         return self.interrupted is not None and unit is not None and unit.kind != "unchanged" and batch not in self.failed_at_start
 
     def note(self, host: str, reason: str) -> None:
@@ -274,8 +286,8 @@ class Roll:
     def outcome(self, host: str, failed: set[str], ran: bool = True) -> tuple[str, str]:
         """(status, why) of one host at the end of the run: rolled, started, unchanged, failed, rolled-back,
         not-rolled or interrupted; ``ran`` False (``--dry``: no operation ran): would-roll or would-start."""
-        unit = self.unit_of(host)
-        batch = self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None
+        unit = self.plan.unit_of(host)
+        batch = self.plan.batch_of(host) if unit is not None and unit.kind != "unchanged" else None
         why = "; ".join(self.reasons.get(host, []))
         if batch is not None and batch in self.rolled_back:
             if host in self.restored:
@@ -293,12 +305,12 @@ class Roll:
             return "failed", why or "see the operation that failed above"
         if unit is None or unit.kind == "unchanged":
             return "unchanged", ""
-        if batch is None and self.warm:
+        if batch is None and self.plan.warm:
             return "not-rolled", WARM_LEFT
         if not ran:
             return ("would-start" if unit.kind == "start" else "would-roll"), f"in batch {batch}; a dry run changed nothing"
         if batch is None or batch not in self.failed_at_start:
-            stopped = self.failed_batches(failed, len(self.batches))
+            stopped = self.failed_batches(failed, len(self.plan.batches))
             where = ", ".join(map(str, stopped))
             return "not-rolled", f"the roll stopped after batch {where} failed; it keeps its old configuration"
         return ("started" if unit.kind == "start" else "rolled"), f"batch {batch}"
@@ -308,15 +320,15 @@ class Roll:
         rows = []
         for host in sorted(hosts):
             status, why = self.outcome(host, failed, ran)
-            unit = self.unit_of(host)
+            unit = self.plan.unit_of(host)
             for instance in hosts[host] or ("-",):
-                left = self.warm and status == "rolled" and instance not in self.turns[host].pending  # another host built it
+                left = self.plan.warm and status == "rolled" and instance not in self.plan.turns[host].pending  # another host built it
                 rows.append(
                     {
                         "host": host,
                         "instance": instance,
                         "serving_unit": unit.name if unit else None,
-                        "batch": self.batch_of(host) if unit is not None and unit.kind != "unchanged" else None,
+                        "batch": self.plan.batch_of(host) if unit is not None and unit.kind != "unchanged" else None,
                         "status": "not-rolled" if left else status,
                         "why": WARM_LEFT if left else why,
                         "canary": [c.as_json() for c in self.compared.get(host, [])],
@@ -375,7 +387,7 @@ def defers_docker(plan: HostPlan) -> bool:
     return docker_changed(plan) and kind(plan) == "restart"
 
 
-def plan_roll(plans: Mapping[str, HostPlan], warm: bool = False) -> Roll:
+def plan_roll(plans: Mapping[str, HostPlan], warm: bool = False) -> RollPlan:
     """The run's serving units, their kind and their batches, from every planned host that passed preflight, and
     the compile caches carried between them. ``warm`` (``instinct-fleet warm``): the batches restart one instance
     per compile configuration (spread.warm_sources), and every other host that serves it receives its cache."""
@@ -392,36 +404,31 @@ def plan_roll(plans: Mapping[str, HostPlan], warm: bool = False) -> Roll:
         members.sort(key=lambda p: (p.role != "head", str(p.spec.host)))
         hosts = tuple(str(p.spec.host) for p in members)
         units.append(ServingUnit(f"cluster {cluster_name}", hosts, combine(kind(p) for p in members)))
+    passed = {name: plan for name, plan in sorted(plans.items()) if plan.ok}
     if not ready:
-        roll = Roll([], [[]], 0)
-        roll.turns.update({name: turn(plan, roll) for name, plan in sorted(plans.items()) if plan.ok})
-        return roll
+        empty = RollPlan((), ((),), 0)
+        return dataclasses.replace(empty, turns={name: turn(plan, empty) for name, plan in passed.items()})
     # validate_rolling has checked that every host carries the same rolling settings.
     v = next(iter(ready.values())).spec.vars
     canaried = v.canary_profile is not None and not warm
 
-    def make(rolled: list[ServingUnit]) -> Roll:
-        made = Roll(
-            units,
-            batches(rolled, batch_size(v.rolling_batch, len(rolled)), canary=canaried),
-            v.rolling_max_failures,
-            on_failure=v.rolling_on_failure,
-            canary_rule=canary.Rule.of(v) if canaried else None,
-            warm=warm,
-        )
-        if canaried and len(made.batches) > 1 and made.batches[1]:
-            made.canary_host = made.batches[1][0].hosts[0]  # the head of a cluster, where its instance answers
-        return made
+    def layout(rolled: list[ServingUnit]) -> RollPlan:
+        """The batches of ``rolled`` and the canary's host (the head of a cluster, where its instance answers)."""
+        laid = tuple(map(tuple, batches(rolled, batch_size(v.rolling_batch, len(rolled)), canary=canaried)))
+        host = laid[1][0].hosts[0] if canaried and len(laid) > 1 and laid[1] else None
+        rule = canary.Rule.of(v) if canaried else None
+        return RollPlan(tuple(units), laid, v.rolling_max_failures, v.rolling_on_failure, host, rule, warm=warm)
 
-    roll = make(units)
-    turns = {name: turn(plan, roll) for name, plan in sorted(plans.items()) if plan.ok}
+    laid = layout(units)
+    turns = {name: turn(plan, laid) for name, plan in passed.items()}
     if not warm:
-        roll.spreads = spread.plan(spread.groups(plans, turns)) if v.compile_cache_spread else ()
-        roll.turns.update(turns)
-        return roll
+        spreads = spread.plan(spread.groups(plans, turns)) if v.compile_cache_spread else ()
+        return dataclasses.replace(laid, turns=turns, spreads=spreads)
     building = spread.groups(plans, turns)
     sources = spread.warm_sources(building, turns)
-    roll = make([u for u in units if u.hosts[0] in sources])
-    roll.spreads = spread.plan(building, sources, roll.batch_of)
-    roll.turns.update({name: turn(plan, roll, sources.get(name, frozenset())) for name, plan in sorted(plans.items()) if plan.ok})
-    return roll
+    laid = layout([u for u in units if u.hosts[0] in sources])
+    return dataclasses.replace(
+        laid,
+        turns={name: turn(plan, laid, sources.get(name, frozenset())) for name, plan in passed.items()},
+        spreads=spread.plan(building, sources, laid.batch_of),
+    )

@@ -28,7 +28,7 @@ from instinct_fleet.converge.hostfacts import ClusterView, HostFacts
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.managed import UNTOUCHED
 from instinct_fleet.converge.preflight import HostReport
-from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV, Roll, dump_summary, format_summary, plan_roll
+from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV, Journal, RollPlan, dump_summary, format_summary, plan_roll
 from instinct_fleet.fleet.spread import WARM_ENV
 from instinct_fleet.model import gate
 from instinct_fleet.model.catalog import Catalog
@@ -196,9 +196,10 @@ class FleetPlan:
     """
 
     plans: dict[str, HostPlan]
-    roll: Roll
+    roll: RollPlan
     pulls: dict[str, Literal["seed", "after"]]
     weight_seeds: dict[str, str]
+    journal: Journal  # what the run's roll did: the one part of this object the run appends to
 
     @classmethod
     def of(cls, plans: dict[str, HostPlan], warm: bool = False) -> FleetPlan:
@@ -207,7 +208,8 @@ class FleetPlan:
         pulls: dict[str, Literal["seed", "after"]] = {
             name: "seed" if name in seeds else "after" for name, plan in plans.items() if plan.ok and plan.pulls_image
         }
-        return cls(plans, plan_roll(plans, warm), pulls, weight_seeds(plans))
+        roll = plan_roll(plans, warm)
+        return cls(plans, roll, pulls, weight_seeds(plans), Journal(roll))
 
 
 def image_seeds(plans: dict[str, HostPlan]) -> set[str]:
@@ -241,14 +243,14 @@ def summary_rows(fleet: FleetPlan, hosts: list[str], failed: set[str], ran: bool
     for name in hosts:
         plan = fleet.plans.get(name)
         if plan is None:
-            fleet.roll.note(name, "not reachable: no preflight facts (see the connection error above)")
+            fleet.journal.note(name, "not reachable: no preflight facts (see the connection error above)")
         elif not plan.ok:
-            fleet.roll.note(name, "preflight: " + "; ".join(e.brief for e in plan.errors))
+            fleet.journal.note(name, "preflight: " + "; ".join(e.brief for e in plan.errors))
     instances = {}
     for name in hosts:
         plan = fleet.plans.get(name)
         instances[name] = plan.desired.serving if plan is not None and plan.ok else ()
-    rows = fleet.roll.summary(instances, failed, ran)
+    rows = fleet.journal.summary(instances, failed, ran)
     for name in hosts:  # held out by the GPU health verdict: not rolled, stopped, and why
         held = plan.quarantine if (plan := fleet.plans.get(name)) is not None and plan.ok else None
         if held is None:
@@ -290,8 +292,8 @@ class RollReporter(BaseStateCallback):
         self.done = True
         hosts = sorted(h.name for h in state.inventory if state.is_host_in_limit(h))
         for lost in state.failed_hosts:
-            if lost.name in self.fleet.plans and not self.fleet.roll.reasons.get(lost.name) and not watchdog.connected(lost):
-                self.fleet.roll.note(lost.name, "lost its SSH connection during the run (host down, killed or rebooted)")
+            if lost.name in self.fleet.plans and not self.fleet.journal.reasons.get(lost.name) and not watchdog.connected(lost):
+                self.fleet.journal.note(lost.name, "lost its SSH connection during the run (host down, killed or rebooted)")
         # No operation started: pyinfra's --dry (or no host left, whose rows say why): what would have rolled.
         rows = summary_rows(self.fleet, hosts, {h.name for h in state.failed_hosts}, ran=self.last is not None)
         print(format_summary(rows), file=sys.stderr, flush=True)
@@ -300,7 +302,7 @@ class RollReporter(BaseStateCallback):
             Path(target).write_text(dump_summary(rows) + "\n")
 
 
-def interrupt_handler(roll: Roll) -> Callable[[int, Any], None]:
+def interrupt_handler(roll: Journal) -> Callable[[int, Any], None]:
     """SIGINT and SIGTERM during a run. Inside a roll batch the batch finishes, health gate included, and no
     other batch opens; the hosts it did not reach fail as ``interrupted``, so the run exits non-zero. Outside a
     batch (or at a second signal) the run stops at once, non-zero, after the summary. pyinfra's own handler
@@ -406,10 +408,10 @@ def fleet_plan(state: Any) -> FleetPlan:
             pending.set_exception(exc)
             raise
         state.add_callback_handler(RollReporter(state, fleet))
-        state.add_callback_handler(watchdog.Watchdog(fleet.roll.note))
-        state.pool = watchdog.ContainedPool(state.pool.size, fleet.roll.note)
+        state.add_callback_handler(watchdog.Watchdog(fleet.journal.note))
+        state.pool = watchdog.ContainedPool(state.pool.size, fleet.journal.note)
         for number in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(number, interrupt_handler(fleet.roll))
+            signal.signal(number, interrupt_handler(fleet.journal))
         pending.set(fleet)
     result: FleetPlan = pending.get()
     return result

@@ -33,7 +33,9 @@ def _hooks(plan: HostPlan, fleet: FleetPlan, which: str, hook: Hook | None, gate
     }
     for where, command in (("host", hook.host), ("control", hook.control)):
         if command is not None:
-            operations.hook(name=f"Roll: {which} hook ({where})", command=command, where=where, env=env, record=fleet.roll.note, _if=gate)
+            operations.hook(
+                name=f"Roll: {which} hook ({where})", command=command, where=where, env=env, record=fleet.journal.note, _if=gate
+            )
 
 
 def healthy(
@@ -83,11 +85,11 @@ def _canary(plan: HostPlan, fleet: FleetPlan, phase: str, gate: Callable[[], boo
         name=f"Canary: {profile} {phase} the change" + (", and the accuracy probe" if asks else ""),
         phase=phase,
         runs=runs,
-        measure=fleet.roll.measure,
+        measure=fleet.journal.measure,
         hold=hold,
         asks=asks,
         items=items,
-        probe=fleet.roll.probe,
+        probe=fleet.journal.probe,
         source=source,
         max_tokens=v.canary_probe_max_tokens,
         _if=gate,
@@ -101,7 +103,7 @@ def _rollback(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[],
     host = str(plan.spec.host)
 
     def back() -> bool:
-        return fleet.roll.rolls_back(batch, failed())
+        return fleet.journal.rolls_back(batch, failed())
 
     generation = fleet.roll.turns[host].generation
     target = generation.target
@@ -113,7 +115,7 @@ def _rollback(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[],
             _if=back,
         )
         return
-    fleet.roll.targets[host] = target
+    fleet.journal.targets[host] = target
     operations.generation_restored(
         name=f"Roll: back to generation {target}",
         number=target,
@@ -122,7 +124,7 @@ def _rollback(plan: HostPlan, fleet: FleetPlan, batch: int, failed: Callable[[],
         _timeout=timeout,
     )
     answered = {e.unit for e in plan.desired.endpoints if e.port in plan.report.healthy_ports}
-    healthy(plan, back, fleet.roll.note, units=answered)
+    healthy(plan, back, fleet.journal.note, units=answered)
 
 
 def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -> None:
@@ -135,7 +137,7 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
         return {h.name for h in state.failed_hosts}
 
     def gate() -> bool:  # a host whose gate failed in a batch that rolls back does nothing more but roll back
-        return fleet.roll.proceeds(batch, failed()) and host not in fleet.roll.unhealthy
+        return fleet.journal.proceeds(batch, failed()) and host not in fleet.journal.unhealthy
 
     me = fleet.roll.turns[host]
     rolling, stale, pending = me.rolling, me.stale, me.pending
@@ -177,22 +179,26 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
     all_files = apply.converge(plan, "roll", gate, units=[*stale, *pending], force=me.force, timeout=start_timeout)
 
     rollback = rolling and v.rolling_on_failure == "rollback"
-    healthy(plan, gate, fleet.roll.note, units=set(pending), hold=fleet.roll.hold if rollback else None, started=fleet.roll.started)
+    healthy(
+        plan, gate, fleet.journal.note, units=set(pending), hold=fleet.journal.hold if rollback else None, started=fleet.journal.started
+    )
     if me.measured:
-        _canary(plan, fleet, "after", gate, fleet.roll.hold if rollback else None)
+        _canary(plan, fleet, "after", gate, fleet.journal.hold if rollback else None)
 
     def passed() -> bool:
-        return gate() and not fleet.roll.rolls_back(batch, failed())
+        return gate() and not fleet.journal.rolls_back(batch, failed())
 
     if joins:
         operations.router_pools_joined(name="Roll: back into the router pools", members=joins, fresh=frozenset(pending), _if=passed)
     # The caches this host built for hosts of later batches: sent once its instances passed their gate.
-    spread.emit_sends(fleet.roll.spreads, host, batch, fleet.roll.carried, passed, v.image_pull_timeout)
+    spread.emit_sends(fleet.roll.spreads, host, batch, fleet.journal.carried, passed, v.image_pull_timeout)
     if rollback:
         _rollback(plan, fleet, batch, failed, start_timeout * max(1, len(pending)))
         if left:  # healthy again on the old files (the rollback's gate fails the host otherwise)
             operations.router_pools_joined(
-                name="Roll: back into the router pools after the rollback", members=left, _if=lambda: fleet.roll.rolls_back(batch, failed())
+                name="Roll: back into the router pools after the rollback",
+                members=left,
+                _if=lambda: fleet.journal.rolls_back(batch, failed()),
             )
     if all_files:
         operations.generation_saved(
@@ -203,12 +209,12 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
             _if=[passed, any_changed(*all_files)],
         )
     if rolling and plan.desired.endpoints:  # after a rollback too: the units answer again
-        _hooks(plan, fleet, "post-start", v.rolling_post_start, lambda: gate() or fleet.roll.rolls_back(batch, failed()))
+        _hooks(plan, fleet, "post-start", v.rolling_post_start, lambda: gate() or fleet.journal.rolls_back(batch, failed()))
     if rollback:  # a host whose own gate failed fails now, back on its old files, so that the run exits non-zero
         operations.fail(
             name="Roll: rolled back",
-            message=lambda: f"rolled back to generation {generation.target} after: {fleet.roll.unhealthy.get(host, '')}",
-            _if=[lambda: fleet.roll.rolls_back(batch, failed()), lambda: fleet.roll.back(host)],
+            message=lambda: f"rolled back to generation {generation.target} after: {fleet.journal.unhealthy.get(host, '')}",
+            _if=[lambda: fleet.journal.rolls_back(batch, failed()), lambda: fleet.journal.back(host)],
         )
     if me.busy or me.marker_left:  # a marker left by a roll that failed goes once the host is whole
         apply.step(steps.unmark(), gate)

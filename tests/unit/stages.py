@@ -312,7 +312,7 @@ def staged(
     gates per unit (:func:`recording`); ``called``: through the function as a deploy.py calls it (only for a host it
     skips: pyinfra's own @deploy wrapper needs a real host), not its body."""
     fleet = FleetPlan.of({"h1": host_plan})
-    fleet.roll.interrupted = interrupted
+    fleet.journal.interrupted = interrupted
     done: AsyncResult = AsyncResult()
     done.set(fleet)
     state = SimpleNamespace(instinct_fleet_plan=done, failed_hosts=set())

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet.converge import generations, managed, steps
+from instinct_fleet.converge import apply, generations, managed, steps
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.state import Run
 from instinct_fleet.model import paths
@@ -114,7 +114,7 @@ def undeclared(host_plan: HostPlan, ops: list[Recorded]) -> list[str]:
 
 def steps_undeclared(host_plan: HostPlan, planned: tuple[steps.Planned, ...]) -> list[str]:
     declared = Declared(host_plan)
-    bad = [f"{p.step.label}: {w}" for p in planned if (w := steps.written(p.step)) is not None and not declared.admits(w)]
+    bad = [f"{apply.label(p.step)}: {w}" for p in planned if (w := steps.written(p.step)) is not None and not declared.admits(w)]
     texts = [p.step.action.command for p in planned if isinstance(p.step, steps.Command)]
     return bad + [f"{t}: {w}" for t in texts for w in absolute_paths(t) if w not in PROGRAMS and not declared.admits(w)]
 
@@ -182,4 +182,4 @@ def test_an_undeclared_write_is_caught_however_it_is_sent() -> None:
     write = steps.Write(host_plan.desired.file(paths.HOST_README))
     moved = steps.Write(type(write.file)(**{**write.file.__dict__, "path": "/etc/other.conf"}))
     assert steps_undeclared(host_plan, (steps.Planned(write),)) == []
-    assert steps_undeclared(host_plan, (steps.Planned(moved),)) == [f"{moved.label}: /etc/other.conf"]
+    assert steps_undeclared(host_plan, (steps.Planned(moved),)) == [f"{apply.label(moved)}: /etc/other.conf"]

@@ -7,6 +7,7 @@ import inspect
 import signal
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from instinct_fleet.converge import preflight
 from instinct_fleet.converge.health import Startup
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import roll as rolling
-from instinct_fleet.fleet.roll import Roll, ServingUnit, batch_size, batches, format_summary, plan_roll
+from instinct_fleet.fleet.roll import Journal, RollPlan, ServingUnit, batch_size, batches, format_summary, plan_roll
 from instinct_fleet.fleet.run import image_seeds, interrupt_handler, plan_inventory
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from tests.unit.files import docker_files, unit_files
@@ -91,9 +92,13 @@ def test_starts_go_first_together_then_restarts_in_name_order() -> None:
     assert [[u.name for u in batch] for batch in batches(fleet, 2)] == [["b", "e"], ["a", "c"], ["f"]]
 
 
-def roll(max_failures: int = 0) -> Roll:
-    fleet = units(a="restart", b="restart", c="restart", d="unchanged")
-    return Roll(fleet, batches(fleet, 1), max_failures)
+def journal(fleet: list[ServingUnit], size: int = 1, max_failures: int = 0, **plan: Any) -> Journal:
+    """The run journal of a roll of ``fleet`` in batches of ``size``."""
+    return Journal(RollPlan(tuple(fleet), tuple(map(tuple, batches(fleet, size, canary="canary_rule" in plan))), max_failures, **plan))
+
+
+def roll(max_failures: int = 0, **plan: Any) -> Journal:
+    return journal(units(a="restart", b="restart", c="restart", d="unchanged"), max_failures=max_failures, **plan)
 
 
 def test_the_roll_stops_when_more_batches_failed_than_allowed() -> None:
@@ -129,8 +134,7 @@ def test_a_host_that_failed_before_its_batch_does_not_fail_the_batch() -> None:
 
 
 def test_a_failed_gate_rolls_its_batch_back_and_stops_the_roll() -> None:
-    r = roll()
-    r.on_failure = "rollback"
+    r = roll(on_failure="rollback")
     assert r.proceeds(0, set()) and r.proceeds(1, set())
     r.hold("a", "vllm-main: not healthy on :8000: unit restarted while starting (crash loop)")
     r.targets["a"] = 4
@@ -143,8 +147,7 @@ def test_a_failed_gate_rolls_its_batch_back_and_stops_the_roll() -> None:
 
 
 def test_a_rollback_that_did_not_complete_is_a_failure_and_stop_mode_never_rolls_back() -> None:
-    r = roll()
-    r.on_failure = "rollback"
+    r = roll(on_failure="rollback")
     r.proceeds(0, set())
     r.proceeds(1, set())
     r.hold("a", "vllm-main: not healthy")
@@ -201,7 +204,7 @@ def test_plan_roll_makes_a_cluster_one_serving_unit_with_the_head_first() -> Non
     plans = plan_inventory(hosts, {"w1", "head", "solo"}, lambda specs: {n: reports[n] for n in specs})
     r = plan_roll(plans)
     assert sorted((u.name, u.hosts, u.kind) for u in r.units) == [("cluster c", ("head", "w1"), "start"), ("solo", ("solo",), "start")]
-    assert r.batches[0] == sorted(r.units, key=lambda u: u.name)
+    assert list(r.batches[0]) == sorted(r.units, key=lambda u: u.name)
 
 
 def test_control_hooks_run_with_the_roll_env_and_fail_their_host_with_its_words(tmp_path: Path) -> None:
@@ -233,7 +236,7 @@ def test_one_host_per_missing_image_pulls_first() -> None:
 
 def test_an_interrupt_lets_the_open_batch_finish_and_opens_no_other() -> None:
     fleet = units(a="restart", b="restart", c="unchanged")
-    r = Roll(fleet, batches(fleet, 1), 0)
+    r = journal(fleet)
     assert r.proceeds(1, set()) and r.current == 1
     r.interrupted = "SIGINT"
     assert r.proceeds(1, set())  # batch 1 is open: its operations, health gate included, go on
@@ -248,12 +251,12 @@ def test_an_interrupt_lets_the_open_batch_finish_and_opens_no_other() -> None:
 
 def test_the_signal_handler_defers_inside_a_batch_and_stops_outside_one() -> None:
     fleet = units(a="restart", b="restart")
-    r = Roll(fleet, batches(fleet, 1), 0)
+    r = journal(fleet)
     handle = interrupt_handler(r)
     with pytest.raises(SystemExit) as stopped:  # no batch open: stop now, non-zero
         handle(signal.SIGTERM, None)
     assert stopped.value.code == 128 + signal.SIGTERM and r.interrupted == "SIGTERM"
-    r = Roll(fleet, batches(fleet, 1), 0)
+    r = journal(fleet)
     handle = interrupt_handler(r)
     assert r.proceeds(1, set())
     handle(signal.SIGINT, None)  # inside batch 1: deferred

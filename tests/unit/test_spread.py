@@ -16,7 +16,7 @@ import pytest
 from instinct_fleet.converge import preflight
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import spread
-from instinct_fleet.fleet.roll import WARM_LEFT, format_summary, plan_roll
+from instinct_fleet.fleet.roll import WARM_LEFT, Journal, format_summary, plan_roll
 from instinct_fleet.fleet.run import plan_inventory
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData, plan_hosts
@@ -99,7 +99,7 @@ def test_warm_leaves_clusters_to_the_deploy() -> None:
     roll = plan_roll(plans, warm=True)
     assert sorted(h for b in roll.batches for u in b for h in u.hosts) == ["a1"]
     assert [(s.source, s.receivers) for s in roll.spreads] == [("a1", ("a2",))]
-    assert {roll.outcome(h, set())[0] for h in ("c1-head", "c1-worker", "c2-head", "c2-worker")} == {"not-rolled"}
+    assert {Journal(roll).outcome(h, set())[0] for h in ("c1-head", "c1-worker", "c2-head", "c2-worker")} == {"not-rolled"}
 
 
 def test_warm_restarts_one_instance_per_configuration_and_fills_every_other_host() -> None:
@@ -111,8 +111,9 @@ def test_warm_restarts_one_instance_per_configuration_and_fills_every_other_host
     for other in ("a2", "a3"):  # nothing of them restarts, no hook, no marker: their cache fills
         turn = roll.turns[other]
         assert turn.batch is None and turn.pending == () and not turn.rolling and not turn.busy
-    assert roll.outcome("a2", set()) == roll.outcome("a2", set(), ran=False) == ("not-rolled", WARM_LEFT)
-    assert roll.outcome("a1", set(), ran=False) == ("would-roll", "in batch 1; a dry run changed nothing")
+    run = Journal(roll)
+    assert run.outcome("a2", set()) == run.outcome("a2", set(), ran=False) == ("not-rolled", WARM_LEFT)
+    assert run.outcome("a1", set(), ran=False) == ("would-roll", "in batch 1; a dry run changed nothing")
 
 
 def test_warm_builds_every_configuration_on_as_few_hosts_as_it_can() -> None:
@@ -127,9 +128,10 @@ def test_warm_builds_every_configuration_on_as_few_hosts_as_it_can() -> None:
     assert roll.turns["a1"].pending == ("vllm-main", "vllm-big") and roll.turns["a2"].pending == ("vllm-small",)
     assert roll.turns["a3"].batch is None
     assert [(s.source, s.receivers) for s in roll.spreads] == [("a1", ("a2", "a3"))]
+    run = Journal(roll)
     for index in range(1, len(roll.batches)):
-        assert roll.proceeds(index, set())
-    rows = {r["instance"]: (r["status"], r["why"]) for r in roll.summary({"a2": ("vllm-main", "vllm-small")}, set())}
+        assert run.proceeds(index, set())
+    rows = {r["instance"]: (r["status"], r["why"]) for r in run.summary({"a2": ("vllm-main", "vllm-small")}, set())}
     assert rows["vllm-main"] == ("not-rolled", WARM_LEFT) and rows["vllm-small"][0] == "rolled"
 
 
@@ -146,7 +148,7 @@ def test_warm_never_builds_on_a_host_whose_docker_settings_change() -> None:
 
 def test_the_summary_says_what_each_cache_did() -> None:
     plans = serving({"a1": MAIN, "a2": MAIN})
-    roll = plan_roll(plans)
+    roll = Journal(plan_roll(plans))
     roll.carried.note("a2", "compile cache from a1 refused: the copy's sha256 is 00, the source's ff (a partial or damaged copy)")
     rows = roll.summary({"a1": ("vllm-main",), "a2": ("vllm-main",)}, set())
     assert rows[1]["cache"] == ["compile cache from a1 refused: the copy's sha256 is 00, the source's ff (a partial or damaged copy)"]
