@@ -369,10 +369,11 @@ def test_an_interrupted_probe_removes_its_containers(tmp_path: Path) -> None:
 
 
 def test_the_roll_judges_each_instance_s_answers_after_the_change_and_reports_them() -> None:
-    from instinct_fleet.fleet.roll import Roll, ServingUnit, batches
+    from instinct_fleet.fleet.roll import ServingUnit
+    from tests.unit.test_roll import journal
 
     fleet = [ServingUnit("a", ("a",), "restart"), ServingUnit("b", ("b",), "restart")]
-    r = Roll(fleet, batches(fleet, 1), 0, canary_rule=canary.Rule(10, {}, 0.001, "proceed", 2.0, 0.01), canary_host="a")
+    r = journal(fleet, canary_rule=canary.Rule(10, {}, 0.001, "proceed", 2.0, 0.01), canary_host="a")
     right = _answers([True] * 180 + [False] * 20)
     assert r.probe("a", "before", "main", ITEMS, right) is None  # nothing to compare yet
     assert r.probe("a", "after", "main", ITEMS, right) is None and r.reasons["a"][-1].startswith(
@@ -430,12 +431,13 @@ def test_the_canary_operation_asks_the_probe_after_its_runs_and_holds_what_fails
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, after: list[Answer] | None, held: str | None
 ) -> None:
     from instinct_fleet.fleet import measure
-    from instinct_fleet.fleet.roll import Roll, ServingUnit, batches
+    from instinct_fleet.fleet.roll import ServingUnit
     from instinct_fleet.model import workload
+    from tests.unit.test_roll import journal
 
     spec, _ = check({})
     fleet = [ServingUnit("h1", ("h1",), "restart")]
-    r = Roll(fleet, batches(fleet, 1), 0, canary_rule=canary.Rule(1000, {}, 0.001, "proceed", 2.0, 0.01), canary_host="h1")
+    r = journal(fleet, canary_rule=canary.Rule(1000, {}, 0.001, "proceed", 2.0, 0.01), canary_host="h1")
     r.probe("h1", "before", "main", ITEMS, _answers([True] * 180 + [False] * 20))
     runs = [(job, 0) for job in workload.jobs(spec, spec.serves[0], "latency", None, None)]
     holds: list[tuple[str, str]] = []

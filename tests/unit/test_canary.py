@@ -39,14 +39,14 @@ def test_an_inconclusive_canary_proceeds_or_rolls_back_as_canary_inconclusive_sa
 
 def test_the_roll_records_both_phases_and_says_what_it_decided() -> None:
     units = [ServingUnit("a", ("a",), "restart")]
-    roll = journal(units, on_failure="rollback", canary_host="a", canary_rule=RULE)
+    roll = journal(units, canary=True, on_failure="rollback", canary_host="a", canary_rule=RULE)
     assert roll.measure("a", "before", "main", runs(1, 3, 45.0, 4.0, 726.0)) is None
     problem = roll.measure("a", "after", "main", runs(2, 3, 67.5, 6.0, 484.0))
     assert problem is not None and "canary regressed" in problem
     (row,) = roll.summary({"a": ("vllm-main",)}, set())
     assert row["canary"][0]["outcome"] == "regressed" and row["canary"][0]["after"]["median_tpot_ms"] == pytest.approx(6.0, rel=0.05)
     # An inconclusive canary lets the roll go on and the summary says so.
-    roll = journal(units, on_failure="rollback", canary_host="a", canary_rule=RULE)
+    roll = journal(units, canary=True, on_failure="rollback", canary_host="a", canary_rule=RULE)
     roll.measure("a", "before", "main", [{"output_throughput": 700.0}])
     assert roll.measure("a", "after", "main", [{"output_throughput": 600.0}]) is None
     assert roll.reasons["a"][0].startswith("canary inconclusive, proceeding: main: output throughput 700.0 -> 600.0 tok/s")

@@ -92,9 +92,9 @@ def test_starts_go_first_together_then_restarts_in_name_order() -> None:
     assert [[u.name for u in batch] for batch in batches(fleet, 2)] == [["b", "e"], ["a", "c"], ["f"]]
 
 
-def journal(fleet: list[ServingUnit], size: int = 1, max_failures: int = 0, **plan: Any) -> Journal:
-    """The run journal of a roll of ``fleet`` in batches of ``size``."""
-    return Journal(RollPlan(tuple(fleet), tuple(map(tuple, batches(fleet, size, canary="canary_rule" in plan))), max_failures, **plan))
+def journal(fleet: list[ServingUnit], size: int = 1, max_failures: int = 0, canary: bool = False, **plan: Any) -> Journal:
+    """The run journal of a roll of ``fleet`` in batches of ``size`` (``canary``: its first restart alone)."""
+    return Journal(RollPlan(tuple(fleet), tuple(map(tuple, batches(fleet, size, canary=canary))), max_failures, **plan))
 
 
 def roll(max_failures: int = 0, **plan: Any) -> Journal:
