@@ -383,10 +383,12 @@ def build_exporter() -> str:
     return local
 
 
-def publish(local: str, ref: str) -> None:
-    """Push a built image to a slot's registry under the reference the fleet's inventory pins."""
+def publish(local: str, ref: str, push: bool = True) -> None:
+    """Tag a built image with the reference the fleet's inventory pins, and push it to that registry (``push``
+    False: the registry holds it already, a copy of the seed storage; ``tag`` still finds the reference here)."""
     run(DOCKER, "tag", local, ref)
-    run(DOCKER, "push", "-q", ref, capture=True)
+    if push:
+        run(DOCKER, "push", "-q", ref, capture=True)
 
 
 @dataclass(frozen=True)
@@ -688,11 +690,10 @@ def up(count: int | None = None, clusters: int | None = None) -> dict[str, objec
     start_registry(registry)
     cache = f"{gateway()}:{REGISTRY_PORT + 1}"
     start_registry(cache, "cache", proxy=registry)
-    if not seeded:
-        publish(built.standin, standin_ref(registry))
-        publish(built.exporter, exporter_ref(registry))
-        if built.slim is not None:
-            publish(built.slim, slim_ref(registry))
+    publish(built.standin, standin_ref(registry), push=not seeded)
+    publish(built.exporter, exporter_ref(registry), push=not seeded)
+    if built.slim is not None:
+        publish(built.slim, slim_ref(registry), push=not seeded)
     if count is not None:
         check_disk(light_hosts(count, clusters), registry)
     key = ssh_key()
