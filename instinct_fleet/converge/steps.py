@@ -59,6 +59,8 @@ class Remove:
 
 @dataclass(frozen=True)
 class MakeDirectory:
+    """A directory made, with its declared mode and owner."""
+
     directory: state.Directory
 
 
@@ -84,27 +86,37 @@ class CopyBack:
 
 @dataclass(frozen=True)
 class Group:
+    """A system group the service user needs (a device group)."""
+
     name: str
 
 
 @dataclass(frozen=True)
 class EnsureUser:
+    """The service user, in its groups, with its home and shell."""
+
     user: state.User
 
 
 @dataclass(frozen=True)
 class SetSysctl:
+    """A kernel setting's live value."""
+
     sysctl: state.Sysctl
 
 
 @dataclass(frozen=True)
 class Pull:
+    """A pinned image pulled when the host lacks it, within ``timeout`` seconds."""
+
     image: state.Image
     timeout: int
 
 
 @dataclass(frozen=True)
 class CopyWeights:
+    """A model copied from ``weights_source`` into the host's cache, within ``timeout`` seconds."""
+
     weights: state.Weights
     timeout: int
 
@@ -119,6 +131,8 @@ class Verify:
 
 @dataclass(frozen=True)
 class DaemonReload:
+    """systemd reads its unit files again (``title``: the stage's, in the operation's name)."""
+
     title: str
 
 
@@ -131,6 +145,8 @@ class Command:
 
 @dataclass(frozen=True)
 class RebootHost:
+    """A declared entry's :class:`~instinct_fleet.converge.state.Reboot` action."""
+
     action: Reboot
 
 
@@ -155,6 +171,8 @@ class RestartUnit:
 
 @dataclass(frozen=True)
 class ReloadUnit:
+    """``unit`` reloaded, if it runs."""
+
     unit: str
 
 

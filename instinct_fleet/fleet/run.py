@@ -302,7 +302,7 @@ class RollReporter(BaseStateCallback):
             Path(target).write_text(dump_summary(rows) + "\n")
 
 
-def interrupt_handler(roll: Journal) -> Callable[[int, Any], None]:
+def interrupt_handler(journal: Journal) -> Callable[[int, Any], None]:
     """SIGINT and SIGTERM during a run. Inside a roll batch the batch finishes, health gate included, and no
     other batch opens; the hosts it did not reach fail as ``interrupted``, so the run exits non-zero. Outside a
     batch (or at a second signal) the run stops at once, non-zero, after the summary. pyinfra's own handler
@@ -310,13 +310,13 @@ def interrupt_handler(roll: Journal) -> Callable[[int, Any], None]:
 
     def handle(signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name
-        if roll.interrupted is not None or roll.current is None:
-            roll.interrupted = roll.interrupted or name
+        if journal.interrupted is not None or journal.current is None:
+            journal.interrupted = journal.interrupted or name
             print(f"\n{name}: stopping now (no roll batch is half done)", file=sys.stderr, flush=True)
             sys.exit(128 + signum)  # the roll summary prints at exit
-        roll.interrupted = name
+        journal.interrupted = name
         print(
-            f"\n{name}: finishing roll batch {roll.current} (its health gate included), then stopping; {name} again stops at once",
+            f"\n{name}: finishing roll batch {journal.current} (its health gate included), then stopping; {name} again stops at once",
             file=sys.stderr,
             flush=True,
         )
