@@ -17,7 +17,7 @@ from instinct_fleet.converge import preflight
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.fleet import spread
 from instinct_fleet.fleet.roll import WARM_LEFT, Journal, format_summary, plan_roll
-from instinct_fleet.fleet.run import plan_inventory
+from instinct_fleet.fleet.run import FleetPlan, plan_inventory
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.render import compile_config, render_args
@@ -111,7 +111,8 @@ def test_warm_restarts_one_instance_per_configuration_and_fills_every_other_host
     for other in ("a2", "a3"):  # nothing of them restarts, no hook, no marker: their cache fills
         turn = roll.turns[other]
         assert turn.batch is None and turn.pending == () and not turn.rolling and not turn.busy
-    run = Journal(roll)
+    run = FleetPlan.of(plans, warm=True).journal  # the run's journal follows the run's own (warm) roll
+    assert run.plan == roll
     assert run.outcome("a2", set()) == run.outcome("a2", set(), ran=False) == ("not-rolled", WARM_LEFT)
     assert run.outcome("a1", set(), ran=False) == ("would-roll", "in batch 1; a dry run changed nothing")
 
