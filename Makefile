@@ -80,7 +80,7 @@ wheel-venv: $(WHEEL_VENV)/.installed
 # End to end: the real CLI and pyinfra over SSH, testinfra, on simulated fleets. One fleet leaves the
 # CPU idle for much of the run (health gates, restarts, timeouts), so the modules run in shares at
 # once, each share on its own fresh fleet (INSTINCT_FLEET_SLOT=N): a module names its share in
-# FLEET_SHARE (default 0). Three shares of about 15 minutes each on 2 cores (benchmarks/RESULTS.md, make test): the
+# FLEET_SHARE (default 0). Three shares of about 18 minutes each on 2 cores (benchmarks/RESULTS.md, make test): the
 # machine is busy throughout, and a fourth share made every share slower (one run: 24 min against 21).
 E2E_SHARES  = 0 1 2
 E2E_TARGETS = $(addprefix e2e-,$(E2E_SHARES))
