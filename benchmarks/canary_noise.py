@@ -13,7 +13,7 @@ time (the machine has 2 cores, so each host's runs are measured on a busy machin
 4. the deployed configuration restored behind the gate.
 
 Each trial is judged by both rules on the same data: the rule before this change (one run a side, each figure
-beyond ``canary_max_regression`` percent is a regression) and the verdict of instinct_fleet/fleet/noise.py with the
+beyond ``canary_max_regression`` percent is a regression) and the verdict of instinct_fleet/live/noise.py with the
 default variables, for 1, 2 and 3 runs a side (the first k runs). The changes: harmless is ``--max-num-seqs 200``
 (the profile's 4 concurrent requests never reach either cap); the slowdowns divide the stand-in's decode and
 prefill speeds by 1.5 and by 4. The profile is the issue's: 24 prompts at concurrency 4 (128 + 64 tokens).
@@ -49,8 +49,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import fleetctl  # noqa: E402  (the simulated fleet's inventories and deploys, as the end-to-end tests use them)
 
-from instinct_fleet.fleet import bench, noise, remote, trials, tune  # noqa: E402
-from instinct_fleet.fleet.sweeps import Point, Sweep  # noqa: E402
+from instinct_fleet.commands import trials, tune  # noqa: E402
+from instinct_fleet.commands.sweeps import Point, Sweep  # noqa: E402
+from instinct_fleet.live import bench, noise, remote  # noqa: E402
 from instinct_fleet.model import workload  # noqa: E402
 from instinct_fleet.model.defaults import CANARY_FLOORS, FleetVars  # noqa: E402
 from instinct_fleet.model.inventory import load_inventory  # noqa: E402
@@ -76,7 +77,7 @@ BEGIN, END = "<!-- benchmarks/canary_noise.py writes from here -->", "<!-- bench
 
 
 def old_rule(before: dict[str, Any], after: dict[str, Any], limit: float) -> bool:
-    """The canary's rule until this change (instinct_fleet/fleet/canary.py at 98106c2): one run a side, and a
+    """The canary's rule until this change (instinct_fleet/live/canary.py at 98106c2): one run a side, and a
     regression when any figure is worse by more than ``limit`` percent."""
     for metric in noise.METRICS:
         b, a = before.get(metric.key), after.get(metric.key)
@@ -88,7 +89,7 @@ def old_rule(before: dict[str, Any], after: dict[str, Any], limit: float) -> boo
 
 
 def verdicts(single: Any, runs: Any) -> dict[str, str]:
-    """The old rule's verdict on the single runs, then instinct_fleet/fleet/noise.py's for the first 1..RUNS runs a side."""
+    """The old rule's verdict on the single runs, then instinct_fleet/live/noise.py's for the first 1..RUNS runs a side."""
     found = {"old": "regressed" if old_rule(*single, DEFAULTS.canary_max_regression) else "passed"}
     for k in range(1, RUNS + 1):
         verdict = noise.compare(runs[0][:k], runs[1][:k], DEFAULTS.canary_max_regression, dict(CANARY_FLOORS), DEFAULTS.canary_alpha)

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import fleetctl  # noqa: E402  (the simulated fleet's inventories and deploys, as the end-to-end tests use them)
 import sections  # noqa: E402  (benchmarks/sections.py)
 
-from instinct_fleet.fleet import accuracy  # noqa: E402
+from instinct_fleet.live import accuracy  # noqa: E402
 from instinct_fleet.model.defaults import FleetVars  # noqa: E402
 
 CANARY = {

@@ -15,7 +15,7 @@ import time
 
 from plan_scale import inventory
 
-from instinct_fleet.fleet import sweeps
+from instinct_fleet.commands import sweeps
 
 
 def main() -> None:

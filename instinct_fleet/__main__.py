@@ -11,7 +11,7 @@ The command installs its own handlers once it runs (cli.main).
 import signal
 import sys
 
-from instinct_fleet.fleet import interrupts  # the signal module only: nothing that opens sockets or threads
+from instinct_fleet.live import interrupts  # the signal module only: nothing that opens sockets or threads
 
 
 def _stopped_while_loading(signum: int, _frame: object) -> None:

@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from instinct_fleet import scaffold
+from instinct_fleet.commands import boards, monitoring, picture, slo, status, sweeps, trials, tunereport
 from instinct_fleet.converge import gpuhealth, managed
-from instinct_fleet.fleet import bench, boards, interrupts, monitoring, picture, remote, slo, status, sweeps, trials, tunereport
-from instinct_fleet.fleet.roll import ROLLBACK_ENV, SUMMARY_ENV
-from instinct_fleet.fleet.spread import WARM_ENV
+from instinct_fleet.live import bench, interrupts, remote
 from instinct_fleet.model import ansible, defaults, knowledge, origins, paths, workload
 from instinct_fleet.model.catalog import Catalog, CatalogError, write_facts
 from instinct_fleet.model.defaults import DEFAULTS, default_image
@@ -51,6 +50,7 @@ from instinct_fleet.model.render import render_args, service_json
 from instinct_fleet.model.rules import Finding, distinct, grouped, refused, tally
 from instinct_fleet.model.spec import HostSpec, ServiceSpec, resolve_host, unknown_recipe_message
 from instinct_fleet.model.validate import validate_host
+from instinct_fleet.roll.mode import RunMode
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = interrupts.EXIT
@@ -421,8 +421,10 @@ def cmd_deploy(opts: argparse.Namespace) -> int:
     return _deploy(opts, *where)
 
 
-def _deploy(opts: argparse.Namespace, project: Path, deploy_file: str) -> int:
-    """pyinfra with the deploy file, on a validated inventory, in the project directory (its config.py and group_data/)."""
+def _deploy(opts: argparse.Namespace, project: Path, deploy_file: str, mode: RunMode | None = None) -> int:
+    """pyinfra with the deploy file, on a validated inventory, in the project directory (its config.py and group_data/);
+    ``mode``: what the run does beyond converging (rollback, warm, quarantine, admit), handed over as its argument."""
+    mode = mode or RunMode()
     argv = [sys.executable, "-m", "pyinfra", str(Path(opts.inventory).resolve()), deploy_file]
     argv += ["-y"] if opts.yes else []
     argv += ["--dry"] if opts.dry else []
@@ -430,12 +432,13 @@ def _deploy(opts: argparse.Namespace, project: Path, deploy_file: str) -> int:
         argv += ["--limit", pattern]
     sys.stdout.flush()
     if not opts.json:
-        code, _ = _child([*argv, *opts.passthrough], project, dict(os.environ), capture=False)
+        code, _ = _child([*argv, *mode.argument(), *opts.passthrough], project, dict(os.environ), capture=False)
         return code
     # --json: pyinfra's results, plus the roll summary the deploy writes at its end.
     with tempfile.TemporaryDirectory() as tmp:
         summary = Path(tmp) / "roll.json"
-        code, stdout = _child([*argv, "--json", *opts.passthrough], project, {**os.environ, SUMMARY_ENV: str(summary)}, capture=True)
+        told = dataclasses.replace(mode, summary=str(summary)).argument()
+        code, stdout = _child([*argv, "--json", *told, *opts.passthrough], project, dict(os.environ), capture=True)
         try:
             payload = json.loads(stdout)
         except json.JSONDecodeError:  # pyinfra stopped before its results (no host left, interrupted); its error is on stderr
@@ -446,15 +449,14 @@ def _deploy(opts: argparse.Namespace, project: Path, deploy_file: str) -> int:
 
 
 def cmd_warm(opts: argparse.Namespace) -> int:
-    """A deploy that restarts one instance per compile configuration and spreads its cache (instinct_fleet/fleet/spread.py)."""
+    """A deploy that restarts one instance per compile configuration and spreads its cache (instinct_fleet/roll/spread.py)."""
     where = _deploy_file(opts)
     planned = _plan_limited(opts)
     if refused((f for _, fs in planned for f in fs), "nothing was warmed and no host was contacted", warnings=True):
         return EXIT_INVALID
     if not all(spec.vars.compile_cache_spread for spec, _ in planned):
         raise UsageError("compile_cache_spread is False in the inventory, so warm would copy no cache: set it True, or deploy")
-    os.environ[WARM_ENV] = "1"
-    code = _deploy(opts, *where)
+    code = _deploy(opts, *where, RunMode(warm=True))
     print(
         "instinct-fleet: each compile configuration was built on one host and its cache copied to the others that serve it; "
         "`instinct-fleet deploy` with this inventory now restarts them warm.",
@@ -474,8 +476,7 @@ def cmd_rollback(opts: argparse.Namespace) -> int:
     where = _deploy_file(opts)
     if refused((f for _, fs in _plan_limited(opts) for f in fs), "nothing was rolled back and no host was contacted", warnings=True):
         return EXIT_INVALID
-    os.environ[ROLLBACK_ENV] = "previous" if opts.to is None else str(opts.to)
-    code = _deploy(opts, *where)
+    code = _deploy(opts, *where, RunMode(restore="previous" if opts.to is None else str(opts.to)))
     print(
         "instinct-fleet: the hosts rolled back now run an earlier generation than the inventory describes; "
         "`instinct-fleet deploy` with this inventory rolls them forward again. Change the inventory to keep them there.",
@@ -519,8 +520,7 @@ def cmd_quarantine(opts: argparse.Namespace) -> int:
         where = _one_host(opts, "quarantine")
     except Refused:
         return EXIT_INVALID
-    os.environ[gpuhealth.ASK_ENV] = gpuhealth.Ask({opts.host: (opts.gpu, opts.reason)}).as_env()
-    code = _deploy(opts, *where)
+    code = _deploy(opts, *where, RunMode(ask=gpuhealth.Ask({opts.host: (opts.gpu, opts.reason)})))
     print(
         f"instinct-fleet: `instinct-fleet admit {origins.named(opts.inventory)} {opts.host}` puts it back once the cause is fixed.",
         file=sys.stderr,
@@ -535,13 +535,12 @@ def cmd_admit(opts: argparse.Namespace) -> int:
         where = _one_host(opts, "admit")
     except Refused:
         return EXIT_INVALID
-    os.environ[gpuhealth.ASK_ENV] = gpuhealth.Ask(admit=frozenset({opts.host})).as_env()
-    return _deploy(opts, *where)
+    return _deploy(opts, *where, RunMode(ask=gpuhealth.Ask(admit=frozenset({opts.host}))))
 
 
 def _child(argv: list[str], cwd: Path, env: dict[str, str], capture: bool) -> tuple[int, str]:
     """Run pyinfra (or verify's pytest) in its own session and hand it each SIGINT and SIGTERM this command gets,
-    once: the child decides what an interrupt means (instinct_fleet/fleet/run.py: finish the open roll batch, then
+    once: the child decides what an interrupt means (instinct_fleet/roll/run.py: finish the open roll batch, then
     stop non-zero), and is never left running when this command ends."""
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE if capture else None, text=True, start_new_session=True)
 
@@ -615,7 +614,7 @@ def cmd_targets(opts: argparse.Namespace) -> int:
 
 
 def _write_alerts(target: str, specs: list[HostSpec]) -> None:
-    """The fleet's Prometheus rule file (fleet/slo.py: GPU health, SLOs, the fleet's own alerts), JSON, which is YAML;
+    """The fleet's Prometheus rule file (commands/slo.py: GPU health, SLOs, the fleet's own alerts), JSON, which is YAML;
     what cannot fire or be written is said, once per alert."""
     rules, unfired = slo.rule_file(specs)
     _write_json(target, "--alerts", "Prometheus's rule_files", rules)
@@ -624,7 +623,7 @@ def _write_alerts(target: str, specs: list[HostSpec]) -> None:
 
 
 def _write_boards(directory: str, specs: list[HostSpec]) -> None:
-    """The Grafana boards (fleet/boards.py) and the provisioning file that loads them from ``directory``."""
+    """The Grafana boards (commands/boards.py) and the provisioning file that loads them from ``directory``."""
     where = Path(directory)
     if not where.is_dir():
         raise UsageError(f"--grafana {directory!r}: name an existing directory, which Grafana's dashboard provider reads")
@@ -752,7 +751,7 @@ def _refused(row: status.Row) -> str | None:
 
 
 def _bench_accuracy(opts: argparse.Namespace, specs: list[HostSpec]) -> int:
-    """``bench --accuracy``: the accuracy probe alone (the canary's, instinct_fleet/fleet/accuracy.py) on the chosen
+    """``bench --accuracy``: the accuracy probe alone (the canary's, instinct_fleet/live/accuracy.py) on the chosen
     instances, refused as ``bench`` refuses them; answers under ``--output``, read by ``report``."""
     from instinct_fleet.model import probe
 
@@ -783,8 +782,8 @@ def _bench_accuracy(opts: argparse.Namespace, specs: list[HostSpec]) -> int:
 
 
 def cmd_tune(opts: argparse.Namespace) -> int:
-    """Sweep one instance's settings over the chosen hosts at once (instinct_fleet/fleet/tune.py), then restore them."""
-    from instinct_fleet.fleet import tune
+    """Sweep one instance's settings over the chosen hosts at once (instinct_fleet/commands/tune.py), then restore them."""
+    from instinct_fleet.commands import tune
 
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError("tune draws pareto.png with matplotlib, which is not installed: pip install 'instinct-fleet[report]'")
@@ -957,7 +956,7 @@ def cmd_report(opts: argparse.Namespace) -> int:
         raise UsageError("report takes RESULTS_DIR, or --fleet INVENTORY with --prometheus URL: one of the two")
     if opts.fleet is not None:
         return _fleet_picture(opts)
-    from instinct_fleet.fleet import report
+    from instinct_fleet.live import report
 
     try:
         path, terminal = report.write(Path(opts.results))
@@ -969,7 +968,7 @@ def cmd_report(opts: argparse.Namespace) -> int:
 
 
 def _fleet_picture(opts: argparse.Namespace) -> int:
-    """The fleet board's main panels over the last --since, from --prometheus, on one PNG (fleet/picture.py)."""
+    """The fleet board's main panels over the last --since, from --prometheus, on one PNG (commands/picture.py)."""
     if not opts.prometheus:
         raise UsageError("report --fleet asks Prometheus: give its address with --prometheus URL (http://host:9090)")
     if not defaults.DURATION.match(opts.since):

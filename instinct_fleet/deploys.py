@@ -7,7 +7,7 @@ A user's ``deploy.py`` is the two lines ``instinct-fleet init`` writes::
 
 and may call single stages instead (a host already prepared by another tool can skip
 :func:`tuning`, say), or add operations of its own before or after. Each stage reads the run's
-one plan (:func:`instinct_fleet.fleet.run.fleet_plan`: every host validated and its facts read
+one plan (:func:`instinct_fleet.roll.run.fleet_plan`: every host validated and its facts read
 once) and hands its entries to the one applier (:mod:`instinct_fleet.converge.apply`); what
 a stage keeps for itself is only its fleet-wide order: seed pulls and downloads first, then
 barriers, and the roll's batches.
@@ -18,7 +18,7 @@ variable (:mod:`instinct_fleet.model.defaults`), and some defaults follow other 
 
 Fail closed: whichever stage runs first on a host plans the whole inventory, and when any
 chosen host is invalid it ends the run before a single operation is queued
-(:func:`instinct_fleet.fleet.run.fleet_plan`), so a project whose ``config.py`` lacks the
+(:func:`instinct_fleet.roll.run.fleet_plan`), so a project whose ``config.py`` lacks the
 gate still changes nothing anywhere.
 """
 
@@ -34,10 +34,10 @@ from pyinfra.context import host
 from pyinfra.operations import apt
 
 from instinct_fleet.converge import apply, content, managed, operations
-from instinct_fleet.fleet import spread
-from instinct_fleet.fleet.run import fleet_plan, plan_for
-from instinct_fleet.fleet.serving import converge_batch, healthy
 from instinct_fleet.model import paths
+from instinct_fleet.roll import spread
+from instinct_fleet.roll.run import fleet_plan, plan_for
+from instinct_fleet.roll.serving import converge_batch, healthy
 
 
 def stage(name: str, after_preflight: bool = True) -> Callable[[Callable[[], None]], Callable[..., None]]:
@@ -207,7 +207,7 @@ def serving() -> None:
 
     Every host walks the same batches; each batch starts with a barrier that every host shares,
     so pyinfra finishes one batch (health gate included) before the next begins. A host acts
-    only in its own batch (:mod:`instinct_fleet.fleet.roll` says which; :mod:`instinct_fleet.fleet.serving`
+    only in its own batch (:mod:`instinct_fleet.roll.roll` says which; :mod:`instinct_fleet.roll.serving`
     holds what it does there).
     """
     fleet = fleet_plan(host.state)
@@ -227,7 +227,7 @@ def serving() -> None:
         operations.barrier(name=f"Roll: batch {batch}", note=f"roll batch {batch}")
         if batch == mine:
             converge_batch(plan, fleet, batch, host.state)
-        # The compile caches the batch's hosts built, into this host's before its own batch (fleet/spread.py). pyinfra
+        # The compile caches the batch's hosts built, into this host's before its own batch (roll/spread.py). pyinfra
         # orders operations of different hosts only through one they share: the barrier puts every send first.
         if any(s.batch == batch for s in fleet.roll.spreads):
             operations.barrier(name=f"Roll: compile caches of batch {batch} sent", note=f"caches of roll batch {batch} sent")

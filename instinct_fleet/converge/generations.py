@@ -11,7 +11,7 @@ the deploy (a laptop, CI, plain ``pyinfra``) sees the same history. The prefligh
 fact reads it (:func:`probe_command`), :func:`plan` decides from the fact alone
 which generation a roll keeps and which a rollback restores, and the roll runs
 :func:`save_script` and, after a failed batch, :func:`instinct_fleet.converge.apply.restore`
-(instinct_fleet/fleet/serving.py).
+(instinct_fleet/roll/serving.py).
 
 - Before a host's serving files change, the files it runs now are kept, unless
   they already are the healthy generation. They count as healthy when every

@@ -31,9 +31,6 @@ from instinct_fleet.model.defaults import FleetVars
 from instinct_fleet.model.rules import RULES, Finding
 from instinct_fleet.model.spec import HostSpec
 
-# How `instinct-fleet quarantine` and `admit` tell the deploy they run what the operator asked (Ask, as JSON).
-ASK_ENV = "INSTINCT_FLEET_GPU_ASK"
-
 # What the fleet must agree on (gpu-fleet-drift), per GPU (firmware, driver, XGMI bit rate) or per host (partitions).
 AGREED = ("firmware", "driver", "xgmi_rate", "compute_partition", "memory_partition")
 PER_GPU = ("firmware", "driver", "xgmi_rate")
@@ -195,22 +192,6 @@ class Ask:
 
     quarantine: Mapping[str, tuple[int | None, str]] = field(default_factory=dict)
     admit: frozenset[str] = frozenset()
-
-    def as_env(self) -> str:
-        return json.dumps({"quarantine": {h: list(v) for h, v in self.quarantine.items()}, "admit": sorted(self.admit)})
-
-    @classmethod
-    def of_env(cls, text: str | None) -> Ask:
-        """The ask as :meth:`as_env` wrote it; what a person typed wrong is refused, with the form it must have."""
-        if not text:
-            return cls()
-        try:
-            data = json.loads(text)
-            asked = {str(h): (None if v[0] is None else int(v[0]), str(v[1])) for h, v in data.get("quarantine", {}).items()}
-            return cls(asked, frozenset(str(h) for h in data.get("admit", ())))
-        except (ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
-            form = '{"quarantine": {"HOST": [GPU or null, "reason"]}, "admit": ["HOST"]}'
-            raise ValueError(f"{ASK_ENV} is {text!r}, not {form}: {exc}") from exc
 
 
 def _operator(previous: Mapping[str, Any], ask: Ask, host: str, now: float) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """One host's plan for a run: its facts (spec, preflight facts, cluster), its findings and its desired state.
 
-:mod:`instinct_fleet.fleet.run` makes one plan per host and run, whole, after every
+:mod:`instinct_fleet.roll.run` makes one plan per host and run, whole, after every
 cluster member's facts are in (a member's files name its peers):
 :mod:`instinct_fleet.converge.managed` evaluates the desired state from the host's facts
 before the plan exists, and the plan never changes afterwards. Every stage then
@@ -21,7 +21,7 @@ from instinct_fleet.model.rules import Finding
 
 @dataclass(frozen=True, kw_only=True)
 class HostPlan(HostFacts):
-    """One host's plan: its facts, its findings and its desired state, made once (:func:`instinct_fleet.fleet.run.plan_inventory`).
+    """One host's plan: its facts, its findings and its desired state, made once (:func:`instinct_fleet.roll.plan.plan_inventory`).
 
     ``reached`` is False when the preflight fact could not be read: the plan then only carries that error.
     """

@@ -305,7 +305,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
         FileEntry(v.hf_token_path, "runtime", "Hugging Face token (hf_token_source)", lambda _r: _token(spec), mode="600", secret=True),
         # Compile caches: the root, the directory of each image this host serves, the script that readies one
         # before a unit starts (its image id, stale build locks, older images' caches), and the one that packs a
-        # cache and merges a checked copy of one (the roll's spreading, instinct_fleet/fleet/spread.py).
+        # cache and merges a checked copy of one (the roll's spreading, instinct_fleet/roll/spread.py).
         *(
             [
                 FileEntry(v.compile_cache_dir, "runtime", "Compile-cache root", lambda _r: b"", mode="755", directory=True),

@@ -206,7 +206,7 @@ def weights_downloaded(
 ) -> Generator[str, None, None]:
     """Download ``model`` into ``weights_source`` with the instance's image, then mark it complete.
 
-    Only the seed host of a model runs it (:func:`instinct_fleet.fleet.run.weight_seeds`),
+    Only the seed host of a model runs it (:func:`instinct_fleet.roll.plan.weight_seeds`),
     and only when the preflight fact found no complete copy there. ``token_path``: the
     host's Hugging Face token file, when preflight found one (gated models need it);
     ``repo``: the model's repository under ``source_root``.

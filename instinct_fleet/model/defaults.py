@@ -358,7 +358,7 @@ EXPORTER_FIELDS = (
     "GPU_USED_VRAM",
     "GPU_TOTAL_VRAM",
     "GPU_ECC_UNCORRECT_TOTAL",
-    # What the GPU health alerts read (instinct_fleet/fleet/monitoring.py ALERTS).
+    # What the GPU health alerts read (instinct_fleet/commands/monitoring.py ALERTS).
     "GPU_MEMORY_TEMPERATURE",
     "PCIE_SPEED",
     "PCIE_MAX_SPEED",

@@ -8,7 +8,7 @@ Two places run the same check (:func:`check`), once per run:
   directory. pyinfra then calls ``host_before_connect`` before it opens the first connection.
 * When the gate was not installed (a project's own ``config.py`` and inventory without it):
   before the first operation is queued, from the deploy functions
-  (:func:`instinct_fleet.fleet.run.fleet_plan`). Facts have been read then, but nothing was
+  (:func:`instinct_fleet.roll.run.fleet_plan`). Facts have been read then, but nothing was
   changed on any host: the run ends with a pyinfra error.
 """
 

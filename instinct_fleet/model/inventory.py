@@ -90,11 +90,16 @@ def _conflicts(inventory: Any, name: str, groups: tuple[str, ...]) -> dict[str, 
     return found
 
 
+# The one pyinfra ``--data`` key the run reads its mode from (instinct_fleet/roll/mode.py): pyinfra puts it in every
+# host's data, but it is an argument of the run, never a variable, so no host's data holds it here.
+RUN_MODE_KEY = "instinct_fleet_run"
+
+
 def hosts_of(inventory: Any, sources: Sources) -> list[HostData]:
     """Every host of a pyinfra Inventory, with its merged data, any conflicts behind it and where each value was set."""
     hosts = []
     for h in inventory:
-        groups, data = tuple(h.groups), dict(h.data.dict())
+        groups, data = tuple(h.groups), {k: v for k, v in h.data.dict().items() if k != RUN_MODE_KEY}
         hosts.append(
             HostData(h.name, groups, data, _conflicts(inventory, h.name, groups), origins(inventory, h.name, groups, data, sources))
         )

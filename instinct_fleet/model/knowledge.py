@@ -102,7 +102,7 @@ class Replacement:
     source: str
 
 
-# The histogram a TTFT SLO counts requests in, at one of its bucket bounds (validate.validate_slo, fleet/slo.py).
+# The histogram a TTFT SLO counts requests in, at one of its bucket bounds (validate.validate_slo, commands/slo.py).
 TTFT = "vllm:time_to_first_token_seconds"
 
 

@@ -231,7 +231,7 @@ _RULES = (
     Rule(
         "canary-runs",
         "warning",
-        'The canary\'s speed verdict takes the run as its unit (instinct_fleet/fleet/noise.py): with one run a side it can never tell a slowdown from noise, so no slowdown fails the canary while `canary_inconclusive` is `"proceed"`, and with two it catches few (benchmarks/RESULTS.md, "Canary against noise"). Three runs a side or more, or `canary_inconclusive = "rollback"`.',
+        'The canary\'s speed verdict takes the run as its unit (instinct_fleet/live/noise.py): with one run a side it can never tell a slowdown from noise, so no slowdown fails the canary while `canary_inconclusive` is `"proceed"`, and with two it catches few (benchmarks/RESULTS.md, "Canary against noise"). Three runs a side or more, or `canary_inconclusive = "rollback"`.',
     ),
     Rule(
         "canary-probe",

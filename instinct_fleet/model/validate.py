@@ -535,7 +535,7 @@ ROLLING_FLEET_KEYS = (
 )
 
 
-# The variables of the fleet's SLOs and their alerts (fleet/slo.py): one objective per model, one rule file.
+# The variables of the fleet's SLOs and their alerts (commands/slo.py): one objective per model, one rule file.
 SLO_FLEET_KEYS = (
     "slo_ttft_seconds",
     "slo_ttft_objective",

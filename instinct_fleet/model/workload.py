@@ -1,7 +1,7 @@
 """What a benchmark of an instance asks: the profiles (built in and ``bench_profiles``), the runs they make, and
 what refuses a run before any host is contacted.
 
-``instinct-fleet bench``, the canary and ``tune`` run these jobs (:mod:`instinct_fleet.fleet.bench`); validation
+``instinct-fleet bench``, the canary and ``tune`` run these jobs (:mod:`instinct_fleet.live.bench`); validation
 refuses a ``canary_profile`` that no instance of its host could run, with the same words.
 """
 
@@ -21,7 +21,7 @@ METRIC_PERCENTILES = (50, 99)
 # Built-in profiles. seed-001-gpt-oss is the workload seed 001 states for its run (001:73: random data, 80 requests
 # at concurrency 8, 4096 tokens in and 1024 out). The seed states neither --ignore-eos nor a request rate: the
 # profile sets ignore_eos (every request yields its 1024 tokens) and no rate (vLLM's default: all at once, within
-# the concurrency). Its published figures are in instinct_fleet/fleet/report.py:REFERENCES, compared by profile name.
+# the concurrency). Its published figures are in instinct_fleet/live/report.py:REFERENCES, compared by profile name.
 BUILTIN_PROFILES: dict[str, BenchProfile] = {
     "seed-001-gpt-oss": BenchProfile(dataset="random", input_len=4096, output_len=1024, num_prompts=80, concurrency=[8]),
     # Seed 004 compares servers on ShareGPT (004:243); the dataset file is the one vLLM's docs download.

@@ -21,10 +21,10 @@ import testinfra
 
 from instinct_fleet.converge import managed, preflight, probe
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet.run import plan_inventory
 from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.inventory import HostData, load_inventory, select
 from instinct_fleet.model.spec import HostSpec
+from instinct_fleet.roll.plan import plan_inventory
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import pytest
 from fleetctl import CLI, FIGURES, INVENTORY, ROOT, Run, deploy, inventory, ssh, until
 
-from instinct_fleet.fleet import picture
+from instinct_fleet.commands import picture
 from instinct_fleet.model import paths
 
 FLEET_SHARE = 2  # beside test_roll_gates, before it (conftest.py)

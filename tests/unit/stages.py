@@ -34,9 +34,9 @@ from instinct_fleet.converge import managed, operations, preflight, state, steps
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.probe import Probe
 from instinct_fleet.converge.state import Endpoint, Stage
-from instinct_fleet.fleet.run import FleetPlan, plan_inventory
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData
+from instinct_fleet.roll.plan import FleetPlan, plan_inventory
 from tests.unit.test_preflight import docker_section, mi300x_host
 
 ROOT = Path(__file__).resolve().parents[2]

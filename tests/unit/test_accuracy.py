@@ -19,8 +19,8 @@ from unittest import mock
 
 import pytest
 
-from instinct_fleet.fleet import accuracy, bench, canary
-from instinct_fleet.fleet.accuracy import Answer
+from instinct_fleet.live import accuracy, bench, canary
+from instinct_fleet.live.accuracy import Answer
 from instinct_fleet.model import probe
 
 from . import consumers
@@ -297,7 +297,7 @@ def test_the_command_carries_the_prompts_in_a_heredoc_that_a_shell_reads_whole()
 
 
 def test_report_reads_stored_probes_alone_or_beside_runs(tmp_path: Path) -> None:
-    from instinct_fleet.fleet import report
+    from instinct_fleet.live import report
 
     items = probe.builtin()[:4]
     answers = [Answer(f"the result is {i.answer}") for i in items[:3]] + [Answer("no idea")]
@@ -323,7 +323,7 @@ class Probing:
     def run(self, name: str, command: str, timeout: int) -> Any:
         import signal
 
-        from instinct_fleet.fleet import remote
+        from instinct_fleet.live import remote
 
         self.commands.append((name, command))
         if self.interrupt and "python3" in command:
@@ -335,7 +335,7 @@ class Probing:
         return remote.Result(name, bool(out), out, "boom on stderr" if not out else "", None)
 
     def each(self, items: dict[str, Any], work: Any) -> dict[str, Any]:
-        from instinct_fleet.fleet import remote
+        from instinct_fleet.live import remote
 
         return remote.Hosts.each(self, items, work)  # type: ignore[arg-type]
 
@@ -356,8 +356,8 @@ def test_bench_accuracy_stores_each_instance_and_names_a_host_whose_client_faile
 
 
 def test_an_interrupted_probe_removes_its_containers(tmp_path: Path) -> None:
-    from instinct_fleet.fleet.bench import stop_command
-    from instinct_fleet.fleet.interrupts import Interrupted
+    from instinct_fleet.live.bench import stop_command
+    from instinct_fleet.live.interrupts import Interrupted
 
     spec, _ = check({})
     runner = Probing({}, interrupt=True)
@@ -369,7 +369,7 @@ def test_an_interrupted_probe_removes_its_containers(tmp_path: Path) -> None:
 
 
 def test_the_roll_judges_each_instance_s_answers_after_the_change_and_reports_them() -> None:
-    from instinct_fleet.fleet.roll import ServingUnit
+    from instinct_fleet.roll.roll import ServingUnit
     from tests.unit.test_roll import journal
 
     fleet = [ServingUnit("a", ("a",), "restart"), ServingUnit("b", ("b",), "restart")]
@@ -403,7 +403,7 @@ class CanaryHost:
         self.run = json.loads((Path(__file__).parents[1] / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json").read_text())
 
     def get_fact(self, fact: Any, **arguments: Any) -> Any:
-        from instinct_fleet.fleet.measure import BenchRun, ProbeRun
+        from instinct_fleet.roll.measure import BenchRun, ProbeRun
 
         if fact is BenchRun:
             return self.run, ""
@@ -430,9 +430,9 @@ class CanaryHost:
 def test_the_canary_operation_asks_the_probe_after_its_runs_and_holds_what_fails(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, after: list[Answer] | None, held: str | None
 ) -> None:
-    from instinct_fleet.fleet import measure
-    from instinct_fleet.fleet.roll import ServingUnit
     from instinct_fleet.model import workload
+    from instinct_fleet.roll import measure
+    from instinct_fleet.roll.roll import ServingUnit
     from tests.unit.test_roll import journal
 
     spec, _ = check({})
@@ -474,8 +474,8 @@ def test_the_canary_operation_asks_the_probe_after_its_runs_and_holds_what_fails
 
 
 def test_the_canary_operation_tells_the_verdict_how_many_instances_it_judges(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from instinct_fleet.fleet import measure
     from instinct_fleet.model import workload
+    from instinct_fleet.roll import measure
 
     spec, _ = check({})
     runs = [(job, 0) for job in workload.jobs(spec, spec.serves[0], "latency", None, None)]

@@ -1,4 +1,4 @@
-"""The GPU health alerting rules (instinct_fleet/fleet/monitoring.py), handed to their reader: ``promtool check rules``
+"""The GPU health alerting rules (instinct_fleet/commands/monitoring.py), handed to their reader: ``promtool check rules``
 and ``promtool test rules`` with synthetic exporter series for every alert, firing and quiet, each host at its own
 threshold, on host names that need escaping in PromQL."""
 
@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet.fleet import monitoring
+from instinct_fleet.commands import monitoring
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from tests.unit.consumers import PROMTOOL
 

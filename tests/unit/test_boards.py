@@ -1,4 +1,4 @@
-"""The Grafana boards (instinct_fleet/fleet/boards.py): every query parses (``promtool check rules`` on each, its
+"""The Grafana boards (instinct_fleet/commands/boards.py): every query parses (``promtool check rules`` on each, its
 Grafana variables given values), every series it reads is written by the pinned vLLM's source and the stand-in, the
 exporter or the watch, renamed metrics follow the pinned versions, and the boards are laid out as Grafana reads them."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from instinct_fleet.cli import main
-from instinct_fleet.fleet import boards
+from instinct_fleet.commands import boards
 from instinct_fleet.model import knowledge
 from instinct_fleet.model.defaults import EXPORTER_FIELDS
 from instinct_fleet.model.inventory import HostData, plan_hosts

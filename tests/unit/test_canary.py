@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet.fleet import canary
-from instinct_fleet.fleet.roll import ServingUnit, batches
+from instinct_fleet.live import canary
 from instinct_fleet.model.inventory import resolve_host
 from instinct_fleet.model.validate import validate_canary, validate_rolling
+from instinct_fleet.roll.roll import ServingUnit, batches
 from tests.unit.test_noise import ALPHA, FLOORS, runs
 from tests.unit.test_roll import journal
 

@@ -221,8 +221,8 @@ def test_vllm_facts_from_a_host_reads_its_image_with_docker(
     import subprocess
     import sys
 
-    from instinct_fleet.fleet import remote
-    from instinct_fleet.fleet.remote import Result
+    from instinct_fleet.live import remote
+    from instinct_fleet.live.remote import Result
 
     project = _project(tmp_path)
     (project / "inventories" / "t.py").write_text("gpu = [('gpu-1', {'vllm_image': 'rocm/vllm-dev:nightly_main_20251110'})]\n")

@@ -313,7 +313,7 @@ def test_status_reports_a_host_that_resets_the_connection_without_a_traceback(tm
 
 
 def test_a_connection_lost_mid_command_is_that_hosts_result() -> None:
-    from instinct_fleet.fleet import remote
+    from instinct_fleet.live import remote
 
     class Resetting:
         connected = True

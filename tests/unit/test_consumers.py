@@ -19,13 +19,13 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from instinct_fleet.commands import monitoring
 from instinct_fleet.converge import content
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet import monitoring
-from instinct_fleet.fleet.run import plan_inventory
 from instinct_fleet.model import paths, render
 from instinct_fleet.model.inventory import HostData
 from instinct_fleet.model.recipes import all_recipes
+from instinct_fleet.roll.plan import plan_inventory
 from tests.unit.files import exporter_files, unit_files
 
 from . import consumers

@@ -189,7 +189,7 @@ def consumers_units(unit: str) -> str:
 
 
 def test_bench_sends_the_key_as_vllm_bench_serve_reads_it() -> None:
-    from instinct_fleet.fleet import bench
+    from instinct_fleet.live import bench
 
     spec, _ = check({**G, "vllm_api_key_path": "/etc/instinct-fleet/api-key"})
     (job,) = workload.jobs(spec, spec.services[0], "latency", None, None)

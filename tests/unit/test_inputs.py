@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet.fleet.run import plan_inventory
 from instinct_fleet.model import render
 from instinct_fleet.model.inventory import HostData
+from instinct_fleet.roll.plan import plan_inventory
 
 from .conftest import check
 

@@ -22,8 +22,8 @@ import gevent
 import gevent.event
 import pytest
 
-from instinct_fleet.fleet import bench, remote
-from instinct_fleet.fleet.interrupts import Interrupted, ignored, raised_in_main
+from instinct_fleet.live import bench, remote
+from instinct_fleet.live.interrupts import Interrupted, ignored, raised_in_main
 from instinct_fleet.model import workload
 
 from .conftest import check

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet.fleet import noise
+from instinct_fleet.live import noise
 from instinct_fleet.model.defaults import FleetVars
 
 FLOORS = {"output_throughput": 10.0, "median_tpot_ms": 0.5, "median_ttft_ms": 2.0}

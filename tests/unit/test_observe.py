@@ -12,15 +12,16 @@ from typing import Any
 
 import pytest
 
+from instinct_fleet.commands import monitoring, status
 from instinct_fleet.converge import content, health, preflight, state
 from instinct_fleet.converge.managed import probe
 from instinct_fleet.converge.probe import script as probe_script
-from instinct_fleet.fleet import bench, monitoring, status
-from instinct_fleet.fleet.remote import Result
-from instinct_fleet.fleet.run import plan_inventory, weight_seeds
+from instinct_fleet.live import bench
+from instinct_fleet.live.remote import Result
 from instinct_fleet.model import paths, workload
 from instinct_fleet.model.inventory import HostData
 from instinct_fleet.model.paths import WEIGHTS_COMPLETE, WEIGHTS_STAGED
+from instinct_fleet.roll.plan import plan_inventory, weight_seeds
 
 from . import test_preflight as pf
 from .conftest import check, check_cluster, rules_of
@@ -153,7 +154,7 @@ def test_bench_command_runs_the_instance_image_with_vllm_flag_names() -> None:
     )
     assert (
         "--save-result" in argv
-        and "--save-detailed" in argv  # every request's records, for the noise test (instinct_fleet/fleet/noise.py)
+        and "--save-detailed" in argv  # every request's records, for the noise test (instinct_fleet/live/noise.py)
         and "--ignore-eos" in argv
         and ["--env-file", paths.unit_env_path(paths.vllm_unit(svc.name))] == argv[argv.index("--env-file") : argv.index("--env-file") + 2]
     )

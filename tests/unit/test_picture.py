@@ -1,4 +1,4 @@
-"""``instinct-fleet report --fleet`` (instinct_fleet/fleet/picture.py): the fleet board's main panels drawn from a
+"""``instinct-fleet report --fleet`` (instinct_fleet/commands/picture.py): the fleet board's main panels drawn from a
 Prometheus HTTP API (here one in this process that answers each query with its own series), and the PNG held to the
 answers: its panels, their lines and points, read back from the PNG itself; and what it refuses."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from instinct_fleet.cli import main
-from instinct_fleet.fleet import boards, picture
+from instinct_fleet.commands import boards, picture
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from tests.unit.promserver import answer
 

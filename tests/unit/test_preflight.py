@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from instinct_fleet.converge import content, health, hostchecks, managed, preflight, probe, state
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet import roll
-from instinct_fleet.fleet.run import plan_inventory
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData
 from instinct_fleet.model.spec import resolve_host
+from instinct_fleet.roll import roll
+from instinct_fleet.roll.plan import plan_inventory
 from tests.unit import smi
 from tests.unit.files import unit_files
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from instinct_fleet.cli import main
-from instinct_fleet.fleet import report
+from instinct_fleet.live import report
 from instinct_fleet.model import knowledge
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.json"

@@ -14,10 +14,11 @@ import pytest
 from instinct_fleet.converge import preflight
 from instinct_fleet.converge.health import Startup
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet import roll as rolling
-from instinct_fleet.fleet.roll import Journal, RollPlan, ServingUnit, batch_size, batches, format_summary, plan_roll
-from instinct_fleet.fleet.run import image_seeds, interrupt_handler, plan_inventory
 from instinct_fleet.model.inventory import HostData, plan_hosts
+from instinct_fleet.roll import roll as rolling
+from instinct_fleet.roll.plan import image_seeds, plan_inventory
+from instinct_fleet.roll.roll import Journal, RollPlan, ServingUnit, batch_size, batches, format_summary, plan_roll
+from instinct_fleet.roll.run import interrupt_handler
 from tests.unit.files import docker_files, unit_files
 
 from .test_preflight import docker_section, mi300x_host

@@ -247,7 +247,7 @@ def test_every_stage_has_its_place() -> None:
 
 
 def test_each_pool_router_is_a_prometheus_target_that_promtool_reads() -> None:
-    from instinct_fleet.fleet import monitoring
+    from instinct_fleet.commands import monitoring
     from tests.unit.consumers import targets_check
 
     spec, _ = router_host(router_metrics_port=29100)
@@ -262,7 +262,7 @@ def test_each_pool_router_is_a_prometheus_target_that_promtool_reads() -> None:
 
 
 def test_status_shows_each_router_s_pool_against_the_inventory() -> None:
-    from instinct_fleet.fleet import status
+    from instinct_fleet.commands import status
 
     spec, _ = router_host()
     (pool,) = spec.pools

@@ -1,4 +1,4 @@
-"""The fleet's SLOs and alerts (instinct_fleet/fleet/slo.py), held to their readers and to the series' writers:
+"""The fleet's SLOs and alerts (instinct_fleet/commands/slo.py), held to their readers and to the series' writers:
 ``promtool check rules`` and ``promtool test rules`` with synthetic series for every alert, firing and quiet;
 ``amtool check-config`` on the Alertmanager config; every series a rule reads is one the pinned vLLM's source creates,
 the stand-in's /metrics exposes, or the watch writes; the bucket bounds extracted from vLLM's source; and the SLO
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from instinct_fleet.fleet import slo
+from instinct_fleet.commands import slo
 from instinct_fleet.model import extract, knowledge
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.knowledge import Histogram

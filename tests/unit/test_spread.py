@@ -15,12 +15,12 @@ import pytest
 
 from instinct_fleet.converge import preflight
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet import spread
-from instinct_fleet.fleet.roll import WARM_LEFT, Journal, format_summary, plan_roll
-from instinct_fleet.fleet.run import FleetPlan, plan_inventory
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.render import compile_config, render_args
+from instinct_fleet.roll import spread
+from instinct_fleet.roll.plan import FleetPlan, plan_inventory
+from instinct_fleet.roll.roll import WARM_LEFT, Journal, format_summary, plan_roll
 
 from . import consumers
 from .test_preflight import mi300x_host

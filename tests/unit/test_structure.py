@@ -33,7 +33,15 @@ MODULES = {
     if p.name != "__init__.py" and not ({"templates", "project"} & set(p.relative_to(PACKAGE).parts))
 }
 # The folders, lowest first: a module imports only from its own folder and the folders below it.
-LAYERS = ("model", "converge", "fleet", "verify", "")  # "": the deploy functions and the command line, at the package's root
+LAYERS = (
+    "model",
+    "converge",
+    "live",
+    "roll",
+    "commands",
+    "verify",
+    "",
+)  # "": the deploy functions and the command line, at the package's root
 HOST_PATH = re.compile(r"^/(etc|run|var|dev|usr|root|opt|srv)(/[\w.@*+-]*)+$")
 
 
@@ -85,7 +93,8 @@ def test_the_import_graph_has_no_circle() -> None:
 
 
 def test_every_module_sits_in_a_layer_and_no_arrow_runs_back_up() -> None:
-    """model (what a host should be) < converge (how it gets there) < fleet (a live fleet) < verify (testinfra)
+    """model (what a host should be) < converge (how it gets there) < live (asking live engines) < roll (the deploy's roll)
+    < commands (standalone commands on a live fleet) < verify (testinfra)
     < what a user calls: the deploy functions and the command line."""
     assert sorted(m for m in MODULES if "." not in m) == ["__main__", "cli", "deploys", "scaffold"]
     upward = [(m, dep) for m, path in MODULES.items() for dep in imports(path) if layer(dep) > layer(m)]
@@ -164,7 +173,7 @@ def test_the_template_check_sees_a_literal_path_and_table() -> None:
 
 
 def test_a_host_plan_is_made_whole_and_never_changed() -> None:
-    """HostPlan and what it carries are frozen: every field is given when the plan is made (run.plan_inventory)."""
+    """HostPlan and what it carries are frozen: every field is given when the plan is made (plan.plan_inventory)."""
     from instinct_fleet.converge import hostfacts, hostplan, state
 
     for cls in (hostplan.HostPlan, hostfacts.HostFacts, hostfacts.ClusterView, state.Desired):

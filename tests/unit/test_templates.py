@@ -16,10 +16,10 @@ import pytest
 
 from instinct_fleet.converge import content, managed, steps
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet.run import plan_inventory
 from instinct_fleet.model import paths, render
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.paths import DOCKER_DROP_IN
+from instinct_fleet.roll.plan import plan_inventory
 from tests.unit.consumers import units_check
 from tests.unit.files import docker_files, exporter_files, unit_files
 

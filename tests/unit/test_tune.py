@@ -19,11 +19,12 @@ import gevent
 import gevent.event
 import pytest
 
+from instinct_fleet.commands import sweeps, trials, tune, tunereport
+from instinct_fleet.commands.sweeps import BASELINE, Slo, Sweep, TuneError
+from instinct_fleet.commands.trials import Trial
 from instinct_fleet.converge import health, preflight
-from instinct_fleet.fleet import bench, sweeps, trials, tune, tunereport
-from instinct_fleet.fleet.remote import Result
-from instinct_fleet.fleet.sweeps import BASELINE, Slo, Sweep, TuneError
-from instinct_fleet.fleet.trials import Trial
+from instinct_fleet.live import bench
+from instinct_fleet.live.remote import Result
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData, load_inventory, plan_hosts
 from instinct_fleet.model.pools import Membership

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from instinct_fleet.fleet import accuracy, interrupts, remote, report
+from instinct_fleet.live import accuracy, interrupts, remote, report
 from instinct_fleet.model import paths, render
 from instinct_fleet.model.probe import Item
 from instinct_fleet.model.spec import HostSpec, ServiceSpec
@@ -42,7 +42,7 @@ def vllm_bench_args(job: Job, base_url: str, warmup: int | None = None) -> list[
     """``vllm bench serve`` flags, by the names of vLLM's vllm/benchmarks/serve.py.
 
     A measured run saves vLLM's result JSON with its per-request records (``--save-detailed``: every request's
-    TTFT and inter-token latencies, which the noise test of :mod:`instinct_fleet.fleet.noise` reads). ``warmup``:
+    TTFT and inter-token latencies, which the noise test of :mod:`instinct_fleet.live.noise` reads). ``warmup``:
     instead, that many requests of the same shape whose results are discarded (nothing saved).
     """
     p = job.profile
@@ -273,7 +273,7 @@ def each_host(
 
 
 def probe_command(spec: HostSpec, svc: ServiceSpec, items: Sequence[Item], stamp: str) -> str:
-    """The shell command, on the instance's host, that asks it the accuracy probe (instinct_fleet/fleet/accuracy.py's
+    """The shell command, on the instance's host, that asks it the accuracy probe (instinct_fleet/live/accuracy.py's
     client, from the instance's own image, as a benchmark runs) and prints the answers after accuracy.MARK."""
     q = shlex.quote
     payload = base64.b64encode(zlib.compress(json.dumps([i.prompt for i in items]).encode(), 9)).decode()

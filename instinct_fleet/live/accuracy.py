@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from instinct_fleet.fleet import remote
+from instinct_fleet.live import remote
 from instinct_fleet.model.probe import Item
 
 CONCURRENCY = 32  # probe requests in flight at once

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pprint
 from pathlib import Path
 
-from instinct_fleet.fleet import noise
-from instinct_fleet.fleet.sweeps import Checked, Point, Sweep, with_point
-from instinct_fleet.fleet.trials import Results, Trial, baseline_for, best, gain, judge, pareto, samples
+from instinct_fleet.commands.sweeps import Checked, Point, Sweep, with_point
+from instinct_fleet.commands.trials import Results, Trial, baseline_for, best, gain, judge, pareto, samples
+from instinct_fleet.live import noise
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData
 from instinct_fleet.model.rules import Finding
@@ -28,7 +28,7 @@ def best_fragment(hosts: list[HostData], host: str, sweep: Sweep, winner: Trial)
 
 def champion(trials: list[Trial], sweep: Sweep, floor: float, alpha: float) -> tuple[Trial | None, str]:
     """The point best.py names, and what tune.md says of it: the best point within the SLOs
-    (:func:`instinct_fleet.fleet.trials.best`), only when it beats the deployed configuration on its host beyond the
+    (:func:`instinct_fleet.commands.trials.best`), only when it beats the deployed configuration on its host beyond the
     noise. Where the deployed configuration meets the SLOs too, its throughput must be higher by more than ``floor``
     tok/s and beyond the noise of the runs at ``alpha`` split over the measured points it is the best of; where it
     misses them, the point must meet them in every one of its runs, not by its median alone."""

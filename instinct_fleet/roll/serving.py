@@ -17,10 +17,11 @@ from pyinfra.operations.util import any_changed
 
 from instinct_fleet.converge import apply, health, operations, steps
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet import accuracy, bench, canary, measure, spread
-from instinct_fleet.fleet.run import FleetPlan
+from instinct_fleet.live import accuracy, bench, canary
 from instinct_fleet.model import paths, probe, workload
 from instinct_fleet.model.defaults import Hook
+from instinct_fleet.roll import measure, spread
+from instinct_fleet.roll.plan import FleetPlan
 
 
 def _hooks(plan: HostPlan, fleet: FleetPlan, which: str, hook: Hook | None, gate: Callable[[], bool]) -> None:
@@ -74,7 +75,7 @@ def healthy(
 
 
 def _canary(plan: HostPlan, fleet: FleetPlan, phase: str, gate: Callable[[], bool], hold: Callable[[str, str], None] | None) -> None:
-    """Benchmark the canary's instances with ``canary_profile`` (instinct_fleet/fleet/canary.py)."""
+    """Benchmark the canary's instances with ``canary_profile`` (instinct_fleet/live/canary.py)."""
     profile = plan.spec.vars.canary_profile
     assert profile is not None  # validate_canary and plan_roll: a canary host has a profile
     runs = [run for svc in plan.serves for run in canary.runs(plan.spec, svc, profile)]

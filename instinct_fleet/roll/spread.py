@@ -44,10 +44,6 @@ from instinct_fleet.model import paths, render
 if TYPE_CHECKING:
     from instinct_fleet.converge.hostplan import HostPlan
 
-# Set by ``instinct-fleet warm``: the run restarts one instance per compile configuration and spreads its cache to
-# every other host that serves it; nothing else restarts, so the next deploy starts every unit warm.
-WARM_ENV = "INSTINCT_FLEET_WARM"
-
 
 @dataclass(frozen=True)
 class Spread:
@@ -77,7 +73,7 @@ Groups = dict[tuple[str, str, str, str], list[Member]]
 
 
 class Turn(Protocol):
-    """What spreading reads of a host's part in the roll (:class:`instinct_fleet.fleet.roll.Turn`)."""
+    """What spreading reads of a host's part in the roll (:class:`instinct_fleet.roll.roll.Turn`)."""
 
     @property
     def batch(self) -> int | None: ...

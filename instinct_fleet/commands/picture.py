@@ -1,6 +1,6 @@
 """The fleet board's main panels, drawn from Prometheus's HTTP API with matplotlib: what a team without Grafana sees.
 
-The panels are the fleet board's own (fleet/boards.py), chosen by title, so the picture and the board never differ
+The panels are the fleet board's own (commands/boards.py), chosen by title, so the picture and the board never differ
 in what they query: each target is asked of ``/api/v1/query_range`` over the window, its Grafana variables given the
 values that select everything (Grafana's ``$__rate_interval`` is at least four scrape steps; here four steps of the
 picture, and at least a minute). The PNG carries what it plots (its ``Description`` text chunk, JSON), so that a

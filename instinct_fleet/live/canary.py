@@ -1,13 +1,13 @@
 """The canary: a re-tune's first restart is one serving unit, measured before it stops and after its gate.
 
 With ``canary_profile`` set, the roll's first restart batch holds exactly one
-serving unit (instinct_fleet/fleet/roll.py). Before it stops, each of its instances is
+serving unit (instinct_fleet/roll/roll.py). Before it stops, each of its instances is
 benchmarked with that profile (``vllm bench serve`` from the instance's own
 image, on its host, as ``instinct-fleet bench`` runs it); after the health gate,
 again, with the same profile, on the same host, from the same client. Each side is
 ``canary_warmup`` discarded requests, then ``canary_runs`` measured runs, every one kept.
 
-The verdict (:mod:`instinct_fleet.fleet.noise`) counts a change as a regression only
+The verdict (:mod:`instinct_fleet.live.noise`) counts a change as a regression only
 when output throughput fell, or median TPOT or median TTFT rose, beyond
 ``canary_max_regression`` percent, beyond ``canary_floors`` and beyond the noise of the
 runs. A regression is a failed batch: it is rolled back to its last healthy generation
@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from instinct_fleet.fleet import accuracy, bench, noise
+from instinct_fleet.live import accuracy, bench, noise
 from instinct_fleet.model import probe, workload
 from instinct_fleet.model.defaults import FleetVars
 from instinct_fleet.model.spec import HostSpec, ServiceSpec

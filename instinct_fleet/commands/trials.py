@@ -15,8 +15,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from instinct_fleet.fleet import noise
-from instinct_fleet.fleet.sweeps import Point, Slo, Sweep, TuneError, Value
+from instinct_fleet.commands.sweeps import Point, Slo, Sweep, TuneError, Value
+from instinct_fleet.live import noise
 
 # What tune.md and trials.json show of each trial; the Pareto front is output throughput against median TPOT.
 SHOWN = ("output_throughput", "median_tpot_ms", "median_ttft_ms", "p99_ttft_ms", "p99_tpot_ms")
@@ -66,7 +66,7 @@ def samples(trial: Trial) -> list[dict[str, float]]:
 
 def gain(trial: Trial, base: Trial, floor: float, alpha: float, points: int) -> noise.Judged | None:
     """The trial's output throughput against the deployed configuration's: ``beyond`` only when it is higher by more
-    than ``floor`` tok/s and beyond the noise of the runs (:mod:`instinct_fleet.fleet.noise`) at ``alpha`` split over
+    than ``floor`` tok/s and beyond the noise of the runs (:mod:`instinct_fleet.live.noise`) at ``alpha`` split over
     the ``points`` it was picked from as the best: the best of many harmless points beats the baseline by chance
     more often than any one of them."""
     return noise.judge(noise.THROUGHPUT, samples(base), samples(trial), 0, floor, alpha, "better", max(1, points), "points")

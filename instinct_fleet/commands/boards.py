@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from instinct_fleet.fleet.slo import ERROR_REASON, SUCCESS
+from instinct_fleet.commands.slo import ERROR_REASON, SUCCESS
 from instinct_fleet.model.knowledge import TTFT, VllmKnowledge
 from instinct_fleet.model.spec import HostSpec
 

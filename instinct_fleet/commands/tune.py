@@ -1,9 +1,9 @@
 """``instinct-fleet tune``'s scheduler: run a validated sweep on some hosts at once, and put every host back.
 
 The sweep itself, its grid and its validation before any host are
-:mod:`instinct_fleet.fleet.sweeps`; the results, their ranking and trials.json
-:mod:`instinct_fleet.fleet.trials`; tune.md, pareto.png and best.py
-:mod:`instinct_fleet.fleet.tunereport`. Here:
+:mod:`instinct_fleet.commands.sweeps`; the results, their ranking and trials.json
+:mod:`instinct_fleet.commands.trials`; tune.md, pareto.png and best.py
+:mod:`instinct_fleet.commands.tunereport`. Here:
 
 - **Trials run in parallel**, one point per host at a time, on at most
   ``max_out`` hosts: only those hosts are ever away from their deployed
@@ -11,14 +11,14 @@ The sweep itself, its grid and its validation before any host are
   go round-robin over them; each host first measures its deployed configuration
   as it runs (the baseline, no restart).
 - **A trial** renders the instance's unit and env file through the deploy's own
-  path (:func:`instinct_fleet.fleet.run.plan_inventory` with the host's preflight
+  path (:func:`instinct_fleet.roll.plan.plan_inventory` with the host's preflight
   fact), writes them through the one applier (:func:`instinct_fleet.converge.steps.trial`'s steps, as
   :func:`instinct_fleet.converge.apply.shell` makes them a script: the declared modes, owners and restarts), waits behind the deploy's health gate
   (one token generated, :mod:`instinct_fleet.converge.health`) and benchmarks it as
   ``bench`` does: ``--warmup`` discarded requests, then ``--repeats`` runs, every one
   kept (the defaults are the host's ``canary_warmup`` and ``canary_runs``), so that a
   point is ranked by its median and named best only when it beats the deployed
-  configuration beyond the noise (:mod:`instinct_fleet.fleet.noise`). A trial whose unit fails is recorded as failed, with its
+  configuration beyond the noise (:mod:`instinct_fleet.live.noise`). A trial whose unit fails is recorded as failed, with its
   journal; the sweep goes on.
 - **Restore is guaranteed**: a host gets back the files its deploy wrote (the
   same render with the inventory's own settings), behind the same gate, when its
@@ -37,11 +37,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from instinct_fleet.commands.sweeps import BASELINE, RESULT_FIELDS, Checked, Point, Sweep, assign, with_point
+from instinct_fleet.commands.trials import SHOWN, Results, Trial, judge, medians
 from instinct_fleet.converge import apply, health, managed, operations, preflight, probe, progress, steps
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.fleet import bench, canary, interrupts, remote, report
-from instinct_fleet.fleet.sweeps import BASELINE, RESULT_FIELDS, Checked, Point, Sweep, assign, with_point
-from instinct_fleet.fleet.trials import SHOWN, Results, Trial, judge, medians
+from instinct_fleet.live import bench, canary, interrupts, remote, report
 from instinct_fleet.model import paths, render, workload
 from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.inventory import HostData, plan_hosts
@@ -91,7 +91,7 @@ class HostTuner:
 
     def plan(self, point: Point) -> HostPlan:
         """The host's plan with the point applied: the deploy's render, from the facts read at :meth:`prepare`."""
-        from instinct_fleet.fleet.run import plan_inventory
+        from instinct_fleet.roll.plan import plan_inventory
 
         data = dataclasses.replace(self.host, data=with_point(self.host.data, self.sweep.instance, point))
         report = self.report

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet.fleet import accuracy, noise
+from instinct_fleet.live import accuracy, noise
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p99")
@@ -223,7 +223,7 @@ class Outlier:
     """An instance more than 10% below the median of its peers (the same model, profile and concurrency).
 
     ``confirmed`` only when it ran more than once and even its best run is that far below: a difference between
-    single runs may be noise (:mod:`instinct_fleet.fleet.noise`), so it is named as unconfirmed.
+    single runs may be noise (:mod:`instinct_fleet.live.noise`), so it is named as unconfirmed.
     """
 
     run: Run

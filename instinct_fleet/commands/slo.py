@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from instinct_fleet.fleet.monitoring import alert_rules, promql_string, re2_literal
+from instinct_fleet.commands.monitoring import alert_rules, promql_string, re2_literal
 from instinct_fleet.model.defaults import BurnAlert, FleetVars, duration_seconds
 from instinct_fleet.model.knowledge import TTFT
 from instinct_fleet.model.spec import HostSpec
@@ -182,7 +182,7 @@ def _alert(name: str, expr: str, hold: str, severity: str, summary: str, what: s
 
 def rule_file(specs: list[HostSpec]) -> tuple[dict[str, Any], list[str]]:
     """The one Prometheus rule file of the chosen hosts (``instinct-fleet targets --alerts``): the GPU health alerts
-    (fleet/monitoring.py), the SLOs' recording rules and burn-rate alerts, and the fleet's own alerts; and what
+    (commands/monitoring.py), the SLOs' recording rules and burn-rate alerts, and the fleet's own alerts; and what
     cannot fire or be written, one line each."""
     gpu, unfired = alert_rules(specs)
     groups, unwritten = slo_groups(specs)

@@ -1,5 +1,5 @@
 """The canary inside the roll, as pyinfra runs it: one ``vllm bench serve`` run as a fact, and the operation that
-measures a canary's instances before the change and after its gate (instinct_fleet/fleet/canary.py decides)."""
+measures a canary's instances before the change and after its gate (instinct_fleet/live/canary.py decides)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pyinfra.api.operation import operation
 from pyinfra.context import host
 
 from instinct_fleet.converge.operations import failure
-from instinct_fleet.fleet import accuracy, bench, canary, report
+from instinct_fleet.live import accuracy, bench, canary, report
 from instinct_fleet.model import workload
 from instinct_fleet.model.probe import Item
 

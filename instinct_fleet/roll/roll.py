@@ -30,17 +30,13 @@ from instinct_fleet.converge.generations import GenerationPlan
 from instinct_fleet.converge.health import Startup
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.state import content_differs
-from instinct_fleet.fleet import accuracy, canary, spread
-from instinct_fleet.fleet.spread import Carried, Spread
+from instinct_fleet.live import accuracy, canary
 from instinct_fleet.model import paths
 from instinct_fleet.model.probe import Item
+from instinct_fleet.roll import spread
+from instinct_fleet.roll.spread import Carried, Spread
 
 Kind = Literal["unchanged", "start", "restart"]
-# The file the deploy writes its roll summary to, as JSON, when set (``instinct-fleet deploy --json`` sets it).
-SUMMARY_ENV = "INSTINCT_FLEET_ROLL_JSON"
-# Set by ``instinct-fleet rollback`` (or by hand for plain pyinfra): "previous" or a generation number; the
-# run then puts that generation's serving files back through the same batches and gates.
-ROLLBACK_ENV = "INSTINCT_FLEET_ROLLBACK"
 SEVERITY: dict[Kind, int] = {"unchanged": 0, "start": 1, "restart": 2}
 # Why ``instinct-fleet warm`` left a unit as it was: the cache it received (the row's ``cache``) serves the next deploy.
 WARM_LEFT = "left for the next deploy: instinct-fleet warm restarts one instance per compile configuration"
@@ -83,7 +79,7 @@ def batches(units: list[ServingUnit], size: int, canary: bool = False) -> list[l
 @dataclass(frozen=True)
 class Turn:
     """What one host does in the serving stage, decided from its plan before anything runs (the preflight facts do
-    not change during a run), so the stage only acts: :func:`instinct_fleet.fleet.serving.converge_batch`."""
+    not change during a run), so the stage only acts: :func:`instinct_fleet.roll.serving.converge_batch`."""
 
     # The host's batch; 0 for a host whose units are unchanged (it checks them in batch 0); None: it has changes but
     # acts in no batch of this run (``instinct-fleet warm`` restarts other hosts, the next deploy rolls it).
