@@ -168,14 +168,14 @@ class VllmKnowledge:
     backends: dict[str, Backend]  # the backends ROCm can pick; empty where the version declares none
     backends_source: str
     # the order vLLM tries ROCm backends in for an MHA model, each with the condition that lists it (its source, None:
-    # always), when no backend is named (extract.mha_priority); empty where the table has none
+    # always), when no backend is named (vllmsource/platform.py mha_priority); empty where the table has none
     backend_priority: tuple[tuple[str, str | None], ...]
     mx_architectures: tuple[str, ...]  # gfx prefixes with native MXFP4/MXFP6 (RocmPlatform.supports_mx)
     startup_checks: dict[str, str]  # check id -> the file:line that raises it in this version
-    # check id -> the conditions under which that line raises, as vLLM's source writes them (extract.startup_conditions);
+    # check id -> the conditions under which that line raises, as vLLM's source writes them (vllmsource/checks.py);
     # empty for a project's table extracted before they were read
     startup_conditions: dict[str, tuple[str, ...]]
-    # --distributed-executor-backend -> the executor class vLLM runs (extract.executors), and the classes that
+    # --distributed-executor-backend -> the executor class vLLM runs (vllmsource/checks.py), and the classes that
     # support async scheduling; both empty for a project's table extracted before they were read
     executors: dict[str, dict[str, str]]
     async_executors: frozenset[str]
@@ -183,7 +183,7 @@ class VllmKnowledge:
     scheduler_defaults: SchedulerDefaults | None
     startup_log: dict[str, tuple[str, ...]]  # phase -> the logger format strings vLLM writes for it
     metrics: dict[str, str]  # every vllm: Prometheus metric its V1 loggers create -> gauge, counter or histogram
-    # the histograms whose bucket bounds the source fixes (extract.histogram_buckets), and the finished_reason values of
+    # the histograms whose bucket bounds the source fixes (vllmsource/metrics.py), and the finished_reason values of
     # vllm:request_success; both empty for a project's table extracted before they were read
     histograms: dict[str, Histogram]
     finish_reasons: tuple[str, ...]

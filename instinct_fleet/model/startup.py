@@ -265,7 +265,7 @@ def _listed(launch: Launch, condition: str | None) -> bool:
         "rocm_aiter_ops": SimpleNamespace(is_mha_enabled=lambda: mha),
         "is_aiter_found_and_supported": lambda: True,
     }
-    return bool(eval(condition, {"__builtins__": {}}, names))  # the table's own source text (extract.mha_priority)
+    return bool(eval(condition, {"__builtins__": {}}, names))  # the table's own source text (vllmsource/platform.py mha_priority)
 
 
 def _running_backend(launch: Launch) -> str | None:

@@ -14,6 +14,8 @@ import pytest
 
 from instinct_fleet.model import knowledge, startup
 from instinct_fleet.model.defaults import GPU_HBM_GIB
+from instinct_fleet.model.vllmsource import checks as vllm_checks
+from instinct_fleet.model.vllmsource import flags as vllm_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -349,7 +351,7 @@ def test_extractor_on_a_synthetic_wheel(tmp_path: Path) -> None:
 
 
 def test_start_up_checks_are_written_once_for_every_anchor() -> None:
-    assert set(_extractor().ANCHORS) == set(startup.CHECKS)
+    assert set(vllm_checks.ANCHORS) == set(startup.CHECKS)
     for version in knowledge.supported_versions():
         assert set(knowledge.load(version).startup_checks) <= set(startup.CHECKS)
 
@@ -470,8 +472,7 @@ class EngineArgs:
 
 
 def test_exclusive_settings_and_scheduler_defaults_are_read_from_engine_args() -> None:
-    extract = _extractor()
-    assert extract.exclusive_settings(ENGINE_ARGS) == [
+    assert vllm_flags.exclusive_settings(ENGINE_ARGS) == [
         {"flag": "--attention-backend", "config": "--attention-config", "key": "backend", "source": "vllm/engine/arg_utils.py:15"},
         {"flag": "--spec-method", "config": "--speculative-config", "key": "method", "source": "vllm/engine/arg_utils.py:9"},
         {
@@ -482,7 +483,7 @@ def test_exclusive_settings_and_scheduler_defaults_are_read_from_engine_args() -
         },
     ]
     # Largest memory first; the tier below 70 GiB has no floor, so it is never one an Instinct GPU falls in.
-    assert extract.scheduler_defaults(ENGINE_ARGS) == {
+    assert vllm_flags.scheduler_defaults(ENGINE_ARGS) == {
         "tiers": [
             {"min_gib": 160, "max_num_batched_tokens": 16384, "max_num_seqs": 1024, "source": "vllm/engine/arg_utils.py:21"},
             {"min_gib": 70, "max_num_batched_tokens": 8192, "max_num_seqs": 1024, "source": "vllm/engine/arg_utils.py:24"},
@@ -515,15 +516,14 @@ def test_each_gpu_model_falls_in_the_tier_vllm_gives_its_memory() -> None:
     ],
 )
 def test_a_dict_flag_is_read_as_get_kwargs_reads_it(annotation: str, form: str | None) -> None:
-    assert _extractor()._json_form(ast.parse(annotation, mode="eval").body) == form
+    assert vllm_flags._json_form(ast.parse(annotation, mode="eval").body) == form
 
 
 def test_a_config_beside_the_dict_it_is_built_from_gives_its_keys() -> None:
     """--quantization-config: ``"dict[str, Any] | QuantizationConfigArgs | None"``, a forward reference to an @config class."""
-    extract = _extractor()
     annotation = ast.parse('"dict[str, Any] | QuantizationConfigArgs | None"', mode="eval").body
-    assert extract._config_class(annotation, {"QuantizationConfigArgs"}) == "QuantizationConfigArgs"
-    assert extract._config_class(annotation, set()) is None
+    assert vllm_flags._config_class(annotation, {"QuantizationConfigArgs"}) == "QuantizationConfigArgs"
+    assert vllm_flags._config_class(annotation, set()) is None
     fields = knowledge.load("0.22.0").flag("quantization-config").json_fields
     assert fields is not None and set(fields) == {"linear", "moe", "ignore"}
 
@@ -539,7 +539,7 @@ class Impl:
             )
 """
     modules = {"vllm/v1/attention/backends/rocm_aiter_fa.py": source}
-    found = _extractor().startup_conditions(modules, _extractor().anchored_checks(modules))
+    found = vllm_checks.startup_conditions(modules, vllm_checks.anchored_checks(modules))
     assert found == {
         "shuffle-kv-speculative": {
             "when": ["num_decodes > 0", "not (not ops.is_shuffle_kv_cache_enabled())"],
@@ -563,15 +563,14 @@ def _raise_unsupported_error(feature_name: str):
     msg = f"{feature_name} is not supported."
     raise NotImplementedError(msg)
 """
-    extract = _extractor()
     modules = {"vllm/engine/arg_utils.py": source}
-    stated = extract.startup_conditions(modules, extract.anchored_checks(modules))["partial-prefill-unsupported"]
+    stated = vllm_checks.startup_conditions(modules, vllm_checks.anchored_checks(modules))["partial-prefill-unsupported"]
     assert stated["when"] == ["self.max_num_partial_prefills != SchedulerConfig.max_num_partial_prefills"]
     assert stated["raises"] == "NotImplementedError"
     assert eval(str(stated["says"]), {"__builtins__": {}}) == "Concurrent Partial Prefill is not supported."
     # A helper that only warns (0.11.0's _raise_or_fallback falls back to V0) raises nothing: no check is anchored.
     warned = source.replace("_raise_unsupported_error(feature_name=", "_raise_or_fallback(feature_name=")
-    assert "partial-prefill-unsupported" not in extract.anchored_checks({"vllm/engine/arg_utils.py": warned})
+    assert "partial-prefill-unsupported" not in vllm_checks.anchored_checks({"vllm/engine/arg_utils.py": warned})
 
 
 ABSTRACT = """
@@ -609,10 +608,9 @@ environment_variables = {
 
 
 def test_the_executor_each_backend_runs_is_read_from_get_class_with_the_variable_that_splits_one() -> None:
-    extract = _extractor()
-    assert extract.executors(EXECUTORS, EXECUTOR_ENVS) == {
+    assert vllm_checks.executors(EXECUTORS, EXECUTOR_ENVS) == {
         "ray": {"env": "VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "default": "1", "on": "RayExecutorV2", "off": "RayDistributedExecutor"},
         "mp": {"class": "MultiprocExecutor"},
     }
     # A class supports async scheduling by its own answer or its base's: RayExecutorV2 through MultiprocExecutor.
-    assert extract.async_executors(EXECUTORS) == ["MultiprocExecutor", "RayExecutorV2"]
+    assert vllm_checks.async_executors(EXECUTORS) == ["MultiprocExecutor", "RayExecutorV2"]

@@ -31,7 +31,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "vllm-bench-serve_gpt-oss-120b_seed001.j
 
 
 def test_the_metrics_status_reads_are_the_pinned_vllms() -> None:
-    """Read from each shipped version's source (extract.prometheus_metrics), not from memory: a table without the
+    """Read from each shipped version's source (vllmsource/metrics.py), not from memory: a table without the
     renamed gauge gives the old one, one without either gives none (status shows no KV figure)."""
     import dataclasses
 

@@ -17,9 +17,10 @@ import pytest
 import yaml
 
 from instinct_fleet.commands import slo
-from instinct_fleet.model import extract, knowledge
+from instinct_fleet.model import knowledge
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.knowledge import Histogram
+from instinct_fleet.model.vllmsource import metrics as vllm_metrics
 from tests.unit import series
 from tests.unit.conftest import check
 from tests.unit.consumers import PROMTOOL, standin
@@ -293,14 +294,14 @@ class PrometheusStatLogger:
 TIME_TO_FIRST_TOKEN_BUCKETS: tuple[float, ...] = (0.25, 0.5)
 _STATIC_FAMILY_DEFAULTS: dict[str, tuple[float, ...]] = {"time_to_first_token": TIME_TO_FIRST_TOKEN_BUCKETS}
 """
-    found = extract.histogram_buckets({"vllm/v1/metrics/loggers.py": loggers, "vllm/v1/metrics/buckets.py": buckets})
+    found = vllm_metrics.histogram_buckets({"vllm/v1/metrics/loggers.py": loggers, "vllm/v1/metrics/buckets.py": buckets})
     assert found == {
         "vllm:a_seconds": {"buckets": [0.1, 0.2]},
         "vllm:b_seconds": {"buckets": [0.5, 1.0, 2.0]},
         "vllm:time_to_first_token_seconds": {"buckets": [0.25, 0.5], "family": "time_to_first_token"},
     }
-    assert extract.finish_reasons('FINISH_REASON_STRINGS = ("stop", "length")\n') == ["stop", "length"]
-    assert extract.finish_reasons("X = 1\n") == []
+    assert vllm_metrics.finish_reasons('FINISH_REASON_STRINGS = ("stop", "length")\n') == ["stop", "length"]
+    assert vllm_metrics.finish_reasons("X = 1\n") == []
     ast.parse(loggers)  # the fixture is Python
 
 
