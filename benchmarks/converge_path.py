@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
 
-from instinct_fleet.converge import managed  # noqa: E402
+from instinct_fleet.converge import evaluate  # noqa: E402
 from tests.unit import stages  # noqa: E402
 
 STAGES = ("preflight", "tuning", "runtime", "weights", "cluster", "firewall", "exporter", "services", "health")
@@ -117,7 +117,7 @@ def main() -> None:
     fresh = stages.plan(DATA, stages.SimHost())
     rows = {stage: stage_alone(patch, stage, fresh) for stage in STAGES}
     rows["stages"] = all_stages(patch, fresh)
-    rows["desired"] = trace(lambda: managed.desired(fresh))
+    rows["desired"] = trace(lambda: evaluate.desired(fresh))
     patch.undo()
     print(f"{'path':10} {'modules':>7} {'functions':>9} {'calls':>5} {'cross':>5} {'returns':>7}")
     for name, found in rows.items():

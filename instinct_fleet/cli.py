@@ -28,7 +28,7 @@ from typing import Any
 
 from instinct_fleet import scaffold
 from instinct_fleet.commands import boards, monitoring, picture, slo, status, sweeps, trials, tunereport
-from instinct_fleet.converge import gpuhealth, managed
+from instinct_fleet.converge import evaluate, gpuhealth
 from instinct_fleet.live import bench, interrupts, remote
 from instinct_fleet.model import ansible, defaults, knowledge, origins, paths, workload
 from instinct_fleet.model.catalog import Catalog, CatalogError, write_facts
@@ -115,7 +115,7 @@ def _explain_managed(spec: HostSpec) -> None:
     print(
         f"{spec.host or 'every host'} manages (instinct_fleet/converge/managed.py; whether each applies may also depend on the host's facts):"
     )
-    for line in managed.explain(spec):
+    for line in evaluate.explain(spec):
         print(f"  {line}")
 
 

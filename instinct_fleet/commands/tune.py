@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 
 from instinct_fleet.commands.sweeps import BASELINE, RESULT_FIELDS, Checked, Point, Sweep, assign, with_point
 from instinct_fleet.commands.trials import SHOWN, Results, Trial, judge, medians
-from instinct_fleet.converge import apply, health, managed, operations, preflight, probe, progress, steps
+from instinct_fleet.converge import apply, evaluate, health, operations, preflight, probe, progress, steps
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.live import bench, canary, interrupts, remote, report
 from instinct_fleet.model import paths, render, workload
@@ -104,7 +104,7 @@ class HostTuner:
     def prepare(self) -> str | None:
         """Read the host's facts; refuse a host that cannot serve, or whose instance is not as its deploy left it."""
         ((spec, _),) = plan_hosts([self.host], self.catalog)
-        done = self.runner.run(self.name, probe.script(spec.vars.hf_token_path, managed.probe(spec)), spec.vars.command_timeout)
+        done = self.runner.run(self.name, probe.script(spec.vars.hf_token_path, evaluate.probe(spec)), spec.vars.command_timeout)
         if done.error is not None:
             return done.error
         self.report = preflight.parse_report(done.stdout)

@@ -6,14 +6,12 @@ converges it, what runs after it changed (its actions: restart or reload a
 unit, run a command, reboot, or leave the restart to the roll), and how its
 content is made. The entries a host has follow from its spec alone
 (:func:`declare`); their content may also need the preflight facts, and is
-made only when the plan is evaluated. Everyone reads this table:
-
-- the preflight fact reads the state of exactly the declared things
-  (:func:`probe`, the table's spec-only projection);
-- the host plan's desired state is the table evaluated (:func:`desired`);
-- the one applier (:mod:`instinct_fleet.converge.apply`) writes what drifted, stage by
-  stage, and runs the actions; the roll restarts what a drifted entry leaves to it;
-- the verify module and ``plan --explain`` compare a host with the same entries.
+made only when the plan is evaluated. Everyone reads this table: the preflight fact, the
+host plan's desired state and ``plan --explain`` through :mod:`instinct_fleet.converge.evaluate`;
+the one applier (:mod:`instinct_fleet.converge.apply`) writes what drifted, stage by stage, and
+runs the actions; the roll restarts what a drifted entry leaves to it; the verify module
+compares a host with the same entries. The entries' shapes are in
+:mod:`instinct_fleet.converge.entries`.
 
 Adding a managed file is one entry here and its template, nowhere else: the
 stage named in the entry converges it (README, Adding a managed thing).
@@ -21,30 +19,31 @@ stage named in the entry converges it (README, Adding a managed thing).
 
 from __future__ import annotations
 
-import fnmatch
 import posixpath
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
 
 from instinct_fleet.converge import content, routerwheel
-from instinct_fleet.converge.hostfacts import HostFacts
-from instinct_fleet.converge.probe import Probe
+from instinct_fleet.converge.entries import (
+    SKIP,
+    Entry,
+    FileEntry,
+    ImageEntry,
+    Made,
+    Rendered,
+    SysctlEntry,
+    TableEntry,
+    UnitEntry,
+    UserEntry,
+    WeightsEntry,
+)
 from instinct_fleet.converge.state import (
     Action,
-    Desired,
-    Directory,
-    Endpoint,
-    File,
-    Image,
     Reboot,
     Reload,
     Restart,
     Roll,
     Run,
     Stage,
-    Sysctl,
-    Table,
     Unit,
     User,
     Weights,
@@ -52,115 +51,6 @@ from instinct_fleet.converge.state import (
 from instinct_fleet.model import paths, render, router, secrets
 from instinct_fleet.model.pools import Pool
 from instinct_fleet.model.spec import HostSpec
-
-
-class _Skip:
-    """Content of an entry this host does not manage in its current state (neither written nor removed)."""
-
-
-SKIP = _Skip()
-Made = bytes | None | _Skip  # bytes: the file's content; None: must be absent; SKIP: not managed here
-
-
-class Rendered:
-    """A host's rendered content, each piece made once per evaluation of the table."""
-
-    def __init__(self, facts: HostFacts, declared: tuple[Entry, ...]) -> None:
-        self.facts = facts
-        self.declared = declared
-
-    @cached_property
-    def units(self) -> dict[str, tuple[str, str]]:
-        """Per serving unit, its unit and env file: rendered, or a generation's (``instinct-fleet rollback``)."""
-        kept = self.facts.restoring
-        if kept is None:
-            made = content.serving_units(self.facts)
-        else:
-            units = self.facts.spec.serving_units
-            made = {u: (kept[paths.unit_path(u)].decode(), kept[paths.unit_env_path(u)].decode()) for u in units}
-        # A quarantined unit keeps the files it has: it is stopped, and not rolled (converge/gpuhealth.py).
-        return {u: files for u, files in made.items() if not self.facts.quarantined(u)}
-
-    @cached_property
-    def firewall(self) -> str | None:
-        return content.firewall(self.facts)
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    """One managed file (``directory`` False) or directory; ``make`` gives its content from the rendered plan."""
-
-    path: str
-    stage: Stage
-    label: str
-    make: Callable[[Rendered], Made]
-    mode: str | None = "644"
-    owner: str = "root"
-    group: str = "root"
-    then: tuple[Action, ...] = ()
-    directory: bool = False
-    secret: bool = False  # its content is a secret: mode 0600, written so no other user reads it, never in argv or a diff
-
-    def __post_init__(self) -> None:
-        if self.secret and self.mode != "600":
-            raise ValueError(f"{self.path}: a secret is declared with mode 600 (operations.secret_written writes it so)")
-
-
-@dataclass(frozen=True)
-class UnitEntry:
-    """One managed unit; ``want`` gives its wanted state from the rendered plan (None: not managed here)."""
-
-    name: str
-    stage: Stage
-    want: Callable[[Rendered], Unit | None]
-
-
-@dataclass(frozen=True)
-class SysctlEntry:
-    """A kernel setting's live value; ``want`` gives it (None: not managed here)."""
-
-    key: str
-    stage: Stage
-    label: str
-    want: Callable[[Rendered], str | None]
-
-
-@dataclass(frozen=True)
-class UserEntry:
-    """The service user and its groups."""
-
-    user: User
-
-
-@dataclass(frozen=True)
-class WeightsEntry:
-    """A model staged from ``weights_source`` into the host's HF cache."""
-
-    weights: Weights
-
-
-@dataclass(frozen=True)
-class TableEntry:
-    """An nftables table that must be loaded while ``want`` says so; ``then`` loads it."""
-
-    name: str
-    stage: Stage
-    label: str
-    want: Callable[[Rendered], bool]
-    then: tuple[Action, ...] = ()
-
-
-@dataclass(frozen=True)
-class ImageEntry:
-    """A pinned image the host must hold; ``then`` runs after a pull."""
-
-    ref: str
-    stage: Stage
-    label: str
-    then: tuple[Action, ...] = ()
-
-
-Entry = FileEntry | UnitEntry | SysctlEntry | UserEntry | WeightsEntry | TableEntry | ImageEntry
 
 
 def _text(value: str | None) -> bytes | None:
@@ -539,58 +429,6 @@ def _pool_entries(spec: HostSpec, pool: Pool) -> list[Entry]:
     ]
 
 
-def _then(actions: tuple[Action, ...]) -> str:
-    said = []
-    for a in actions:
-        if isinstance(a, Restart | Reload):
-            said.append(f"{type(a).__name__.lower()}s {a.unit}")
-        elif isinstance(a, Roll):
-            said.append(f"restarts {a.unit} in its roll batch")
-        else:
-            said.append(f"runs: {a.label}")
-    return f", a change {'; '.join(said)}" if said else ""
-
-
-def explain(spec: HostSpec) -> list[str]:
-    """One line per entry, for ``instinct-fleet plan --explain``."""
-    lines = []
-    for e in declare(spec):
-        if isinstance(e, FileEntry):
-            what = "dir " if e.directory else "file"
-            lines.append(f"{what} {e.path}  {e.mode or '-'} {e.owner}:{e.group}  stage {e.stage}{_then(e.then)}")
-        elif isinstance(e, UnitEntry):
-            lines.append(f"unit {paths.service(e.name)}  stage {e.stage}")
-        elif isinstance(e, SysctlEntry):
-            lines.append(f"sysctl {e.key}  stage {e.stage}")
-        elif isinstance(e, UserEntry):
-            lines.append(f"user {e.user.name} in {', '.join(e.user.groups)}  stage {e.user.stage}")
-        elif isinstance(e, TableEntry):
-            lines.append(f"nftables table {e.name}  stage {e.stage}{_then(e.then)}")
-        elif isinstance(e, WeightsEntry):
-            lines.append(f"weights {e.weights.model}@{e.weights.revision} -> {e.weights.local}  stage {e.weights.stage}")
-        else:
-            lines.append(f"image {e.ref}  stage {e.stage}{_then(e.then)}")
-    return lines
-
-
-def probe(spec: HostSpec) -> Probe:
-    """What the preflight fact reads besides the hardware: the declared things, before any fact."""
-    entries = declare(spec)
-    (user,) = (e.user for e in entries if isinstance(e, UserEntry))
-    return Probe(
-        paths=tuple(dict.fromkeys(e.path for e in entries if isinstance(e, FileEntry))),
-        units=tuple(paths.service(e.name) for e in entries if isinstance(e, UnitEntry)),
-        user=user.name,
-        images=tuple(e.ref for e in entries if isinstance(e, ImageEntry)),
-        endpoints=tuple((svc.port, render.served_model(svc), render.generates(svc)) for svc in spec.serves),
-        weights=tuple((e.weights.source, e.weights.local) for e in entries if isinstance(e, WeightsEntry)),
-        tables=tuple(e.name for e in entries if isinstance(e, TableEntry)),
-        sysctls=tuple(e.key for e in entries if isinstance(e, SysctlEntry)),
-        api_key_path=spec.vars.vllm_api_key_path,
-        router_ports=tuple(pool.port for pool in spec.pools),
-    )
-
-
 def weights_of(spec: HostSpec) -> tuple[Weights, ...]:
     """The models this host stages from ``weights_source``: every instance's (a Ray worker loads its share
     from its own cache too), except models given as a path."""
@@ -608,89 +446,3 @@ def service_user(spec: HostSpec) -> User:
     """The user the deploy runs vLLM's files as: in the device groups, its home the Hugging Face cache."""
     v = spec.vars
     return User(v.service_user, paths.DEVICE_GROUPS, v.hf_cache_dir, paths.SERVICE_USER_SHELL, "tuning")
-
-
-def _stale(facts: HostFacts, wanted: set[str]) -> tuple[list[File], list[Unit]]:
-    """Units an earlier deploy wrote for instances or a role no longer here (the fact globs for them)."""
-    files, units = [], []
-    for stale in facts.stale_units:
-        units.append(Unit(stale, "roll", enabled=False, running=False, why="no longer in the inventory"))
-        for path in (paths.unit_path(stale), paths.unit_env_path(stale)):
-            if path not in wanted:
-                label = f"Remove {stale}" if path.endswith(".service") else f"Remove {stale} env"
-                files.append(File(path, None, "roll", label, actions=(Roll(stale),)))
-    return files, units
-
-
-def _stale_routers(facts: HostFacts, wanted: set[str]) -> tuple[list[File], list[Unit]]:
-    """Router units and worker lists an earlier deploy wrote for a pool this host no longer has (router off, a model
-    gone, another router_port): the unit stopped and disabled, both files removed, in the router stage."""
-    files, units = [], []
-    for path in sorted(facts.report.stats):
-        if path in wanted or not any(fnmatch.fnmatch(path, g) for g in paths.ROUTER_GLOBS):
-            continue
-        if path.endswith(".service"):
-            name = posixpath.basename(path).removesuffix(".service")
-            units.append(Unit(name, "router", enabled=False, running=False, why="no longer a pool of this host"))
-        files.append(File(path, None, "router", f"Remove {path}"))
-    return files, units
-
-
-def desired(facts: HostFacts) -> Desired:
-    """The declaration evaluated for this host: everything it should have, and what it must no longer have."""
-    declared = declare(facts.spec)
-    rendered = Rendered(facts, declared)
-    files: list[File] = []
-    directories: list[Directory] = []
-    units: list[Unit] = []
-    sysctls: list[Sysctl] = []
-    tables: list[Table] = []
-    images: list[Image] = []
-    weights: list[Weights] = []
-    user = None
-    for e in declared:
-        if isinstance(e, FileEntry):
-            made = e.make(rendered)
-            if isinstance(made, _Skip):
-                continue
-            if e.directory:
-                directories.append(Directory(e.path, e.mode, e.stage, e.label, e.owner, e.group))
-            else:
-                files.append(File(e.path, made, e.stage, e.label, e.mode or "644", e.owner, e.group, e.then, e.secret))
-        elif isinstance(e, UnitEntry):
-            if (unit := e.want(rendered)) is not None:
-                units.append(unit)
-        elif isinstance(e, SysctlEntry):
-            if (value := e.want(rendered)) is not None:
-                sysctls.append(Sysctl(e.key, value, e.stage, e.label))
-        elif isinstance(e, TableEntry):
-            if e.want(rendered):
-                tables.append(Table(e.name, e.stage, e.label, e.then))
-        elif isinstance(e, ImageEntry):
-            images.append(Image(e.ref, e.stage, e.label, e.then))
-        elif isinstance(e, WeightsEntry):
-            weights.append(e.weights)
-        else:
-            user = e.user
-    stale_files, stale_units = _stale(facts, {f.path for f in files})
-    old_files, old_units = _stale_routers(facts, {f.path for f in files})
-    return Desired(
-        files=(*files, *stale_files, *old_files),
-        directories=tuple(directories),
-        units=(*units, *stale_units, *old_units),
-        user=user,
-        sysctls=tuple(sysctls),
-        tables=tuple(tables),
-        images=tuple(images),
-        serving=tuple(rendered.units),
-        endpoints=tuple(
-            Endpoint(paths.vllm_unit(s.name), s.port, render.served_model(s), render.generates(s))
-            for s in facts.serves
-            if not facts.quarantined(paths.vllm_unit(s.name))
-        ),
-        weights=tuple(weights),
-    )
-
-
-# The desired state of a host that failed preflight: the run manages nothing on it (its stages do not run).
-UNTOUCHED = Desired(files=(), directories=(), units=())

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from instinct_fleet.converge import gpuhealth, hostchecks, managed, preflight, routerwheel
+from instinct_fleet.converge import evaluate, gpuhealth, hostchecks, preflight, routerwheel
+from instinct_fleet.converge.evaluate import UNTOUCHED
 from instinct_fleet.converge.hostfacts import ClusterView, HostFacts
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.converge.managed import UNTOUCHED
 from instinct_fleet.converge.preflight import HostReport
 from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.inventory import HostData, plan_hosts
@@ -107,7 +107,7 @@ def _plan(
         held = gpuhealth.quarantine(host.spec, judged, host.report.quarantine, ask, now)
     errors = (*host.errors, *more)
     facts = HostFacts(host.spec, host.report, cluster, host.restoring, held)
-    desired = UNTOUCHED if errors else managed.desired(facts)
+    desired = UNTOUCHED if errors else evaluate.desired(facts)
     return HostPlan(
         host.spec,
         host.report,

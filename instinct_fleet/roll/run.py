@@ -21,7 +21,7 @@ from typing import Any
 
 from pyinfra.api.state import BaseStateCallback
 
-from instinct_fleet.converge import managed, watchdog
+from instinct_fleet.converge import evaluate, watchdog
 from instinct_fleet.converge.facts import HostReport as HostReportFact
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.preflight import HostReport
@@ -150,7 +150,7 @@ def _plan_run(state: Any, mode: RunMode) -> FleetPlan:
         timer = watchdog.guarded(everyone[name], timeout, "preflight", lambda _host, _why: None)
         with ctx_host.use(everyone[name]):
             try:
-                probe = dataclasses.replace(managed.probe(spec), restore=mode.restore)
+                probe = dataclasses.replace(evaluate.probe(spec), restore=mode.restore)
                 report: HostReport | None = everyone[name].get_fact(
                     HostReportFact, token_path=spec.vars.hf_token_path, probe=probe, _timeout=timeout
                 )

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import testinfra
 
-from instinct_fleet.converge import managed, preflight, probe
+from instinct_fleet.converge import evaluate, preflight, probe
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.inventory import HostData, load_inventory, select
@@ -84,7 +84,7 @@ def _plan_all() -> None:
     connections = {h.name: _connect(h) for h in _ALL}
 
     def report_of(name: str, spec: HostSpec) -> preflight.HostReport | None:
-        result = connections[name].run(probe.script(spec.vars.hf_token_path, managed.probe(spec)))
+        result = connections[name].run(probe.script(spec.vars.hf_token_path, evaluate.probe(spec)))
         if result.rc != 0:
             lines = str(result.stderr).strip().splitlines()
             _UNREAD[name] = f"exit {result.rc}: {lines[-1] if lines else 'no output'}"

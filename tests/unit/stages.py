@@ -30,7 +30,7 @@ from pyinfra.context import ctx_host
 from pyinfra.operations import apt, files, server, systemd
 
 from instinct_fleet import deploys
-from instinct_fleet.converge import managed, operations, preflight, state, steps
+from instinct_fleet.converge import evaluate, operations, preflight, state, steps
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.probe import Probe
 from instinct_fleet.converge.state import Endpoint, Stage
@@ -214,7 +214,7 @@ def plan(
     def read(specs: dict[str, Any]) -> dict[str, preflight.HostReport | None]:
         return {
             name: preflight.parse_report(
-                sim.read(dataclasses.replace(managed.probe(spec), restore=restore), **{"interfaces": address[name], **sections})
+                sim.read(dataclasses.replace(evaluate.probe(spec), restore=restore), **{"interfaces": address[name], **sections})
             )
             for name, spec in specs.items()
         }

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from instinct_fleet.converge import apply, generations, managed, steps
+from instinct_fleet.converge.entries import FileEntry
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.state import Run
 from instinct_fleet.model import paths
@@ -70,7 +71,7 @@ class Declared:
 
     def __init__(self, host_plan: HostPlan) -> None:
         entries = managed.declare(host_plan.spec)
-        files = [e for e in entries if isinstance(e, managed.FileEntry)]
+        files = [e for e in entries if isinstance(e, FileEntry)]
         self.paths = {e.path for e in files}
         self.directories = tuple(e.path.rstrip("/") + "/" for e in files if e.directory)
         self.globs = (*paths.SERVING_FILES, *paths.ROUTER_GLOBS)

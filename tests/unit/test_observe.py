@@ -14,7 +14,7 @@ import pytest
 
 from instinct_fleet.commands import monitoring, status
 from instinct_fleet.converge import content, health, preflight, state
-from instinct_fleet.converge.managed import probe
+from instinct_fleet.converge.evaluate import probe
 from instinct_fleet.converge.probe import script as probe_script
 from instinct_fleet.live import bench
 from instinct_fleet.live.remote import Result

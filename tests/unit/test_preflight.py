@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet.converge import content, health, hostchecks, managed, preflight, probe, state
+from instinct_fleet.converge import content, evaluate, health, hostchecks, preflight, probe, state
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData
@@ -228,7 +228,7 @@ def test_cluster_member_without_the_nic_fails_with_its_interfaces() -> None:
 
 def test_script_probes_the_configured_token_path_and_what_the_deploy_manages() -> None:
     host, _ = resolve_host("h1", {"hf_cache_dir": "/data/hf cache"})
-    text = probe.script("/secrets/hf token", managed.probe(host))
+    text = probe.script("/secrets/hf token", evaluate.probe(host))
     assert "test -r '/secrets/hf token'" in text
     assert "stat -c '%a|%U|%G|%F|%n'" in text and "'/data/hf cache'" in text and "/etc/systemd/system/vllm-main.service" in text
     assert health.serving(8080, "openai/gpt-oss-120b", None) in text
@@ -329,7 +329,7 @@ def test_the_api_key_file_must_be_roots_alone(api_key: str | None, says: str) ->
 
 
 def test_the_fact_reads_v1_with_the_key_from_its_file_never_in_argv() -> None:
-    reads = managed.probe(spec(vllm_api_key_path="/etc/instinct-fleet/api-key"))  # type: ignore[arg-type]
+    reads = evaluate.probe(spec(vllm_api_key_path="/etc/instinct-fleet/api-key"))  # type: ignore[arg-type]
     text = probe.script("/etc/instinct-fleet/hf-token", reads)
     assert "read -r key 2>/dev/null </etc/instinct-fleet/api-key" in text and "-K -" in text and "Authorization: Bearer %s" in text
     assert "stat -c '%a|%U|%s' /etc/instinct-fleet/api-key" in text

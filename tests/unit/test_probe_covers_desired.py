@@ -1,6 +1,6 @@
 """Everything the desired state names is read by the one preflight fact: a gap would drift on every run, or never be removed.
 
-``managed.probe(spec)`` lists what the fact reads from the spec alone; ``managed.desired(plan)``
+``evaluate.probe(spec)`` lists what the fact reads from the spec alone; ``evaluate.desired(plan)``
 lists what the host must have once the facts are in. A desired path the probe misses looks
 drifted on every run (and is rewritten every time); a must-be-absent path it misses is never
 removed. Hypothesis generates specs across the features (the consumer property's host data)
@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
-from instinct_fleet.converge import managed, probe
+from instinct_fleet.converge import evaluate, probe
 from instinct_fleet.model import paths
 from instinct_fleet.model.paths import PROBED_GLOBS
 
@@ -29,7 +29,7 @@ def covered(data: dict[str, Any]) -> bool:
     if accepted is None:
         return False
     for plan in accepted:
-        reads = managed.probe(plan.spec)
+        reads = evaluate.probe(plan.spec)
         want = plan.desired
         assert [f.path for f in want.files if not probed(f.path, reads)] == []
         assert [d.path for d in want.directories if not probed(d.path, reads)] == []

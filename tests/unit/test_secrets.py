@@ -14,7 +14,7 @@ import pytest
 
 from instinct_fleet import scaffold
 from instinct_fleet.cli import main
-from instinct_fleet.converge import content, operations
+from instinct_fleet.converge import content, entries, operations
 from instinct_fleet.model import paths, secrets
 from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.inventory import HostData, plan_hosts
@@ -197,7 +197,6 @@ def test_the_json_plan_of_a_managed_token_names_only_its_source(
 def test_only_declared_secrets_take_the_secret_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """An env file is 0600 too, but no secret: it is put as any file (and tune may write it); a secret declared with
     another mode is a declaration bug."""
-    from instinct_fleet.converge import managed
 
     monkeypatch.setenv(ENV, TOKEN)
     host_plan = plan({"hf_token_source": f"env:{ENV}", "docker_credentials_file": str(ROOT / "pyproject.toml")}, SimHost())
@@ -206,4 +205,4 @@ def test_only_declared_secrets_take_the_secret_path(monkeypatch: pytest.MonkeyPa
     assert secret == {"/etc/instinct-fleet/hf-token", paths.CREDENTIALS}
     assert paths.unit_env_path("vllm-main") in {op.kwargs["dest"] for op in ops if op.op == "put"}
     with pytest.raises(ValueError, match="a secret is declared with mode 600"):
-        managed.FileEntry("/etc/x", "runtime", "x", lambda _r: b"", mode="640", secret=True)
+        entries.FileEntry("/etc/x", "runtime", "x", lambda _r: b"", mode="640", secret=True)

@@ -14,7 +14,7 @@ from typing import Any, cast, get_args
 import pytest
 from hypothesis import event
 
-from instinct_fleet.converge import managed
+from instinct_fleet.converge import entries, managed
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.state import Action, Roll, Run, Stage
 from instinct_fleet.model import paths
@@ -379,7 +379,7 @@ def test_a_new_entry_is_converged_by_the_stage_it_names_with_no_other_edit(monke
     """Adding a managed file is its entry (and its template): the stage it names writes it, runs what it asks
     for, and the next run leaves it alone. No task file, harness or list of expected operations changes."""
     then: tuple[Action, ...] = (Roll("vllm-main"),) if stage == "roll" else (Run("Tell the operator", "true"),)
-    extra = managed.FileEntry(f"{paths.CONFIG_DIR}/extra-{stage}", stage, f"extra file of {stage}", lambda _r: b"x\n", then=then)
+    extra = entries.FileEntry(f"{paths.CONFIG_DIR}/extra-{stage}", stage, f"extra file of {stage}", lambda _r: b"x\n", then=then)
     declare = managed.declare
     monkeypatch.setattr(managed, "declare", lambda spec: (*declare(spec), extra))
     first = STAGES[STAGES.index({"docker": "runtime", "roll": "services"}.get(stage, stage))]
@@ -392,7 +392,7 @@ def test_a_new_entry_is_converged_by_the_stage_it_names_with_no_other_edit(monke
 
 def test_an_entry_no_stage_converges_fails_the_harness(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check the test above relies on has teeth: an entry of a stage no task converges stays drifted."""
-    orphan = managed.FileEntry(f"{paths.CONFIG_DIR}/orphan", cast(Stage, "nowhere"), "orphan", lambda _r: b"x\n")
+    orphan = entries.FileEntry(f"{paths.CONFIG_DIR}/orphan", cast(Stage, "nowhere"), "orphan", lambda _r: b"x\n")
     declare = managed.declare
     monkeypatch.setattr(managed, "declare", lambda spec: (*declare(spec), orphan))
     with pytest.raises(AssertionError, match="orphan"):
@@ -404,7 +404,7 @@ def test_the_watch_switched_off_is_stopped_and_its_files_removed_then_nothing(mo
     sim = converged(monkeypatch, DATA)
     removed = declared(plan(off, sim), "services")
     assert only(monkeypatch, off, sim)["services"] == [f"Stop {paths.WATCH_UNIT} (watch is off)", *removed]
-    watch_files = [e.label for e in managed.watch_entries(plan(DATA, sim).spec) if isinstance(e, managed.FileEntry) and not e.directory]
+    watch_files = [e.label for e in managed.watch_entries(plan(DATA, sim).spec) if isinstance(e, entries.FileEntry) and not e.directory]
     assert removed == [*watch_files, "Reload systemd (services)"]
     gone = converged(monkeypatch, DATA)
     deploy(monkeypatch, plan(off, gone), gone)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet.converge import content, managed, steps
+from instinct_fleet.converge import content, entries, managed, steps
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.model import paths, render
 from instinct_fleet.model.inventory import HostData, plan_hosts
@@ -209,9 +209,9 @@ def test_the_host_readme_names_every_managed_unit_and_file() -> None:
     assert text.startswith("# Managed by instinct-fleet")
     declared = managed.declare(plan.spec)
     for entry in declared:
-        if isinstance(entry, managed.FileEntry):
+        if isinstance(entry, entries.FileEntry):
             assert f"  {entry.path}  {entry.mode or '-'} {entry.owner}:{entry.group}\n" in text, entry.path
-        elif isinstance(entry, managed.UnitEntry):
+        elif isinstance(entry, entries.UnitEntry):
             assert f"  {paths.service(entry.name)}\n" in text, entry.name
     assert paths.GENERATIONS_DIR in text and "{{" not in text
 
