@@ -33,7 +33,7 @@ from pyinfra.api.deploy import deploy
 from pyinfra.context import host
 from pyinfra.operations import apt
 
-from instinct_fleet.converge import apply, content, managed, operations
+from instinct_fleet.converge import apply, content, managed, operations, steps
 from instinct_fleet.model import paths
 from instinct_fleet.roll import spread
 from instinct_fleet.roll.run import fleet_plan, plan_for
@@ -198,7 +198,7 @@ def routers() -> None:
     for pool in plan.spec.pools:  # the preflight fact ran the sync script's --check on each running router
         drift = plan.report.router_drift.get(pool.port)
         if drift and not plan.drifted(paths.router_workers(pool.port)):  # a new worker list syncs as it is written
-            operations.router_pool_synced(name=f"Router pool of {pool.model}: {'; '.join(drift)}", command=managed.sync_command(pool))
+            apply.step(steps.PoolSync(managed.sync_command(pool), f"Router pool of {pool.model}: {'; '.join(drift)}"))
 
 
 @stage("Serving")
@@ -215,7 +215,7 @@ def serving() -> None:
     # Quarantined instances still running leave their router pools first; the services stage then stops them.
     draining = tuple(m for m in plan.spec.memberships if plan.quarantined(m.unit) and m.unit in plan.report.active_units)
     if draining:
-        operations.router_pools_left(name="GPU health: quarantined instances out of the router pools", members=draining)
+        apply.step(steps.PoolLeave(draining, "GPU health: quarantined instances out of the router pools"))
     apply.converge(plan, "services")  # the config directory, the Hugging Face cache, the watch and the quarantine
 
     mine = fleet.roll.turns[host.name].batch  # an unchanged host checks its units in batch 0

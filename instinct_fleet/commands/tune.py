@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 
 from instinct_fleet.commands.sweeps import BASELINE, RESULT_FIELDS, Checked, Point, Sweep, assign, with_point
 from instinct_fleet.commands.trials import SHOWN, Results, Trial, judge, medians
-from instinct_fleet.converge import apply, evaluate, health, operations, preflight, probe, progress, steps
+from instinct_fleet.converge import apply, evaluate, health, preflight, probe, progress, steps
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.live import bench, canary, interrupts, remote, report
 from instinct_fleet.model import paths, render, workload
@@ -135,7 +135,9 @@ class HostTuner:
         stop = render.stop_seconds(svc, v.rolling_drain_timeout)
         restart = locked(" && ".join(s for s in (first, trial) if s), v.command_timeout + stop)
         if self.members and not self.away:  # out of every router pool before its first restart, back after the restore
-            left = self.runner.run(self.name, operations.worker_calls("remove", self.members), v.command_timeout)
+            left = self.runner.run(
+                self.name, apply.shell((steps.Planned(steps.PoolLeave(self.members, "Tune: out of the router pools")),)), v.command_timeout
+            )
             if left.error is not None or not left.ok:
                 return f"not restarted: {left.error or (left.stderr or left.stdout).strip()[-500:]}", []
         self.away = True
@@ -224,7 +226,11 @@ class HostTuner:
             self.deployed, f"tune sweep {self.results.dir.name}: restoring the deployed configuration", bench.stop_command(self.stamp)
         )
         if problem is None and self.members:  # healthy on its deployed files: back into its pools
-            joined = self.runner.run(self.name, operations.worker_calls("add", self.members), self.deployed.spec.vars.command_timeout)
+            joined = self.runner.run(
+                self.name,
+                apply.shell((steps.Planned(steps.PoolJoin(self.members, "Tune: back into the router pools")),)),
+                self.deployed.spec.vars.command_timeout,
+            )
             problem = None if joined.ok and joined.error is None else (joined.error or (joined.stderr or joined.stdout).strip()[-500:])
         if problem is None:
             cleared = self.runner.run(self.name, apply.shell((steps.Planned(steps.unmark()),)), 30)

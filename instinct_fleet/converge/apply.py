@@ -74,6 +74,8 @@ def label(step: st.Step) -> str:
             return f"{step.unit.name} running and enabled" if step.unit.running else f"{step.unit.name} enabled"
         case st.Refuse():
             return f"{step.path} is there"
+        case st.PoolLeave() | st.PoolJoin() | st.PoolSync():
+            return step.why
         case st.Say():
             return step.text
 
@@ -120,6 +122,12 @@ def _operation(step: st.Step, when: list[Any]) -> Any:
         return server.shell(name=name, commands=[step.action.command], _if=when)
     if isinstance(step, st.RebootHost):
         return server.reboot(name=name, _if=when)
+    if isinstance(step, st.PoolLeave):
+        return ops.router_pools_left(name=name, members=step.members, _if=when)
+    if isinstance(step, st.PoolJoin):
+        return ops.router_pools_joined(name=name, members=step.members, fresh=step.fresh, _if=when)
+    if isinstance(step, st.PoolSync):
+        return ops.router_pool_synced(name=name, command=step.command, _if=when)
     if isinstance(step, st.Stop):
         return systemd.service(name=name, service=paths.service(step.unit), running=False, enabled=False, _if=when)
     limit: dict[str, Any] = {}
@@ -198,6 +206,10 @@ def _command(step: st.Step) -> str:
         return f"echo {q(step.text)}"
     if isinstance(step, st.Command):
         return step.action.command
+    if isinstance(step, st.PoolLeave):
+        return f"{{ {ops.worker_calls('remove', step.members)}; }}"
+    if isinstance(step, st.PoolJoin):
+        return f"{{ {ops.worker_calls('add', step.members, step.fresh)}; }}"
     raise ValueError(f"{type(step).__name__} ({label(step)}) runs only as a pyinfra operation (apply.operations)")
 
 

@@ -7,7 +7,8 @@ three planners that read the declared entries (:mod:`instinct_fleet.converge.man
 - :func:`trial` -- a tune trial's files written and their units restarted;
 - :func:`restore` -- a failed batch's serving files back from a generation kept on the host;
 
-and the roll marker's :func:`mark` and :func:`unmark`. Two emitters in :mod:`instinct_fleet.converge.apply` turn
+and the roll marker's :func:`mark` and :func:`unmark`; the router pools' leave, join and sync are steps too
+(:class:`PoolLeave`, :class:`PoolJoin`, :class:`PoolSync`). Two emitters in :mod:`instinct_fleet.converge.apply` turn
 steps into what runs: pyinfra operations for the stages, one shell script for ``tune`` and a rollback. A step writes
 or removes only the path it names (:func:`written`), so which paths a run may touch is read from the steps alone
 (tests/unit/test_declared.py holds them to the declaration).
@@ -25,6 +26,7 @@ from instinct_fleet.converge import state
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.state import Action, Desired, File, Reboot, Reload, Restart, Roll, Run, Stage, Unit
 from instinct_fleet.model import paths
+from instinct_fleet.model.pools import Membership
 
 # What "Reload systemd (...)" names for each stage's unit files.
 TITLES: dict[Stage, str] = {
@@ -193,6 +195,32 @@ class Refuse:
 
 
 @dataclass(frozen=True)
+class PoolLeave:
+    """These instances out of every router pool that lists them, before they stop (``why``: the operation's name)."""
+
+    members: tuple[Membership, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class PoolJoin:
+    """These instances back into every router pool that lists them, after their gate; ``fresh``: the units restarted
+    with new serving files, whose watch record is cleared first (the rest stay out while their watch holds them)."""
+
+    members: tuple[Membership, ...]
+    why: str
+    fresh: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class PoolSync:
+    """A running router's pool converged to its worker file by the declared sync script (``command``)."""
+
+    command: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Say:
     """A line on the script's output (what a rollback did)."""
 
@@ -219,6 +247,9 @@ Step = (
     | ReloadUnit
     | EnsureUnit
     | Refuse
+    | PoolLeave
+    | PoolJoin
+    | PoolSync
     | Say
 )
 

@@ -164,7 +164,7 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
     left = tuple(m for m in plan.spec.memberships if (stopping or m.unit in pending) and m.unit in plan.report.active_units)
     joins = tuple(m for m in plan.spec.memberships if stopping or m.unit in pending)
     if left:
-        operations.router_pools_left(name="Roll: out of the router pools", members=left, _if=gate)
+        apply.step(steps.PoolLeave(left, "Roll: out of the router pools"), gate)
     if me.measured:
         _canary(plan, fleet, "before", gate, None)
     if rolling and plan.desired.endpoints:
@@ -190,16 +190,15 @@ def converge_batch(plan: HostPlan, fleet: FleetPlan, batch: int, state: State) -
         return gate() and not fleet.journal.rolls_back(batch, failed())
 
     if joins:
-        operations.router_pools_joined(name="Roll: back into the router pools", members=joins, fresh=frozenset(pending), _if=passed)
+        apply.step(steps.PoolJoin(joins, "Roll: back into the router pools", frozenset(pending)), passed)
     # The caches this host built for hosts of later batches: sent once its instances passed their gate.
     spread.emit_sends(fleet.roll.spreads, host, batch, fleet.journal.carried, passed, v.image_pull_timeout)
     if rollback:
         _rollback(plan, fleet, batch, failed, start_timeout * max(1, len(pending)))
         if left:  # healthy again on the old files (the rollback's gate fails the host otherwise)
-            operations.router_pools_joined(
-                name="Roll: back into the router pools after the rollback",
-                members=left,
-                _if=lambda: fleet.journal.rolls_back(batch, failed()),
+            apply.step(
+                steps.PoolJoin(left, "Roll: back into the router pools after the rollback"),
+                lambda: fleet.journal.rolls_back(batch, failed()),
             )
     if all_files:
         operations.generation_saved(

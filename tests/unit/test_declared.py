@@ -46,7 +46,10 @@ SCRIPTS: dict[tuple[str, str], Callable[[dict[str, Any]], list[str]]] = {
     ("server", "shell"): lambda kw: list(kw["commands"]),
     ("operations", "generation_saved"): lambda kw: [generations.save_script(kw["number"], kw["keep"], kw["healthy"])],
     ("operations", "generation_restored"): lambda kw: [kw["script"]],
+    ("operations", "router_pool_synced"): lambda kw: [kw["command"]],
 }
+# Of those, the ones whose whole text must be a command an entry declares.
+DECLARED_COMMANDS = {("server", "shell"), ("operations", "router_pool_synced")}
 # Operations that write no file: units, packages, users, kernel values, images, checks, the router's HTTP calls.
 NO_FILE = {
     ("systemd", "service"),
@@ -105,7 +108,7 @@ def undeclared(host_plan: HostPlan, ops: list[Recorded]) -> list[str]:
             bad += [f"{op.name}: {p}" for p in WRITES[key](op.kwargs) if not declared.admits(p)]
         elif key in SCRIPTS:
             for text in SCRIPTS[key](op.kwargs):
-                if key == ("server", "shell") and text not in declared.commands:
+                if key in DECLARED_COMMANDS and text not in declared.commands:
                     bad.append(f"{op.name}: runs a command no entry declares: {text}")
                 bad += [f"{op.name}: {p}" for p in absolute_paths(text) if p not in PROGRAMS and not declared.admits(p)]
         elif key not in NO_FILE:
@@ -137,6 +140,9 @@ def situations(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, HostPlan,
     yield ("quarantined", *every_stage(monkeypatch, DATA, sim, **smi.sections({"gpus": {"0": {"uncorrectable": 3}}})))
     router = SimHost()
     yield ("router", *every_stage(monkeypatch, {"router": True}, router))
+    port = plan({"router": True}, router).spec.pools[0].port
+    drift = {"router-drift": f"{port} remove http://gone:8080"}  # a running pool that lists a worker no longer there
+    yield ("router pool drifted", *every_stage(monkeypatch, {"router": True}, router, **drift))
     yield ("router off", *every_stage(monkeypatch, {}, router))
     head = {**CLUSTER, "vllm_recipe": "llama-3.1-405b-pp2", "vllm_nodes": 2}
     yield ("cluster head", *every_stage(monkeypatch, {**head, "ray_role": "head"}, SimHost(), peers={"h2": {**head, "ray_role": "worker"}}))
