@@ -10,14 +10,155 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
-from instinct_fleet.converge import gpuhealth
+from instinct_fleet.converge import gpuhealth, system, templating
 from instinct_fleet.converge.hostfacts import HostFacts
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.model import liveness, paths, render, router
+from instinct_fleet.model.defaults import FleetVars
 from instinct_fleet.model.pools import Pool
-from instinct_fleet.model.spec import HostSpec, ServiceSpec
+from instinct_fleet.model.spec import ClusterSpec, HostSpec, ServiceSpec
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container a unit runs: the parts that differ between vLLM and Ray containers."""
+
+    name: str
+    image: str
+    entrypoint: str
+    command: list[str]
+    env_path: str
+    devices: list[str]
+    mounts: list[str] = field(default_factory=list)
+    infiniband: bool = False
+
+
+def drain_args(svc: ServiceSpec, drain_timeout: int) -> list[str]:
+    """``--shutdown-timeout`` where the pinned vLLM has it and the instance does not set it: SIGTERM then drains."""
+    if "shutdown-timeout" in svc.args or not render.has_flag(svc, "shutdown-timeout"):
+        return []
+    return ["--shutdown-timeout", str(drain_timeout)]
+
+
+def vllm_container(
+    svc: ServiceSpec,
+    devices: list[str],
+    drain_timeout: int,
+    mounts: list[str] | None = None,
+    infiniband: bool = False,
+    api_key_path: str | None = None,
+) -> Container:
+    command = ["serve", svc.model, *render.render_args(svc), *drain_args(svc, drain_timeout)]
+    entrypoint, command, key_mounts = render.with_api_key("vllm", command, api_key_path)
+    return Container(
+        paths.vllm_unit(svc.name),
+        svc.image,
+        entrypoint,
+        command,
+        paths.unit_env_path(paths.vllm_unit(svc.name)),
+        devices,
+        [*(mounts or []), *key_mounts],
+        infiniband,
+    )
+
+
+def docker_run(container: Container, v: FleetVars, group_ids: list[int], with_token: bool) -> list[str]:
+    """The full ``docker run`` argv of a container, in a fixed order so that units only change when inputs do."""
+    argv = [paths.DOCKER, "run", "--rm", "--name", container.name, "--label", f"instinct-fleet.unit={container.name}"]
+    # --ipc host: the host's /dev/shm and IPC namespace, which PyTorch workers and RCCL share (004:290, in 004's docker run);
+    # docker ignores --shm-size with it, so none is given.
+    argv += ["--network", "host", "--ipc", "host"]
+    argv += ["--device", paths.KFD]
+    for device in container.devices:
+        argv += ["--device", device]
+    if container.infiniband:
+        argv += ["--device", paths.INFINIBAND, "--cap-add", "IPC_LOCK"]
+    for gid in group_ids:
+        argv += ["--group-add", str(gid)]
+    argv += ["--cap-add", "SYS_PTRACE", "--security-opt", "seccomp=unconfined"]
+    ulimit = system.memlock_ulimit(v.tune_memlock)
+    if ulimit:
+        argv += ["--ulimit", ulimit]
+    argv += ["--env-file", container.env_path, "-v", f"{v.hf_cache_dir}:{paths.HF_CACHE_IN_CONTAINER}"]
+    if with_token:
+        argv += ["-v", f"{v.hf_token_path}:{paths.TOKEN_IN_CONTAINER}:ro"]
+    for mount in container.mounts:
+        argv += ["-v", mount]
+    argv += ["--entrypoint", container.entrypoint, container.image, *container.command]
+    return argv
+
+
+def ray_ready_command(nodes: int, gpus: int, timeout: int) -> list[str]:
+    """ExecStartPre of the head's vLLM unit: wait until Ray shows every node and GPU of the cluster."""
+    head = paths.ray_unit("head")
+    wait = (
+        f"end=$(( $(date +%s) + {timeout} )); until {paths.DOCKER} exec {head} true 2>/dev/null; do "
+        f"if [ $(date +%s) -ge $end ]; then echo '{head} container not running after {timeout}s' >&2; exit 1; fi; sleep 2; done"
+    )
+    return ["/bin/sh", "-c", f"{wait}; exec {paths.DOCKER} exec -i {head} python3 - {nodes} {gpus} {timeout} < {paths.RAY_READY_SCRIPT}"]
+
+
+# `ray start --block` returns only when one of its processes exits with a code it does not expect
+# (ray/scripts/scripts.py treats 0 and SIGTERM as expected). A raylet that shuts itself down
+# "gracefully" exits 0: when its dashboard agent fails, or when it reached a head whose GCS then
+# restarted (WrongClusterID). `ray start` then blocks on with no raylet: systemd sees the node
+# running, Ray sees it dead, and the cluster waits forever for a GPU node that never comes back.
+# This shell runs `ray start --block` in the background, passes SIGTERM on (the unit's stop), and
+# exits 1 when the container has no raylet, so that the unit restarts and joins the current head.
+# It reads the container's own /proc (its PID namespace; a zombie raylet counts as gone): no ps or pgrep needed.
+RAY_NODE_WATCH = (
+    "ray \"$@\" & ray=$!; trap 'kill -TERM $ray; wait $ray; exit 0' TERM INT; seen=0; waited=0; "
+    "while kill -0 $ray 2>/dev/null; do "
+    "sleep {poll} & wait $!; up=0; "
+    'for proc in /proc/[0-9]*; do [ "$(cat "$proc/comm" 2>/dev/null)" = raylet ] && ! grep -q "^State:.*Z" "$proc/status" 2>/dev/null '
+    "&& up=1 && break; done; "
+    "if [ $up = 1 ]; then seen=1; else waited=$((waited + {poll})); fi; "
+    "if [ $up = 0 ] && {{ [ $seen = 1 ] || [ $waited -ge {grace} ]; }}; then "
+    "echo 'instinct-fleet: this node has no raylet, but ray start --block still runs (a raylet that shut itself down "
+    "exits 0, which Ray does not count as a failure); stopping it so that systemd restarts the node' >&2; "
+    "kill -TERM $ray; wait $ray; exit 1; fi; done; wait $ray"
+)
+
+
+RAY_NODE_POLL = 5  # seconds between two looks for the raylet
+
+
+RAY_NODE_GRACE = 120  # seconds a starting node may take to show its raylet
+
+
+def ray_node(command: list[str], poll: int = RAY_NODE_POLL, grace: int = RAY_NODE_GRACE) -> tuple[str, list[str]]:
+    """(entrypoint, command) of a Ray node's container: ``ray`` with ``command``, under the watch above."""
+    script = RAY_NODE_WATCH.format(poll=poll, grace=grace)
+    return "/bin/sh", ["-c", script, "ray", *command]
+
+
+def ray_start(cluster: ClusterSpec, node_ip: str, head_ip: str, num_gpus: int) -> list[str]:
+    """``ray start`` for one node: every port pinned so that the firewall can name them."""
+    ports = cluster.ports
+    argv = ["start", "--block"]
+    if cluster.role == "head":
+        # client_server stays at Ray's default; passing it makes Ray demand the ray[client] extra.
+        argv += ["--head", f"--port={ports['gcs']}", "--include-dashboard=false"]
+    else:
+        argv += [f"--address={head_ip}:{ports['gcs']}"]
+    return [
+        *argv,
+        f"--node-ip-address={node_ip}",
+        f"--num-gpus={num_gpus}",
+        f"--object-manager-port={ports['object_manager']}",
+        f"--node-manager-port={ports['node_manager']}",
+        f"--min-worker-port={ports['min_worker']}",
+        f"--max-worker-port={ports['max_worker']}",
+        f"--dashboard-agent-listen-port={ports['dashboard_agent_listen']}",
+        f"--dashboard-agent-grpc-port={ports['dashboard_agent_grpc']}",
+        f"--metrics-export-port={ports['metrics_export']}",
+        f"--runtime-env-agent-port={ports['runtime_env_agent']}",
+        "--disable-usage-stats",
+    ]
+
 
 BASE_PACKAGES = {"curl": "curl"}  # command -> Debian package; curl runs the health checks
 CPUPOWER_PACKAGES = {"debian": ("linux-cpupower",), "ubuntu": ("linux-tools-common", "linux-tools-generic")}
@@ -32,7 +173,7 @@ def vllm_argv(plan: HostFacts, svc: ServiceSpec) -> list[str]:
     cache = plan.spec.compile_cache(svc)
     mounts = [f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}"] if plan.role == "head" else []
     mounts.append(f"{cache}:{cache}")
-    container = render.vllm_container(
+    container = vllm_container(
         svc,
         plan.devices(svc),
         v.rolling_drain_timeout,
@@ -40,7 +181,7 @@ def vllm_argv(plan: HostFacts, svc: ServiceSpec) -> list[str]:
         infiniband=cluster is not None and cluster.infiniband,
         api_key_path=v.vllm_api_key_path,
     )
-    return render.docker_run(container, v, plan.group_ids, plan.has_token)
+    return docker_run(container, v, plan.group_ids, plan.has_token)
 
 
 def ray_argv(plan: HostFacts) -> list[str]:
@@ -49,8 +190,8 @@ def ray_argv(plan: HostFacts) -> list[str]:
     svc = plan.spec.services[0]
     cache = plan.spec.compile_cache(svc)
     # --num-gpus from amd-smi; preflight has checked it equals gpu_count on every member.
-    entrypoint, command = render.ray_node(render.ray_start(cluster, plan.cluster.node_ip, plan.cluster.head_ip, len(plan.report.gpus)))
-    container = render.Container(
+    entrypoint, command = ray_node(ray_start(cluster, plan.cluster.node_ip, plan.cluster.head_ip, len(plan.report.gpus)))
+    container = Container(
         name=paths.ray_unit(cluster.role),
         image=svc.image,
         entrypoint=entrypoint,
@@ -60,7 +201,7 @@ def ray_argv(plan: HostFacts) -> list[str]:
         mounts=[f"{paths.RAY_TMP}:{paths.RAY_TMP_IN_CONTAINER}", f"{cache}:{cache}"],
         infiniband=cluster.infiniband,
     )
-    return render.docker_run(container, plan.spec.vars, plan.group_ids, plan.has_token)
+    return docker_run(container, plan.spec.vars, plan.group_ids, plan.has_token)
 
 
 def unit_vars(plan: HostFacts, svc: ServiceSpec) -> dict[str, Any]:
@@ -69,7 +210,7 @@ def unit_vars(plan: HostFacts, svc: ServiceSpec) -> dict[str, Any]:
     ready = None
     if cluster is not None and plan.role == "head":
         nodes, gpus = svc.nodes, svc.nodes * plan.spec.gpu_count
-        ready = render.exec_line(render.ray_ready_command(nodes, gpus, cluster.ready_timeout))
+        ready = render.exec_line(ray_ready_command(nodes, gpus, cluster.ready_timeout))
     unit = paths.vllm_unit(svc.name)
     return {
         "unit": unit,
@@ -112,56 +253,13 @@ def ray_unit_vars(plan: HostFacts) -> dict[str, Any]:
 def serving_units(plan: HostFacts) -> dict[str, tuple[str, str]]:
     """Per serving unit this host runs (ray-* first): its unit file's and env file's content."""
     units = {
-        paths.vllm_unit(svc.name): (render.template("vllm.service.j2", **unit_vars(plan, svc)), env_text(plan, svc)) for svc in plan.serves
+        paths.vllm_unit(svc.name): (templating.template("vllm.service.j2", **unit_vars(plan, svc)), env_text(plan, svc))
+        for svc in plan.serves
     }
     if plan.role is not None:
-        ray = render.template("ray.service.j2", **ray_unit_vars(plan))
+        ray = templating.template("ray.service.j2", **ray_unit_vars(plan))
         units[paths.ray_unit(plan.role)] = (ray, env_text(plan, plan.spec.services[0]))
     return {unit: units[unit] for unit in plan.spec.serving_units}  # in start order
-
-
-def docker_drop_in(plan: HostFacts) -> str | None:
-    """dockerd's limits drop-in (None: must be absent)."""
-    memlock = render.memlock_systemd(plan.spec.vars.tune_memlock)
-    return render.template("docker-limits.conf.j2", memlock=memlock) if memlock else None
-
-
-def exporter_unit(plan: HostFacts) -> str:
-    v = plan.spec.vars
-    return render.template(
-        "amd-metrics-exporter.service.j2",
-        unit=paths.EXPORTER_UNIT,
-        docker=paths.DOCKER,
-        port=v.metrics_exporter_port,
-        config_dir=paths.EXPORTER_DIR,
-        exec_start=render.exec_line(render.exporter_argv(v.metrics_exporter_image)),
-    )
-
-
-def firewall(plan: HostFacts) -> str | None:
-    """The nftables ruleset for this host, or None when the firewall is not needed or switched off."""
-    v, cluster = plan.spec.vars, plan.spec.cluster
-    allow, scrapers = v.vllm_allow_from, v.prometheus_allow_from
-    routed = router.allowed(plan.spec)
-    if not v.firewall or (cluster is None and allow is None and scrapers is None and routed is None):
-        return None
-    members = list(plan.cluster.member_ips) if plan.cluster else []
-    ray = render.ray_ports(cluster) if cluster else []
-    exporter = v.metrics_exporter_port if v.metrics_exporter else None
-    ports = [s.port for s in plan.serves]
-    if v.watch and ports:  # the watch's /state and /metrics: exactly who may reach the instances' /metrics
-        ports.append(v.watch_port)
-    pools = plan.spec.pools
-    return render.firewall_ruleset(
-        members,
-        ray,
-        ports,
-        None if allow is None else tuple(allow),
-        None if scrapers is None else tuple(scrapers),
-        exporter,
-        ([p.port for p in pools], [p.metrics_port for p in pools]),
-        routed,
-    )
 
 
 def missing_packages(plan: HostPlan) -> list[str]:
@@ -182,7 +280,7 @@ def router_unit(spec: HostSpec, pool: Pool) -> str:
     """One pool's router unit: the launcher with the release's files, the pool's worker file and the router's options."""
     v = spec.vars
     argv = [paths.PYTHON3, paths.ROUTER_LAUNCHER, paths.router_dir(v.router_version), paths.router_workers(pool.port)]
-    return render.template(
+    return templating.template(
         "router.service.j2",
         version=v.router_version,
         model=pool.model,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from instinct_fleet.converge import content
+from instinct_fleet.converge import content, firewall
 from instinct_fleet.converge.hostfacts import HostFacts
 from instinct_fleet.converge.state import (
     Action,
@@ -52,7 +52,7 @@ class Rendered:
 
     @cached_property
     def firewall(self) -> str | None:
-        return content.firewall(self.facts)
+        return firewall.firewall(self.facts)
 
 
 @dataclass(frozen=True)

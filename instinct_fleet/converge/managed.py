@@ -22,7 +22,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable
 
-from instinct_fleet.converge import content, routerwheel
+from instinct_fleet.converge import content, firewall, routerwheel, system, templating
 from instinct_fleet.converge.entries import (
     SKIP,
     Entry,
@@ -118,7 +118,7 @@ def _host_readme(r: Rendered) -> bytes:
     """What an operator on the host reads in paths.HOST_README: the units and files of this declaration."""
     files = [(e.path, e.mode or "-", f"{e.owner}:{e.group}") for e in r.declared if isinstance(e, FileEntry)]
     units = [e.name for e in r.declared if isinstance(e, UnitEntry)]
-    return render.template("host-readme.j2", units=units, files=files, generations=paths.GENERATIONS_DIR).encode()
+    return templating.template("host-readme.j2", units=units, files=files, generations=paths.GENERATIONS_DIR).encode()
 
 
 def declare(spec: HostSpec) -> tuple[Entry, ...]:
@@ -140,14 +140,14 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             paths.GRUB_DROP_IN,
             "tuning",
             f"GRUB drop-in: {' '.join(paths.KERNEL_ARGS)}",
-            _when(v.tune_kernel_cmdline, lambda _r: render.grub_drop_in().encode()),
+            _when(v.tune_kernel_cmdline, lambda _r: system.grub_drop_in().encode()),
             then=grub_then,
         ),
         FileEntry(
             paths.SYSCTL_FILE,
             "tuning",
             "NUMA balancing off at boot",
-            _when(v.tune_numa_balancing, lambda r: render.sysctl_file().encode() if r.facts.report.numa_balancing is not None else SKIP),
+            _when(v.tune_numa_balancing, lambda r: system.sysctl_file().encode() if r.facts.report.numa_balancing is not None else SKIP),
         ),
         FileEntry(
             paths.REBOOT_MARKER,
@@ -159,7 +159,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             paths.unit_path(paths.CPU_IDLE_UNIT),
             "tuning",
             "CPU idle unit",
-            _when(v.tune_cpu_idle, lambda _r: render.cpu_idle_unit().encode()),
+            _when(v.tune_cpu_idle, lambda _r: system.cpu_idle_unit().encode()),
             then=(Restart(paths.CPU_IDLE_UNIT),),
         ),
         UnitEntry(paths.CPU_IDLE_UNIT, "tuning", lambda _r: Unit(paths.CPU_IDLE_UNIT, "tuning", running=None) if v.tune_cpu_idle else None),
@@ -169,14 +169,14 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             paths.DAEMON_JSON,
             "docker",
             f"docker settings {paths.DAEMON_JSON}",
-            lambda _r: render.daemon_json(v).encode(),
+            lambda _r: system.daemon_json(v).encode(),
             then=(Restart(paths.DOCKER_UNIT),),
         ),
         FileEntry(
             paths.DOCKER_DROP_IN,
             "docker",
             f"docker settings {paths.DOCKER_DROP_IN}",
-            lambda r: _text(content.docker_drop_in(r.facts)),
+            lambda r: _text(system.docker_drop_in(r.facts)),
             then=(Restart(paths.DOCKER_UNIT),),
         ),
         UnitEntry(paths.DOCKER_UNIT, "docker", lambda _r: Unit(paths.DOCKER_UNIT, "docker")),
@@ -203,8 +203,10 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
                     FileEntry(cache, "runtime", f"Compile cache of {image}", lambda _r: b"", mode="755", directory=True)
                     for image, cache in sorted({svc.image: spec.compile_cache(svc) for svc in spec.services}.items())
                 ),
-                FileEntry(paths.CACHE_PREPARE, "runtime", "Compile-cache script", lambda _r: render.template_bytes("cache-prepare.sh")),
-                FileEntry(paths.CACHE_SPREAD, "runtime", "Compile-cache copy script", lambda _r: render.template_bytes("cache-spread.sh")),
+                FileEntry(paths.CACHE_PREPARE, "runtime", "Compile-cache script", lambda _r: templating.template_bytes("cache-prepare.sh")),
+                FileEntry(
+                    paths.CACHE_SPREAD, "runtime", "Compile-cache copy script", lambda _r: templating.template_bytes("cache-spread.sh")
+                ),
             ]
             if spec.services
             else []
@@ -221,7 +223,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             paths.RAY_READY_SCRIPT,
             "cluster",
             "Ray readiness script",
-            _when(cluster is not None, lambda _r: render.template_bytes("ray-ready.py")),
+            _when(cluster is not None, lambda _r: templating.template_bytes("ray-ready.py")),
         ),
         # Stage 6, firewall.
         FileEntry(
@@ -236,7 +238,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             paths.unit_path(paths.FIREWALL_UNIT),
             "firewall",
             "Firewall unit",
-            lambda r: SKIP if r.firewall is None else render.firewall_unit().encode(),
+            lambda r: SKIP if r.firewall is None else firewall.firewall_unit().encode(),
         ),
         UnitEntry(
             paths.FIREWALL_UNIT,
@@ -261,7 +263,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             exporter_unit,
             "exporter",
             f"Metrics exporter {exporter_unit}",
-            _removed_when_off(v.metrics_exporter, exporter_unit, lambda r: content.exporter_unit(r.facts).encode()),
+            _removed_when_off(v.metrics_exporter, exporter_unit, lambda r: system.exporter_unit(r.facts).encode()),
             then=(Restart(paths.EXPORTER_UNIT),),
         ),
         FileEntry(
@@ -271,7 +273,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             _removed_when_off(
                 v.metrics_exporter,
                 paths.EXPORTER_CONFIG,
-                lambda _r: render.exporter_config(v.metrics_exporter_port, v.metrics_exporter_fields).encode(),
+                lambda _r: system.exporter_config(v.metrics_exporter_port, v.metrics_exporter_fields).encode(),
             ),
             then=(Restart(paths.EXPORTER_UNIT),),
         ),
@@ -328,21 +330,21 @@ def watch_entries(spec: HostSpec) -> list[Entry]:
             paths.WATCH_RULE,
             "services",
             "Watch: the progress rule",
-            off(paths.WATCH_RULE, lambda _r: render.watch_module("instinct_fleet.model", "liveness.py")),
+            off(paths.WATCH_RULE, lambda _r: templating.watch_module("instinct_fleet.model", "liveness.py")),
             then=restart,
         ),
         FileEntry(
             paths.WATCH_EVIDENCE,
             "services",
             "Watch: the GPU evidence and its rules",
-            off(paths.WATCH_EVIDENCE, lambda _r: render.watch_module("instinct_fleet.converge", "evidence.py")),
+            off(paths.WATCH_EVIDENCE, lambda _r: templating.watch_module("instinct_fleet.converge", "evidence.py")),
             then=restart,
         ),
         FileEntry(
             paths.WATCH_SCRIPT,
             "services",
             "Watch script",
-            off(paths.WATCH_SCRIPT, lambda _r: render.template_bytes("watch.py")),
+            off(paths.WATCH_SCRIPT, lambda _r: templating.template_bytes("watch.py")),
             then=restart,
         ),
         FileEntry(
@@ -356,7 +358,7 @@ def watch_entries(spec: HostSpec) -> list[Entry]:
             unit_file,
             "services",
             f"Watch {unit_file}",
-            off(unit_file, lambda _r: render.watch_unit(spec.vars.watch_port).encode()),
+            off(unit_file, lambda _r: system.watch_unit(spec.vars.watch_port).encode()),
             then=restart,
         ),
         _unit_while(on, paths.WATCH_UNIT, "services", "watch is off"),
@@ -385,8 +387,10 @@ def router_entries(spec: HostSpec) -> list[Entry]:
         ),
         *(FileEntry(f"{release}/{name}", "router", f"vllm-router {name}", member(name), then=restarts) for name in table.members),
         FileEntry(paths.ROUTER_CONFIG, "router", "Router config directory", lambda _r: b"", mode="755", directory=True),
-        FileEntry(paths.ROUTER_LAUNCHER, "router", "Router launcher", lambda _r: render.template_bytes("router-launch.py"), then=restarts),
-        FileEntry(paths.ROUTER_SYNC, "router", "Router pool sync script", lambda _r: render.template_bytes("router-sync.py")),
+        FileEntry(
+            paths.ROUTER_LAUNCHER, "router", "Router launcher", lambda _r: templating.template_bytes("router-launch.py"), then=restarts
+        ),
+        FileEntry(paths.ROUTER_SYNC, "router", "Router pool sync script", lambda _r: templating.template_bytes("router-sync.py")),
     ]
     for pool in spec.pools:
         entries += _pool_entries(spec, pool)

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from instinct_fleet.model import render
+from instinct_fleet.converge import templating
 
 IMAGE = "registry.example.com/vllm-openai-rocm:v0.22.0"
 FAKE_DOCKER = """#!/bin/sh
@@ -30,7 +30,7 @@ def prepare(tmp_path: Path, cache: Path, image_id: str = "sha256:aaa", in_use: t
     (bin_dir / "docker").write_text(FAKE_DOCKER)
     (bin_dir / "docker").chmod(0o755)
     script = tmp_path / "cache-prepare.sh"
-    script.write_bytes(render.template_bytes("cache-prepare.sh"))
+    script.write_bytes(templating.template_bytes("cache-prepare.sh"))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "IMAGE_ID": image_id, "IN_USE": " ".join(map(str, in_use))}
     done = subprocess.run(["/bin/sh", str(script), str(cache), IMAGE, str(keep)], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr

@@ -12,7 +12,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from instinct_fleet.model import render
+from instinct_fleet.converge import templating
 
 from .test_cache_prepare import FAKE_DOCKER, IMAGE
 
@@ -25,7 +25,7 @@ def run(tmp_path: Path, *argv: str, image_id: str = "sha256:aaa") -> subprocess.
     scripts = tmp_path / "etc"
     scripts.mkdir(exist_ok=True)
     for name in ("cache-prepare.sh", "cache-spread.sh"):
-        (scripts / name).write_bytes(render.template_bytes(name))
+        (scripts / name).write_bytes(templating.template_bytes(name))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "IMAGE_ID": image_id, "IN_USE": ""}
     return subprocess.run(["/bin/sh", str(scripts / "cache-spread.sh"), *argv], env=env, capture_output=True, text=True, timeout=30)
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from instinct_fleet.commands import monitoring
-from instinct_fleet.converge import content
+from instinct_fleet.converge import content, firewall
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.model import paths, render
 from instinct_fleet.model.inventory import HostData
@@ -101,7 +101,7 @@ def reaches_the_readers(data: dict[str, Any]) -> bool:
     with tempfile.TemporaryDirectory(prefix="instinct-fleet-consumers-") as scratch:
         tmp = Path(scratch)
         for plan in accepted:
-            ruleset = content.firewall(plan)
+            ruleset = firewall.firewall(plan)
             if ruleset is not None:
                 path = tmp / f"{plan.spec.host}.nft"
                 path.write_text(ruleset)
@@ -110,8 +110,8 @@ def reaches_the_readers(data: dict[str, Any]) -> bool:
             units = {path: text for files in unit_files(plan).values() for path, text in files.items() if path.endswith(".service")}
             units.update({path: text for path, text in exporter_files(plan).items() if path.endswith(".service")})
             units.update({paths.unit_path(pool.unit): content.router_unit(plan.spec, pool) for pool in plan.spec.pools})
-            if content.firewall(plan) is not None:
-                units[paths.unit_path(paths.FIREWALL_UNIT)] = render.firewall_unit()
+            if firewall.firewall(plan) is not None:
+                units[paths.unit_path(paths.FIREWALL_UNIT)] = firewall.firewall_unit()
             assert consumers.units_check(units) == "", units
             event("systemd-analyze verify")
             for svc in plan.serves:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet.converge import content
-from instinct_fleet.model import paths, render, workload
+from instinct_fleet.converge import content, firewall
+from instinct_fleet.model import paths, workload
 from instinct_fleet.model.crosscheck import listeners
 from tests.unit.files import unit_files
 
@@ -149,7 +149,7 @@ def test_cluster_members_agree_on_everything_a_member_runs(worker: dict[str, Any
 
 def test_overlapping_allow_list_entries_are_merged_and_load_in_nft(tmp_path: Path) -> None:
     """10.20.5.17 inside 10.20.0.0/16 made `nft -f` refuse the whole ruleset ("conflicting intervals"); merged, it loads."""
-    text = render.firewall_ruleset(
+    text = firewall.firewall_ruleset(
         [], [], [8000], ("10.20.0.0/16", "10.20.5.17", "fd00::/64", "fd00::5", "10.30.0.1"), ("10.20.0.9",), 5000
     )
     assert "elements = { 10.20.0.0/16, 10.30.0.1/32 }" in text and "elements = { fd00::/64 }" in text

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet.converge import content, preflight
+from instinct_fleet.converge import firewall, preflight
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.model import knowledge
 from instinct_fleet.model.rules import RULES
@@ -59,7 +59,7 @@ def files(p: HostPlan) -> dict[str, str]:
     out = {path: text for path, text in docker_files(p).items() if text is not None}
     for unit in unit_files(p).values():
         out.update(unit)
-    ruleset = content.firewall(p)
+    ruleset = firewall.firewall(p)
     if ruleset is not None:
         out["firewall"] = ruleset
     return out

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from instinct_fleet.converge import content
 from instinct_fleet.model import render
 from instinct_fleet.model.inventory import HostData
 from instinct_fleet.roll.plan import plan_inventory
@@ -211,8 +212,8 @@ def test_no_value_ever_adds_a_line_to_a_rendered_file(value: str, where: str) ->
     svc = spec.services[0]
     env = render.env_file(dict(svc.env), with_token=True)
     assert env.count("\n") == len(svc.env) + 1
-    container = render.vllm_container(svc, ["/dev/dri/renderD128"], 60)
-    line = render.exec_line(render.docker_run(container, spec.vars, [44], with_token=True))
+    container = content.vllm_container(svc, ["/dev/dri/renderD128"], 60)
+    line = render.exec_line(content.docker_run(container, spec.vars, [44], with_token=True))
     assert all(part.startswith("    ") for part in line.split("\n")[1:]), line
 
 

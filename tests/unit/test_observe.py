@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from instinct_fleet.commands import monitoring, status
-from instinct_fleet.converge import content, health, preflight, state
+from instinct_fleet.converge import firewall, health, preflight, state
 from instinct_fleet.converge.evaluate import probe
 from instinct_fleet.converge.probe import script as probe_script
 from instinct_fleet.live import bench
@@ -279,7 +279,7 @@ def test_targets_list_every_exporter_and_only_head_vllm_endpoints() -> None:
 def test_prometheus_allow_from_opens_the_scraped_ports_and_closes_the_exporter_to_everyone_else() -> None:
     report = preflight.parse_report(pf.mi300x_host())
     plan = pf.plan({"metrics_exporter": True, "prometheus_allow_from": ["10.9.0.0/24"]}, report)
-    rules = content.firewall(plan)
+    rules = firewall.firewall(plan)
     assert rules is not None
     port = plan.spec.services[0].port
     assert "elements = { 10.9.0.0/24 }" in rules
@@ -288,7 +288,7 @@ def test_prometheus_allow_from_opens_the_scraped_ports_and_closes_the_exporter_t
     assert f"tcp dport {{ {scraped} }} ip saddr @scrapers_v4 accept" in rules
     assert 'tcp dport 5000 counter drop comment "metrics exporter: prometheus_allow_from only"' in rules
     assert rules.index("@scrapers_v4 accept") < rules.index("tcp dport 5000 counter drop")
-    assert content.firewall(pf.plan({"metrics_exporter": True}, report)) is None  # nothing asks for a firewall
+    assert firewall.firewall(pf.plan({"metrics_exporter": True}, report)) is None  # nothing asks for a firewall
 
 
 def weights_output(source: str, complete: str, staged: str) -> str:

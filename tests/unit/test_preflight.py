@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instinct_fleet.converge import content, evaluate, health, hostchecks, preflight, probe, state
+from instinct_fleet.converge import content, evaluate, firewall, health, hostchecks, preflight, probe, state
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData
@@ -207,8 +207,8 @@ def test_cluster_members_learn_addresses_from_facts() -> None:
     assert len(head.devices(head.spec.services[0])) == 8  # Ray gets the whole node
     unit = content.unit_vars(head, head.spec.services[0])
     assert unit["ray_unit"] == "ray-head" and "python3 - 2 16 600" in unit["ray_ready"]
-    firewall = content.firewall(worker)
-    assert firewall is not None and "172.17.0.5, 172.17.0.6" in firewall
+    ruleset = firewall.firewall(worker)
+    assert ruleset is not None and "172.17.0.5, 172.17.0.6" in ruleset
 
 
 def test_cluster_member_with_more_gpus_than_gpu_count_is_refused() -> None:

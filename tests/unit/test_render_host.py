@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from instinct_fleet.converge import content, firewall, system
 from instinct_fleet.model import render
 from instinct_fleet.model.spec import resolve_host
 
@@ -38,8 +39,8 @@ def test_exec_line_breaks_before_each_flag() -> None:
 def test_docker_run_gives_each_instance_only_its_own_gpus() -> None:
     spec = host(vllm_recipe="llama-3.1-70b", vllm_instances=[{"name": "a"}, {"name": "b"}])
     b = spec.services[1]
-    container = render.vllm_container(b, ["/dev/dri/renderD132", "/dev/dri/renderD133"], 60)
-    argv = render.docker_run(container, spec.vars, [44, 993], with_token=True)
+    container = content.vllm_container(b, ["/dev/dri/renderD132", "/dev/dri/renderD133"], 60)
+    argv = content.docker_run(container, spec.vars, [44, 993], with_token=True)
     devices = [argv[i + 1] for i, a in enumerate(argv) if a == "--device"]
     assert devices == ["/dev/kfd", "/dev/dri/renderD132", "/dev/dri/renderD133"]
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--group-add"] == ["44", "993"]
@@ -53,10 +54,10 @@ def test_docker_run_gives_each_instance_only_its_own_gpus() -> None:
 
 def test_drain_uses_shutdown_timeout_only_where_the_version_has_it() -> None:
     own = host(vllm_args={"shutdown-timeout": 120}).services[0]
-    assert render.drain_args(own, 60) == []  # the instance's own value is already in its flags
+    assert content.drain_args(own, 60) == []  # the instance's own value is already in its flags
     assert render.stop_seconds(own, 60) == 120 + render.STOP_MARGIN_SECONDS
     old = host(vllm_version="0.11.0", vllm_image="vllm/vllm-openai-rocm:v0.11.0").services[0]
-    assert render.drain_args(old, 60) == []  # 0.11.0 has no --shutdown-timeout: docker stop's grace only
+    assert content.drain_args(old, 60) == []  # 0.11.0 has no --shutdown-timeout: docker stop's grace only
     assert render.stop_seconds(old, 60) == 60 + render.STOP_MARGIN_SECONDS
 
 
@@ -73,10 +74,10 @@ def test_stop_grace_follows_the_shutdown_timeout() -> None:
 
 def test_daemon_json_holds_only_what_is_set_and_is_stable() -> None:
     settings = host(docker_insecure_registries=["10.0.0.1:5000"], tune_memlock=False).vars
-    assert json.loads(render.daemon_json(settings)) == {"insecure-registries": ["10.0.0.1:5000"]}
+    assert json.loads(system.daemon_json(settings)) == {"insecure-registries": ["10.0.0.1:5000"]}
     limited = host(tune_memlock=8388608).vars
-    assert json.loads(render.daemon_json(limited))["default-ulimits"]["memlock"] == {"Name": "memlock", "Hard": 8388608, "Soft": 8388608}
-    assert render.memlock_systemd(True) == "infinity" and render.memlock_systemd(False) is None
+    assert json.loads(system.daemon_json(limited))["default-ulimits"]["memlock"] == {"Name": "memlock", "Hard": 8388608, "Soft": 8388608}
+    assert system.memlock_systemd(True) == "infinity" and system.memlock_systemd(False) is None
 
 
 def test_served_model_name_wins_for_the_health_check() -> None:
@@ -98,25 +99,25 @@ def test_ray_start_pins_every_port() -> None:
     from instinct_fleet.model.spec import ClusterSpec
 
     head = ClusterSpec("c", "head", dict(RAY_PORTS), 600, "eth0", None, None, None, 112, False)
-    argv = render.ray_start(head, "10.0.0.1", "10.0.0.1", 8)
+    argv = content.ray_start(head, "10.0.0.1", "10.0.0.1", 8)
     assert argv[:4] == ["start", "--block", "--head", "--port=6379"]
     assert "--node-ip-address=10.0.0.1" in argv and "--num-gpus=8" in argv and "--include-dashboard=false" in argv
     pinned = {a.split("=")[0] for a in argv if a.startswith("--") and "port" in a}
     assert len(pinned) == len(RAY_PORTS) - 1  # each Ray port has its flag, but Ray Client's default 10001
     worker = ClusterSpec("c", "worker", dict(RAY_PORTS), 600, "eth0", None, None, None, 112, False)
-    assert render.ray_start(worker, "10.0.0.2", "10.0.0.1", 8)[2] == "--address=10.0.0.1:6379"
-    assert render.ray_ports(head) == ["6379", "8076", "8077", "10001", "52365", "52366", "52367", "52368", "10002-10999"]
+    assert content.ray_start(worker, "10.0.0.2", "10.0.0.1", 8)[2] == "--address=10.0.0.1:6379"
+    assert firewall.ray_ports(head) == ["6379", "8076", "8077", "10001", "52365", "52366", "52367", "52368", "10002-10999"]
 
 
 def test_firewall_ruleset_names_members_ray_ports_and_allow_list() -> None:
-    text = render.firewall_ruleset(["10.0.0.2", "10.0.0.1"], ["6379", "10002-10999"], [8000], ("192.168.0.0/16", "fd00::/8"))
+    text = firewall.firewall_ruleset(["10.0.0.2", "10.0.0.1"], ["6379", "10002-10999"], [8000], ("192.168.0.0/16", "fd00::/8"))
     assert "elements = { 10.0.0.2, 10.0.0.1 }" in text
     assert 'tcp dport { 6379, 10002-10999 } counter drop comment "Ray: cluster members only"' in text
     assert "tcp dport { 8000 } ip saddr @vllm_allowed_v4 accept" in text
     assert "elements = { 192.168.0.0/16 }" in text and "elements = { fd00::/8 }" in text
     assert text.index("ip saddr @cluster_members accept") < text.index("counter drop")
     assert text.splitlines()[1:3] == ["table inet instinct_fleet", "flush table inet instinct_fleet"]
-    open_ports = render.firewall_ruleset([], [], [8000], None)
+    open_ports = firewall.firewall_ruleset([], [], [8000], None)
     assert "dport" not in open_ports  # no allow-list: the vLLM port stays open
 
 
@@ -159,7 +160,7 @@ def ray_node_in_a_container(tmp_path: Path, no_raylet: bool = False) -> tuple[su
     (tmp_path / "bin" / "ray").chmod(0o755)
     notes = tmp_path / "notes"
     (tmp_path / "notes.d").mkdir()
-    entrypoint, command = render.ray_node(["start", "--block", "--address=10.0.0.1:6379"], poll=1, grace=3)
+    entrypoint, command = content.ray_node(["start", "--block", "--address=10.0.0.1:6379"], poll=1, grace=3)
     env = {
         **os.environ,
         "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",

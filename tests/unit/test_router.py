@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from instinct_fleet.converge import content, routerwheel
+from instinct_fleet.converge import firewall, routerwheel
 from instinct_fleet.model import paths, router
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.rules import RULES
@@ -320,7 +320,7 @@ def test_router_allow_from_keeps_the_router_ports_to_it_and_the_serving_hosts_an
     (reach,) = [f for f in findings if f.rule == "router-reach"]
     assert reach.key == "router_allow_from" and "c is reached at a name (http://c.example:8080)" in reach.message
     assert router.allowed(spec) == ("10.1.0.1", "10.1.0.2", "192.168.0.0/16")
-    ruleset = content.firewall(HostFacts(spec, parse_report(""), None, None))
+    ruleset = firewall.firewall(HostFacts(spec, parse_report(""), None, None))
     assert ruleset is not None
     (tmp_path / "firewall.nft").write_text(ruleset)
     assert nft_check(tmp_path / "firewall.nft") == ""

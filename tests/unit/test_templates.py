@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from instinct_fleet.converge import content, entries, managed, steps
+from instinct_fleet.converge import content, entries, firewall, managed, steps, system, templating
 from instinct_fleet.converge.hostplan import HostPlan
-from instinct_fleet.model import paths, render
+from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.paths import DOCKER_DROP_IN
 from instinct_fleet.roll.plan import plan_inventory
@@ -116,7 +116,7 @@ def test_the_cluster_head_unit_waits_for_ray_and_the_worker_retries_forever() ->
 
 @pytest.mark.parametrize(("memlock", "want"), [(True, "infinity"), (8388608, "8388608")])
 def test_the_dockerd_drop_in_raises_memlock(memlock: bool | int, want: str) -> None:
-    text = render.template("docker-limits.conf.j2", memlock=render.memlock_systemd(memlock))
+    text = templating.template("docker-limits.conf.j2", memlock=system.memlock_systemd(memlock))
     assert parse_unit(text) == {"Service": [("LimitMEMLOCK", want)]}
 
 
@@ -128,7 +128,7 @@ def test_no_drop_in_when_memlock_is_left_alone() -> None:
 
 @pytest.mark.parametrize("name", ["firewall.service.j2", "cpu-idle.service.j2"])
 def test_static_units_parse_and_install(name: str) -> None:
-    text = {"firewall.service.j2": render.firewall_unit, "cpu-idle.service.j2": render.cpu_idle_unit}[name]()
+    text = {"firewall.service.j2": firewall.firewall_unit, "cpu-idle.service.j2": system.cpu_idle_unit}[name]()
     unit = parse_unit(text)
     assert dict(unit["Service"])["Type"] == "oneshot" and dict(unit["Service"])["RemainAfterExit"] == "yes"
     assert unit["Install"] == [("WantedBy", "multi-user.target")]
@@ -150,9 +150,9 @@ def test_every_template_is_loaded_by_the_declaration_and_each_file_it_makes_pass
     for a unit, ``sh -n`` for a shell script, Python's compiler for a Python one. A new entry and its template need
     no edit here."""
     loaded: set[str] = set()
-    template, template_bytes = render.template, render.template_bytes
-    monkeypatch.setattr(render, "template", lambda name, **values: (loaded.add(name), template(name, **values))[1])
-    monkeypatch.setattr(render, "template_bytes", lambda name: (loaded.add(name), template_bytes(name))[1])
+    template, template_bytes = templating.template, templating.template_bytes
+    monkeypatch.setattr(templating, "template", lambda name, **values: (loaded.add(name), template(name, **values))[1])
+    monkeypatch.setattr(templating, "template_bytes", lambda name: (loaded.add(name), template_bytes(name))[1])
     made: dict[str, bytes] = {}
     reports = {
         h: pf.preflight.parse_report(pf.mi300x_host(interfaces=pf.interfaces(ip))) for h, ip in (("h1", "10.0.0.1"), ("h2", "10.0.0.2"))
@@ -227,7 +227,7 @@ def test_the_router_unit_passes_systemd_analyze_verify() -> None:
 
 
 def test_the_watch_unit_passes_systemd_analyze_verify() -> None:
-    """watch.service.j2, as render.watch_unit renders it."""
-    text = render.watch_unit(9401)
+    """watch.service.j2, as system.watch_unit renders it."""
+    text = system.watch_unit(9401)
     assert units_check({paths.unit_path(paths.WATCH_UNIT): text}) == ""
     assert "port 9401" in text and paths.WATCH_STATE in text

@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from instinct_fleet.converge import content, evidence, gpuhealth, operations
-from instinct_fleet.model import knowledge, liveness, paths, render
+from instinct_fleet.converge import content, evidence, gpuhealth, operations, system, templating
+from instinct_fleet.model import knowledge, liveness, paths
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.rules import GPU_RULES as GPU_RULE_TABLE
 from instinct_fleet.model.validate import validate_watch
@@ -127,10 +127,12 @@ def test_the_config_gives_each_instance_its_gate_and_pools_and_the_routers_a_wat
 
 
 def test_the_watch_unit_runs_the_script_with_its_config_and_the_rule_is_the_package_s() -> None:
-    unit = parse_unit(render.watch_unit(9401))
+    unit = parse_unit(system.watch_unit(9401))
     assert dict(unit["Service"])["ExecStart"] == f"{paths.PYTHON3} {paths.WATCH_SCRIPT} {paths.WATCH_CONFIG}"
     assert dict(unit["Service"])["Restart"] == "always"
-    assert render.watch_module("instinct_fleet.model", "liveness.py") == (ROOT / "instinct_fleet" / "model" / "liveness.py").read_bytes()
+    assert (
+        templating.watch_module("instinct_fleet.model", "liveness.py") == (ROOT / "instinct_fleet" / "model" / "liveness.py").read_bytes()
+    )
 
 
 def test_timing_the_watch_cannot_keep_and_a_table_it_cannot_read_are_refused_before_any_host() -> None:
@@ -195,8 +197,8 @@ def start_watch(
 ) -> tuple[subprocess.Popen[str], int]:
     """The watch script and the two modules it imports, as the deploy installs them (managed.watch_entries)."""
     shutil.copy(ROOT / "instinct_fleet" / "templates" / "watch.py", tmp_path / "watch.py")
-    (tmp_path / "liveness.py").write_bytes(render.watch_module("instinct_fleet.model", "liveness.py"))
-    (tmp_path / "evidence.py").write_bytes(render.watch_module("instinct_fleet.converge", "evidence.py"))
+    (tmp_path / "liveness.py").write_bytes(templating.watch_module("instinct_fleet.model", "liveness.py"))
+    (tmp_path / "evidence.py").write_bytes(templating.watch_module("instinct_fleet.converge", "evidence.py"))
     # docker as the watch calls it to read the instance's key in its container (the engine fixture's key).
     docker = tmp_path / "docker"
     want = f"exec vllm-absent cat {paths.API_KEY_IN_CONTAINER}"
