@@ -38,7 +38,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from instinct_fleet.model.rules import GPU_RULES, STARTS_RULES
+from instinct_fleet.model.hostrules import GPU_RULES
+from instinct_fleet.model.rules import STARTS_RULES
 
 DEFAULT_VLLM_VERSION = "0.22.0"
 MAX_GPUS = 64  # logical GPUs one host can show: 8 MI300X in CPX mode

@@ -17,8 +17,9 @@ from instinct_fleet.converge import evidence, gpuhealth, preflight, probe
 from instinct_fleet.converge.evidence import Ecc, Evidence, GpuEvidence
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.model import paths
+from instinct_fleet.model.hostrules import GPU_RULES
 from instinct_fleet.model.inventory import HostData
-from instinct_fleet.model.rules import GPU_RULES, RULES
+from instinct_fleet.model.rules import RULES
 from instinct_fleet.model.validate import validate_gpu_health
 from instinct_fleet.roll.plan import FleetPlan, plan_inventory
 from instinct_fleet.roll.run import summary_rows

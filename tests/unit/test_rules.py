@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from instinct_fleet.model.hostrules import GPU_RULES
 from instinct_fleet.model.inventory import HostData, plan_hosts
-from instinct_fleet.model.rules import GPU_RULES, RULES
+from instinct_fleet.model.rules import RULES
 
 from .conftest import CLUSTER, check, check_cluster, rules_of
 

@@ -25,8 +25,8 @@ import pytest
 
 from instinct_fleet.converge import content, evidence, gpuhealth, operations, system, templating
 from instinct_fleet.model import knowledge, liveness, paths
+from instinct_fleet.model.hostrules import GPU_RULES as GPU_RULE_TABLE
 from instinct_fleet.model.inventory import HostData, plan_hosts
-from instinct_fleet.model.rules import GPU_RULES as GPU_RULE_TABLE
 from instinct_fleet.model.validate import validate_watch
 from tests.unit import smi
 from tests.unit.consumers import standin
