@@ -12,9 +12,9 @@ import re
 from typing import Any
 
 from instinct_fleet.model import knowledge, paths
+from instinct_fleet.model.launch import TRUE
 from instinct_fleet.model.recipes import ArgValue
 from instinct_fleet.model.spec import ClusterSpec, ServiceSpec
-from instinct_fleet.model.startup import TRUE
 
 
 def _format(value: ArgValue) -> str:

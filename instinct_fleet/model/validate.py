@@ -19,9 +19,9 @@ from instinct_fleet.model.crosscheck import member, unpinned_image, validate_cro
 from instinct_fleet.model.defaults import default_image, duration_seconds, image_tag, tag_version
 from instinct_fleet.model.inputs import validate_inputs
 from instinct_fleet.model.knowledge import TTFT
+from instinct_fleet.model.launch import TRUE
 from instinct_fleet.model.rules import Finding, finding
 from instinct_fleet.model.spec import HostSpec, ServiceSpec
-from instinct_fleet.model.startup import TRUE
 
 QUICK_REDUCE_LEVELS = ("NONE", "FP", "INT8", "INT6", "INT4")
 POSITIVE_INT_FLAGS = (

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from instinct_fleet.converge import health
 from instinct_fleet.model import knowledge, startup
+from instinct_fleet.model import launch as vllm_launch
 from instinct_fleet.model.recipes import all_recipes
 from instinct_fleet.model.render import render_args
 
@@ -287,9 +288,9 @@ def test_a_backend_condition_this_module_cannot_read_leaves_the_backend_untold_n
     spec, _ = check({**L8B, "vllm_env": {"VLLM_ROCM_USE_AITER": "1"}})
     svc = spec.services[0]
     table = knowledge.load("0.22.0")
-    launch = startup.Launch(svc, table, "MI300X", startup.checkpoints().get(svc.model))
-    assert startup._running_backend(launch) == "ROCM_ATTN"  # 0.22.0 tries ROCM_ATTN first, and it takes a Llama
+    launch = vllm_launch.Launch(svc, table, "MI300X", vllm_launch.checkpoints().get(svc.model))
+    assert vllm_launch.running_backend(launch) == "ROCM_ATTN"  # 0.22.0 tries ROCM_ATTN first, and it takes a Llama
     newer = dataclasses.replace(table, backend_priority=(("ROCM_ATTN", "rocm_aiter_ops.is_rdna_aiter_enabled()"),))
-    assert startup._running_backend(startup.Launch(svc, newer, "MI300X", launch.checkpoint)) is None
+    assert vllm_launch.running_backend(vllm_launch.Launch(svc, newer, "MI300X", launch.checkpoint)) is None
     unknown = dataclasses.replace(table, backend_priority=(("ROCM_ATTN", "future_probe()"),))
-    assert startup._running_backend(startup.Launch(svc, unknown, "MI300X", launch.checkpoint)) is None
+    assert vllm_launch.running_backend(vllm_launch.Launch(svc, unknown, "MI300X", launch.checkpoint)) is None
