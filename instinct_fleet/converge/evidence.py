@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -397,6 +398,24 @@ def trips(g: GpuEvidence, t: Thresholds) -> list[tuple[str, str]]:
             )
         )
     return found
+
+
+def read_here(amd_smi: str) -> Evidence:
+    """The evidence of the host this runs on, read with the same commands and sysfs read as the deploy's fact (both
+    output streams, as its ``2>&1``): the watch's reading between deploys. A command that cannot run leaves its error
+    text, which :func:`parse` reads as no data."""
+    part: dict[str, str] = {}
+    for name, arguments in COMMANDS:
+        try:
+            done = subprocess.run([amd_smi, *arguments.split()], capture_output=True, text=True, timeout=120)
+            part[name] = done.stdout + done.stderr
+        except (OSError, subprocess.TimeoutExpired) as error:
+            part[name] = str(error)
+    try:
+        part["pcie-links"] = subprocess.run(["sh", "-c", PCIE_LINKS], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        part["pcie-links"] = ""
+    return parse(part)
 
 
 def errors(evidence: Evidence, t: Thresholds, levels: dict[str, str]) -> dict[int, list[str]]:

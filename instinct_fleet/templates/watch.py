@@ -128,20 +128,8 @@ def api_key(unit):
 
 
 def read_gpus():
-    """Each GPU's errors, from the same amd-smi commands and sysfs read as the deploy's fact (both output streams, as
-    its ``2>&1``); None when amd-smi lists no GPU (absent, or failing: the deploy's gpu-evidence rule says why)."""
-    part = {}
-    for name, arguments in evidence.COMMANDS:
-        try:
-            done = subprocess.run([CONFIG["gpu"]["amd_smi"], *arguments.split()], capture_output=True, text=True, timeout=120)
-            part[name] = done.stdout + done.stderr
-        except (OSError, subprocess.TimeoutExpired) as error:
-            part[name] = str(error)
-    try:
-        part["pcie-links"] = subprocess.run(["sh", "-c", evidence.PCIE_LINKS], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        part["pcie-links"] = ""
-    found = evidence.parse(part)
+    """Each GPU's errors at the host's thresholds and levels (evidence.read_here); None when amd-smi lists no GPU."""
+    found = evidence.read_here(CONFIG["gpu"]["amd_smi"])
     if not found.gpus:
         return None
     return evidence.errors(found, evidence.Thresholds(**CONFIG["gpu"]["thresholds"]), CONFIG["gpu"]["levels"])
@@ -422,46 +410,40 @@ class Instance:
             time.sleep(CONFIG["interval"])
 
 
+# The watch's series: name, type and help, per instance (labelled with its unit and port) and then the host's.
+INSTANCE_SERIES = (
+    ("out", "gauge", "Whether the watch holds the instance out of its router pools (1), for a restart or left out."),
+    ("left_out", "gauge", "Whether the instance is left out after watch_max_restarts restarts in watch_restart_window."),
+    ("quarantined", "gauge", "Whether the instance is quarantined on its GPUs' evidence (by the watch or the deploy)."),
+    ("stalled_seconds", "gauge", "Seconds the instance has been busy without an engine step."),
+    ("restarts", "gauge", "Restarts the watch made within watch_restart_window."),
+    ("restarts_total", "counter", "Restarts the watch made since it started."),
+)
+HOST_SERIES = (  # what the roll's marker showed on this host since the watch started: the boards' annotations
+    ("rolls_total", "counter", "Roll batches on this host."),
+    ("canaries_total", "counter", "Roll batches that measured a canary on this host."),
+    ("rollbacks_total", "counter", "Roll batches that rolled this host back."),
+)
+
+
 def metrics_text():
-    lines = [
-        "# HELP instinct_fleet_watch_out Whether the watch holds the instance out of its router pools (1), for a restart or left out.",
-        "# TYPE instinct_fleet_watch_out gauge",
-        "# HELP instinct_fleet_watch_left_out Whether the instance is left out after watch_max_restarts restarts in watch_restart_window.",
-        "# TYPE instinct_fleet_watch_left_out gauge",
-        "# HELP instinct_fleet_watch_quarantined Whether the instance is quarantined on its GPUs' evidence (by the watch or the deploy).",
-        "# TYPE instinct_fleet_watch_quarantined gauge",
-        "# HELP instinct_fleet_watch_stalled_seconds Seconds the instance has been busy without an engine step.",
-        "# TYPE instinct_fleet_watch_stalled_seconds gauge",
-        "# HELP instinct_fleet_watch_restarts Restarts the watch made within watch_restart_window.",
-        "# TYPE instinct_fleet_watch_restarts gauge",
-        "# HELP instinct_fleet_watch_restarts_total Restarts the watch made since it started.",
-        "# TYPE instinct_fleet_watch_restarts_total counter",
-    ]
+    def described(name, kind, text):
+        return [f"# HELP instinct_fleet_watch_{name} {text}", f"# TYPE instinct_fleet_watch_{name} {kind}"]
+
+    lines = [line for series in INSTANCE_SERIES for line in described(*series)]
     with LOCK:
-        view = dict(VIEW)
+        view, events = dict(VIEW), dict(EVENTS)
     for unit, seen in sorted(view.items()):
         labels = f'unit="{unit}",port="{seen["port"]}"'
-        lines += [
-            f"instinct_fleet_watch_out{{{labels}}} {int(seen['state'] in OUT)}",
-            f"instinct_fleet_watch_left_out{{{labels}}} {int(seen['state'] == 'left-out')}",
-            f"instinct_fleet_watch_quarantined{{{labels}}} {int(seen['state'] == 'quarantined')}",
-            f"instinct_fleet_watch_stalled_seconds{{{labels}}} {seen['stalled_seconds']}",
-            f"instinct_fleet_watch_restarts{{{labels}}} {seen['restarts']}",
-            f"instinct_fleet_watch_restarts_total{{{labels}}} {seen['restarts_total']}",
-        ]
-    with LOCK:
-        events = dict(EVENTS)
-    lines += [  # what the roll's marker showed on this host since the watch started: the boards' annotations
-        "# HELP instinct_fleet_watch_rolls_total Roll batches on this host.",
-        "# TYPE instinct_fleet_watch_rolls_total counter",
-        f"instinct_fleet_watch_rolls_total {events['rolls']}",
-        "# HELP instinct_fleet_watch_canaries_total Roll batches that measured a canary on this host.",
-        "# TYPE instinct_fleet_watch_canaries_total counter",
-        f"instinct_fleet_watch_canaries_total {events['canaries']}",
-        "# HELP instinct_fleet_watch_rollbacks_total Roll batches that rolled this host back.",
-        "# TYPE instinct_fleet_watch_rollbacks_total counter",
-        f"instinct_fleet_watch_rollbacks_total {events['rollbacks']}",
-    ]
+        values = {
+            "out": int(seen["state"] in OUT),
+            "left_out": int(seen["state"] == "left-out"),
+            "quarantined": int(seen["state"] == "quarantined"),
+            **{key: seen[key] for key in ("stalled_seconds", "restarts", "restarts_total")},
+        }
+        lines += [f"instinct_fleet_watch_{name}{{{labels}}} {values[name]}" for name, _, _ in INSTANCE_SERIES]
+    for name, kind, text in HOST_SERIES:
+        lines += [*described(name, kind, text), f"instinct_fleet_watch_{name} {events[name.removesuffix('_total')]}"]
     return "\n".join(lines) + "\n"
 
 
