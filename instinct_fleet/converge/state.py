@@ -15,6 +15,7 @@ the applier checks it with ``systemd-analyze verify`` and reloads systemd.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
@@ -302,3 +303,37 @@ def table_drifts(want: Table, report: HostReport) -> bool:
 
 def image_drifts(want: Image, report: HostReport) -> bool:
     return report.image_ids.get(want.ref) is None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The entries of one stage (the roll: of some serving units) out of a host's desired state."""
+
+    stage: Stage
+    files: tuple[File, ...]
+    directories: tuple[Directory, ...]
+    units: tuple[Unit, ...]
+    sysctls: tuple[Sysctl, ...]
+    tables: tuple[Table, ...]
+    images: tuple[Image, ...]
+    weights: tuple[Weights, ...]
+    user: User | None
+
+
+def select(want: Desired, stage: Stage, units: Collection[str] | None = None) -> Selection:
+    """A stage's entries; ``units``: only the files and units of these serving units (the roll's batch)."""
+
+    def mine(f: File) -> bool:
+        return units is None or f.restarts in units
+
+    return Selection(
+        stage,
+        tuple(f for f in want.files if f.stage == stage and mine(f)),
+        tuple(d for d in want.directories if d.stage == stage and units is None),
+        tuple(u for u in want.units if u.stage == stage and (units is None or u.name in units)),
+        tuple(s for s in want.sysctls if s.stage == stage),
+        tuple(t for t in want.tables if t.stage == stage),
+        tuple(i for i in want.images if i.stage == stage),
+        tuple(w for w in want.weights if w.stage == stage),
+        want.user if want.user is not None and want.user.stage == stage and units is None else None,
+    )

@@ -300,40 +300,6 @@ def unit_name(path: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Selection:
-    """The entries of one stage (the roll: of some serving units) out of a host's desired state."""
-
-    stage: Stage
-    files: tuple[File, ...]
-    directories: tuple[state.Directory, ...]
-    units: tuple[Unit, ...]
-    sysctls: tuple[state.Sysctl, ...]
-    tables: tuple[state.Table, ...]
-    images: tuple[state.Image, ...]
-    weights: tuple[state.Weights, ...]
-    user: state.User | None
-
-
-def select(want: Desired, stage: Stage, units: Collection[str] | None = None) -> Selection:
-    """A stage's entries; ``units``: only the files and units of these serving units (the roll's batch)."""
-
-    def mine(f: File) -> bool:
-        return units is None or f.restarts in units
-
-    return Selection(
-        stage,
-        tuple(f for f in want.files if f.stage == stage and mine(f)),
-        tuple(d for d in want.directories if d.stage == stage and units is None),
-        tuple(u for u in want.units if u.stage == stage and (units is None or u.name in units)),
-        tuple(s for s in want.sysctls if s.stage == stage),
-        tuple(t for t in want.tables if t.stage == stage),
-        tuple(i for i in want.images if i.stage == stage),
-        tuple(w for w in want.weights if w.stage == stage),
-        want.user if want.user is not None and want.user.stage == stage and units is None else None,
-    )
-
-
 def stage(
     plan: HostPlan, stage: Stage, units: Collection[str] | None = None, force: bool = False, timeout: int | None = None
 ) -> tuple[Planned, ...]:
@@ -354,7 +320,7 @@ def stage(
     converged host gets no step at all.
     """
     report = plan.report
-    sel = select(plan.desired, stage, units)
+    sel = state.select(plan.desired, stage, units)
     pull_timeout = plan.spec.vars.image_pull_timeout
     s = _Steps()
     triggers: dict[Action, list[int | None]] = {}  # action -> the steps that ask for it (None: a drift with no step)
