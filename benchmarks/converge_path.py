@@ -10,7 +10,15 @@ It traces, on the stage harness's fresh host (tests/unit/stages.py), counting on
 - **each stage**: the body of one deploy function of ``instinct_fleet.deploys`` emitting its operations, the fleet
   plan already made (the run makes it once, before any stage, so it is not part of a stage's path);
 - **stages**: all of them, in a first deploy's order;
-- **desired**: a host's desired state evaluated from its facts (``managed.desired``), the plan-time half.
+- **desired**: a host's desired state evaluated from its facts (``evaluate.desired``), the plan-time half.
+
+It also follows two values from a host's data to the operation that puts them on the host, through the whole
+path (the host's data, its spec and validation, the plan, every stage): a serving flag (``vllm_args``'
+``max-num-seqs``, set to a number found nowhere else) and the NUMA sysctl (``kernel.numa_balancing``, which
+``tune_numa_balancing`` sets). A module counts where one of its functions holds the value: in a local or its return
+value, as a string, bytes, number, or inside a list, dict or one of the converge layer's small records (a file, a
+sysctl, a step), three levels deep. The whole spec, facts and plan are not searched, so a function that merely
+passes them on does not count; the modules are listed in the order the value first reaches them.
 
 The walk is the one a reader takes: open the stage function, then each function it calls, once per distinct call
 (a loop over twenty entries is read once). A comprehension or a nested function is read with the function around
@@ -24,6 +32,8 @@ versions of the code.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -99,6 +109,66 @@ def trace(work: Callable[[], object]) -> dict[str, int]:
     }
 
 
+# The records a value is searched inside: small ones, whose fields are the value's own (a file's content, a step's
+# file); the spec, facts and plans carry every value of the host, so a function that hands them on holds none.
+OPAQUE = {"HostSpec", "ServiceSpec", "ClusterSpec", "FleetVars", "HostFacts", "HostPlan", "HostReport", "Desired", "FleetPlan"}
+
+
+def holds(value: object, marker: str, depth: int = 3) -> bool:
+    """Whether ``value`` holds ``marker`` (as text, bytes or a number's digits)."""
+    if isinstance(value, str | bytes):
+        text = value if isinstance(value, str) else value.decode(errors="replace")
+        return re.search(rf"(?<![\w.]){re.escape(marker)}(?![\w.])", text) is not None if marker.isdigit() else marker in text
+    if isinstance(value, bool) or depth == 0:
+        return False
+    if isinstance(value, int | float):
+        return str(value) == marker
+    if isinstance(value, dict):
+        return any(holds(k, marker, depth - 1) or holds(v, marker, depth - 1) for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(holds(v, marker, depth - 1) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and type(value).__name__ not in OPAQUE:
+        return any(holds(getattr(value, f.name), marker, depth - 1) for f in dataclasses.fields(value))
+    return False
+
+
+def follow(marker: str, work: Callable[[], object]) -> list[str]:
+    """The project's modules whose functions hold ``marker`` while ``work`` runs, in the order it first reaches them."""
+    seen: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event != "return":
+            return
+        module = module_of(frame)
+        if module is None or module in seen:
+            return
+        if holds(arg, marker) or any(holds(v, marker) for v in frame.f_locals.values()):
+            seen.append(module)
+
+    sys.setprofile(profile)
+    try:
+        work()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def whole_path(patch: pytest.MonkeyPatch, data: dict[str, Any]) -> Callable[[], object]:
+    """The host's data planned (spec, validation, facts, desired state), then every stage of a first deploy."""
+
+    def work() -> None:
+        plan = stages.plan(data, stages.SimHost())
+        with contextlib.ExitStack() as stack:
+            bodies = [stack.enter_context(stages.staged(patch, stage, plan))[0] for stage in STAGES]
+            for body in bodies:
+                body()
+
+    return work
+
+
+FLAG = "7919"  # max-num-seqs: a number no other value of this host has (checked: the NUMA run does not find it)
+
+
 def stage_alone(patch: pytest.MonkeyPatch, stage: str, plan: Any) -> dict[str, int]:
     """The walk of one stage's body; the fleet plan is made before the trace starts."""
     with stages.staged(patch, stage, plan) as (body, _ops):
@@ -118,10 +188,15 @@ def main() -> None:
     rows = {stage: stage_alone(patch, stage, fresh) for stage in STAGES}
     rows["stages"] = all_stages(patch, fresh)
     rows["desired"] = trace(lambda: evaluate.desired(fresh))
+    flag = follow(FLAG, whole_path(patch, {**DATA, "vllm_args": {"max-num-seqs": int(FLAG)}}))
+    assert follow(FLAG, whole_path(patch, DATA)) == [], "the flag's marker is found where the flag is not set"
+    numa = follow("numa_balancing", whole_path(patch, {**DATA, "tune_numa_balancing": True}))
     patch.undo()
     print(f"{'path':10} {'modules':>7} {'functions':>9} {'calls':>5} {'cross':>5} {'returns':>7}")
     for name, found in rows.items():
         print(f"{name:10} {found['modules']:7} {found['functions']:9} {found['calls']:5} {found['cross']:5} {found['returns']:7}")
+    for name, modules in (("serving flag (--max-num-seqs)", flag), ("NUMA sysctl (kernel.numa_balancing)", numa)):
+        print(f"{name}: {len(modules)} modules: {' -> '.join(m.removeprefix('instinct_fleet.') for m in modules)}")
 
 
 if __name__ == "__main__":
