@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -26,8 +27,16 @@ def in_table(table: dict[str, str], name: str) -> str | None:
 
 
 def watch_writes() -> set[str]:
-    """The series the watch's /metrics writes (templates/watch.py's TYPE lines)."""
-    return set(re.findall(r"# TYPE (instinct_fleet_watch_\w+) ", (ROOT / "instinct_fleet" / "templates" / "watch.py").read_text()))
+    """The series the watch's /metrics writes: its tables of series (templates/watch.py's INSTANCE_SERIES and
+    HOST_SERIES), read as Python reads them."""
+    tree = ast.parse((ROOT / "instinct_fleet" / "templates" / "watch.py").read_text())
+    tables = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id.endswith("_SERIES")
+    }
+    assert set(tables) == {"INSTANCE_SERIES", "HOST_SERIES"}, tables
+    return {f"instinct_fleet_watch_{name}" for rows in tables.values() for name, _, _ in rows}
 
 
 def standin_exposes(text: str, name: str) -> bool:

@@ -23,6 +23,7 @@ from instinct_fleet.converge.entries import FileEntry
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.state import Run
 from instinct_fleet.model import paths
+from instinct_fleet.roll.roll import plan_roll
 from tests.unit import smi
 from tests.unit.conftest import CLUSTER
 from tests.unit.stages import Recorded, SimHost, deploy, plan, run_stage
@@ -190,3 +191,19 @@ def test_an_undeclared_write_is_caught_however_it_is_sent() -> None:
     moved = steps.Write(type(write.file)(**{**write.file.__dict__, "path": "/etc/other.conf"}))
     assert steps_undeclared(host_plan, (steps.Planned(write),)) == []
     assert steps_undeclared(host_plan, (steps.Planned(moved),)) == [f"{apply.label(moved)}: /etc/other.conf"]
+
+
+def test_a_warm_roll_s_copies_land_only_where_the_declaration_allows() -> None:
+    """warm (and a roll's spreading) writes on a host only a packed copy of a compile cache beside the caches, then
+    merges it into that cache with the declared script: every path it names is one the receiving and the sending
+    host's declaration admits."""
+    from tests.unit.test_spread import MAIN, serving
+
+    plans = serving({"a1": MAIN, "a2": MAIN, "a3": MAIN})
+    roll = plan_roll(plans, warm=True)
+    assert roll.spreads
+    for spread in roll.spreads:
+        for name in (spread.source, *spread.receivers):
+            declared = Declared(plans[name])
+            written = (paths.spread_bundle(spread.cache, "0" * 12), spread.cache + "/x", paths.CACHE_SPREAD)
+            assert [p for p in written if not declared.admits(p)] == [], name
