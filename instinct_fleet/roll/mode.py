@@ -56,12 +56,14 @@ class RunMode:
         try:
             if not isinstance(value, dict) or set(value) - {"restore", "warm", "quarantine", "admit", "summary"}:
                 raise ValueError("not an object of the keys below")
+            if not isinstance(value.get("warm", False), bool):
+                raise ValueError(f"warm is {value['warm']!r}, not true or false")
             restore = value.get("restore")
             if restore is not None and not (str(restore) == "previous" or str(restore).isdigit()):
                 raise ValueError(f"restore is {restore!r}")
             asked = {str(h): (None if v[0] is None else int(v[0]), str(v[1])) for h, v in value.get("quarantine", {}).items()}
             admit = frozenset(str(h) for h in value.get("admit", ()))
             summary = value.get("summary")
-            return cls(None if restore is None else str(restore), value.get("warm") is True, Ask(asked, admit), summary and str(summary))
+            return cls(None if restore is None else str(restore), value.get("warm", False), Ask(asked, admit), summary and str(summary))
         except (ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
             raise ValueError(f"--data {RUN_MODE_KEY}={json.dumps(value)} is not {FORM}: {exc}") from exc

@@ -192,6 +192,17 @@ def _refuse_unchecked(state: Any) -> None:
         raise PyinfraError("the inventory is invalid (the findings are above); nothing was deployed")
 
 
+def _attach(state: Any, fleet: FleetPlan, mode: RunMode) -> None:
+    """What the run adds to the process pyinfra started, once its plan is made: the roll summary at its end, the
+    watchdog that cuts a hung host (and the pool that keeps a host's failure its own), and SIGINT and SIGTERM, which
+    finish an open roll batch before the run stops."""
+    state.add_callback_handler(RollReporter(state, fleet, mode.summary))
+    state.add_callback_handler(watchdog.Watchdog(fleet.journal.note))
+    state.pool = watchdog.ContainedPool(state.pool.size, fleet.journal.note)
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, interrupt_handler(fleet.journal))
+
+
 def fleet_plan(state: Any) -> FleetPlan:
     """The plan of this pyinfra run (its State), made once."""
     from gevent.event import AsyncResult
@@ -207,11 +218,7 @@ def fleet_plan(state: Any) -> FleetPlan:
         except BaseException as exc:
             pending.set_exception(exc)
             raise
-        state.add_callback_handler(RollReporter(state, fleet, mode.summary))
-        state.add_callback_handler(watchdog.Watchdog(fleet.journal.note))
-        state.pool = watchdog.ContainedPool(state.pool.size, fleet.journal.note)
-        for number in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(number, interrupt_handler(fleet.journal))
+        _attach(state, fleet, mode)
         pending.set(fleet)
     result: FleetPlan = pending.get()
     return result

@@ -47,6 +47,7 @@ def test_the_argument_reaches_the_run_whole(mode: RunMode) -> None:
         {"quarantine": {"h1": ["x", "why"]}},
         {"restore": "last"},
         {"rollback": "previous"},
+        {"warm": "yes"},
         "warm",
         ["h1"],
     ],
