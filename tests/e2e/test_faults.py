@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,16 +50,26 @@ def test_an_unreachable_host_is_one_clear_line_and_the_rest_converge(baseline: s
 READY = "[sim-gpu-2] Ready: deploy.py"
 
 
-def test_a_host_that_hangs_mid_run_fails_alone(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
-    short = inventory(tmp_path, "short", {**BASELINE, "command_timeout": 40})
-    for _ in range(3):  # docker pause can still lose the race to the host's one operation: that run tested no hang
+def fault_mid_run(fleet: dict[str, Any], inventory_path: str, fault: list[str], undo: Callable[[], object]) -> tuple[int, str, float]:
+    """A deploy in which sim-gpu-2 has one operation and ``fault`` hits it once the host is ready; ``undo`` after.
+
+    docker can lose the race to that one operation (its command may finish before the pause or the kill lands): that
+    run tested no fault, so it is made again, at most three times."""
+    for _ in range(3):
         give_work(fleet, "sim-gpu-2")
         try:
-            rc, output, seconds = streamed_deploy(short, READY, ["/usr/bin/docker", "pause", container(fleet, "sim-gpu-2")])
+            rc, output, seconds = streamed_deploy(inventory_path, READY, fault)
         finally:
-            subprocess.run(["/usr/bin/docker", "unpause", container(fleet, "sim-gpu-2")], capture_output=True)
+            undo()
         if "[sim-gpu-2] Success" not in output:
             break
+    return rc, output, seconds
+
+
+def test_a_host_that_hangs_mid_run_fails_alone(baseline: str, fleet: dict[str, Any], tmp_path: Path) -> None:
+    short = inventory(tmp_path, "short", {**BASELINE, "command_timeout": 40})
+    pause, unpause = (["/usr/bin/docker", verb, container(fleet, "sim-gpu-2")] for verb in ("pause", "unpause"))
+    rc, output, seconds = fault_mid_run(fleet, short, pause, lambda: subprocess.run(unpause, capture_output=True))
     assert rc != 0 and seconds < 120, f"rc {rc} after {seconds:.0f}s"
     assert "[sim-gpu-2] no answer within 40s" in output and "looks hung" in output
     assert "Traceback" not in output
@@ -73,11 +84,8 @@ def test_a_host_that_hangs_mid_run_fails_alone(baseline: str, fleet: dict[str, A
 
 
 def test_a_host_killed_mid_run_fails_alone_and_converges_when_back(baseline: str, fleet: dict[str, Any]) -> None:
-    give_work(fleet, "sim-gpu-2")
-    try:
-        rc, output, _ = streamed_deploy(baseline, READY, ["/usr/bin/docker", "kill", container(fleet, "sim-gpu-2")])
-    finally:
-        fleet_tool("revive", "sim-gpu-2")
+    kill = ["/usr/bin/docker", "kill", container(fleet, "sim-gpu-2")]
+    rc, output, _ = fault_mid_run(fleet, baseline, kill, lambda: fleet_tool("revive", "sim-gpu-2"))
     assert rc != 0 and "Traceback" not in output
     summary = output.split("Roll summary:")[-1]
     for host in ("sim-gpu-1", "sim-c1", "sim-c2"):
