@@ -9,6 +9,10 @@ For each N it starts a light fleet (``tests/fleet/fleet.py up --hosts N``) and m
 * no-op re-tune: the median of 5 runs, against the SSH floor (``ssh true`` to
   every host in parallel, median of 5) measured in the same run;
 * commands per host on a no-op, counted from pyinfra's ``--debug`` log;
+* CPU seconds of a no-op and of the floor: the whole machine's (from /proc/stat) and the control side's
+  alone (pyinfra's process; the ssh clients): on this machine every simulated host shares the same 2
+  CPUs with the controller, so the machine's CPU is what sets both times, and the hosts' part of it
+  (machine minus control side) runs on each host's own CPUs in a real fleet;
 * peak memory (max RSS) of the pyinfra process, first converge and no-op;
 * memory per simulated host, from each host container's cgroup;
 * disk the fleet took, on the filesystem of Docker's root, after its first converge.
@@ -42,35 +46,54 @@ import fleet as simulated  # noqa: E402  (the fleet's slot, its state and its SS
 STATE = simulated.STATE  # the slot fleet.py runs in (INSTINCT_FLEET_SLOT)
 FLEET = [sys.executable, str(ROOT / "tests" / "fleet" / "fleet.py")]
 PYINFRA = [sys.executable, "-m", "pyinfra", "-y", "benchmarks/scale_inventory.py", "deploy.py"]
+# pyinfra runs the package as pip installs it, its bytecode compiled once (pip compiles at install); a
+# PYTHONDONTWRITEBYTECODE in the environment would have it compile every module on every run.
+PYCACHE = Path(tempfile.mkdtemp(prefix="retune-scale-pyc-"))
+ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "PYTHONPYCACHEPREFIX": str(PYCACHE)}
 DOCKER = "/usr/bin/docker"
 BLOB = re.compile(r'"GET /v2/\S+/blobs/sha256:[0-9a-f]+ HTTP/[\d.]+" 200 (\d+)')
 
 
-def timed(argv: list[str], check: bool = True) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS in MiB of that process (from wait4), and its output."""
+def machine_cpu() -> float:
+    """CPU seconds the whole machine has been busy since boot (every state of /proc/stat's cpu line but idle and iowait)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(argv: list[str], check: bool = True) -> tuple[float, int, str, float, float]:
+    """Wall seconds, peak RSS in MiB of that process (from wait4), its output, and the CPU seconds of the
+    machine and of the process (with its children) while it ran."""
     with tempfile.TemporaryFile("w+") as sink:
+        busy = machine_cpu()
         started = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, text=True, env=ENV)
         _, status, usage = os.wait4(proc.pid, 0)
         elapsed = time.monotonic() - started
+        machine = machine_cpu() - busy
         proc.returncode = os.waitstatus_to_exitcode(status)
         sink.seek(0)
         output = sink.read()
     if check and proc.returncode != 0:
         sys.exit(f"{' '.join(argv)} exited {proc.returncode}:\n{output[-3000:]}")
-    return elapsed, int(usage.ru_maxrss / 1024), output
+    return elapsed, int(usage.ru_maxrss / 1024), output, machine, usage.ru_utime + usage.ru_stime
 
 
-def ssh_floor(hosts: list[dict], key: str) -> float:
-    """One `ssh true` per host, all at once: the least any tool needs to reach every host once."""
+def ssh_floor(hosts: list[dict], key: str) -> tuple[float, float, float]:
+    """One `ssh true` per host, all at once: the least any tool needs to reach every host once. Wall seconds, and
+    the CPU seconds of the machine and of the ssh clients."""
 
-    def one(port: int) -> None:
-        subprocess.run(["ssh", *simulated.ssh_options(Path(key), port), "root@127.0.0.1", "true"], check=True)
+    def one(port: int) -> float:
+        proc = subprocess.Popen(["ssh", *simulated.ssh_options(Path(key), port), "root@127.0.0.1", "true"])
+        _, status, usage = os.wait4(proc.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.exit(f"retune_scale: ssh to port {port} failed")
+        return usage.ru_utime + usage.ru_stime
 
+    busy = machine_cpu()
     started = time.monotonic()
     with ThreadPoolExecutor(len(hosts)) as pool:
-        list(pool.map(one, [h["ssh_port"] for h in hosts]))
-    return time.monotonic() - started
+        clients = sum(pool.map(one, [h["ssh_port"] for h in hosts]))
+    return time.monotonic() - started, machine_cpu() - busy, clients
 
 
 def upstream_blobs() -> tuple[int, int]:
@@ -127,16 +150,12 @@ def measure(count: int) -> dict[str, float | int | str]:
     fleet = json.loads((STATE / "fleet.json").read_text())
     hosts = fleet["hosts"]
     blobs_before, bytes_before = upstream_blobs()
-    first, first_rss, output = timed(PYINFRA)
+    first, first_rss, output, _, _ = timed(PYINFRA)
     blobs_after, bytes_after = upstream_blobs()
     disk = free_before - free_gib()  # hosts, their images and containers, the cache's copy
-    noops, rss = [], []
-    for _ in range(5):
-        seconds, peak, _ = timed(PYINFRA)
-        noops.append(seconds)
-        rss.append(peak)
+    noops = [timed(PYINFRA) for _ in range(5)]
     floors = [ssh_floor(hosts, fleet["ssh_key"]) for _ in range(5)]
-    _, _, debug = timed([*PYINFRA, "--debug"])
+    _, _, debug, _, _ = timed([*PYINFRA, "--debug"])
     commands = Counter(re.findall(r"Running command on (sim-[\w-]+):", debug))
     cli = subprocess.run(
         [str(Path(sys.executable).parent / "instinct-fleet"), "deploy", "benchmarks/scale_inventory.py", "-y", "--json"],
@@ -155,10 +174,14 @@ def measure(count: int) -> dict[str, float | int | str]:
         "first_peak_rss_mib": first_rss,
         "upstream_blob_fetches": blobs_after - blobs_before,
         "upstream_mib": round((bytes_after - bytes_before) / 2**20),
-        "noop_median_s": round(statistics.median(noops), 2),
-        "ssh_floor_s": round(statistics.median(floors), 2),
-        "noop_over_floor": round(statistics.median(noops) / statistics.median(floors), 2),
-        "noop_peak_rss_mib": max(rss),
+        "noop_median_s": round(statistics.median(run[0] for run in noops), 2),
+        "ssh_floor_s": round(statistics.median(run[0] for run in floors), 2),
+        "noop_over_floor": round(statistics.median(run[0] for run in noops) / statistics.median(run[0] for run in floors), 2),
+        "noop_cpu_s": round(statistics.median(run[3] for run in noops), 2),
+        "noop_control_cpu_s": round(statistics.median(run[4] for run in noops), 2),
+        "floor_cpu_s": round(statistics.median(run[1] for run in floors), 2),
+        "floor_control_cpu_s": round(statistics.median(run[2] for run in floors), 2),
+        "noop_peak_rss_mib": max(run[1] for run in noops),
         "commands_per_host_max": max(commands.values()) if commands else 0,
         "changed_ops_on_noop": results.get("totals", {}).get("success", "?"),
         "first_converge_tail": output.strip().splitlines()[-1] if output.strip() else "",
@@ -188,6 +211,7 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
         write_results(rows)
     subprocess.run([*FLEET, "down"], check=True)
+    shutil.rmtree(PYCACHE, ignore_errors=True)
 
 
 BEGIN = "<!-- benchmarks/retune_scale.py writes from here to the end marker -->"
@@ -199,7 +223,17 @@ def write_results(rows: list[dict]) -> None:
     table = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
     table += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows]
     grows = [
-        f"- `{k}`: {growth(rows, k)}" for k in ("first_converge_s", "noop_median_s", "ssh_floor_s", "noop_peak_rss_mib", "upstream_mib")
+        f"- `{k}`: {growth(rows, k)}"
+        for k in (
+            "first_converge_s",
+            "noop_median_s",
+            "ssh_floor_s",
+            "noop_cpu_s",
+            "noop_control_cpu_s",
+            "floor_cpu_s",
+            "noop_peak_rss_mib",
+            "upstream_mib",
+        )
     ]
     text = "\n".join(
         [

@@ -213,7 +213,7 @@ def parse(spec: HostSpec, text: str) -> list[Row]:
 def evidence_script() -> str:
     """The part of :func:`script` that reads a host's GPU evidence, by the preflight fact's own probes; ``plan
     --gpus`` runs it alone."""
-    probes = "; ".join(f"printf '\\n%s\\n' '{probe.MARK}{name}'; {command}" for name, command in probe.HARDWARE if name in EVIDENCE)
+    probes = probe.join((name, command) for name, command in probe.HARDWARE if name in EVIDENCE)
     return f"printf '{MARK}evidence\\n'; {probes}; true"
 
 

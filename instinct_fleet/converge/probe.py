@@ -9,7 +9,9 @@ full report; :mod:`instinct_fleet.converge.preflight` parses it.
 
 from __future__ import annotations
 
+import itertools
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from instinct_fleet.converge import evidence, generations
@@ -60,22 +62,38 @@ def first_line(path: str) -> str:
     return f'line=; read -r line 2>/dev/null <{path}; [ -n "$line" ] && printf \'%s\\n\' "$line"'
 
 
-def _one_line(command: str) -> str:
-    """amd-smi's JSON on one line, its indentation off (a JSON string never spans lines, so no value changes)."""
-    return f"command -v amd-smi >/dev/null 2>&1 && amd-smi {command} 2>&1 | sed 's/^[[:space:]]*//' | tr -d '\\n'"
+def _smi(command: str) -> str:
+    """amd-smi with these arguments, its stderr merged (its warnings are not data: evidence.json_in skips them)."""
+    return f"command -v amd-smi >/dev/null 2>&1 && amd-smi {command} 2>&1"
+
+
+# The sections :func:`join` puts on one line: amd-smi's JSON, its indentation off (a JSON string never spans lines,
+# so no value changes). The static JSON's 3000 lines were most of what a no-op run read, line by line, from every host.
+ONE_LINE = tuple(name for name, _ in evidence.COMMANDS)
+# One awk for every one-line section in a row, where a sed and a tr per command started 8 processes on every host.
+_FLATTEN = f'awk \'index($0, "{MARK}") == 1 {{ printf "\\n%s\\n", $0; next }} {{ sub(/^[[:space:]]+/, ""); printf "%s", $0 }}\''
+
+
+def join(probes: Iterable[tuple[str, str]]) -> str:
+    """One shell script of ``probes`` (name, command): each prints its marker line, then its output. The sections
+    of :data:`ONE_LINE` that follow one another share one pipe into one awk, which puts each on one line.
+    """
+    parts = []
+    for one_line, group in itertools.groupby(probes, key=lambda probe: probe[0] in ONE_LINE):
+        sections = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {command}" for name, command in group)
+        parts.append(f"{{ {sections}; }} | {_FLATTEN}" if one_line else sections)
+    return "; ".join(parts)
 
 
 # Each probe is one section; a probe that fails leaves its section empty. Globs and read, the shell's own, where
 # ls, grep and cat would start a process each: a no-op run pays for every process on every host.
 HARDWARE: tuple[tuple[str, str], ...] = (
-    # 3000 lines of 100 KB were most of what a no-op run read, line by line, from every host.
-    ("amd-smi-static", _one_line(dict(evidence.COMMANDS)["amd-smi-static"])),
-    ("amd-smi-version", "command -v amd-smi >/dev/null 2>&1 && amd-smi version --json 2>&1"),
-    # GPU health evidence (converge/evidence.py): ECC totals and blocks with the PCIe link, bad pages, XGMI links; and
-    # where amd-smi gives no current PCIe link, sysfs's.
-    *((name, _one_line(command)) for name, command in evidence.COMMANDS if name != "amd-smi-static"),
+    # The static JSON, then the GPU health evidence (converge/evidence.py): ECC totals and blocks with the PCIe link,
+    # bad pages, XGMI links; and where amd-smi gives no current PCIe link, sysfs's.
+    *((name, _smi(command)) for name, command in evidence.COMMANDS),
+    ("amd-smi-version", _smi("version --json")),
     ("pcie-links", evidence.PCIE_LINKS),
-    ("quarantine", f"tr -d '\\n' < {paths.QUARANTINE} 2>/dev/null"),  # the record the last deploy left (converge/gpuhealth.py)
+    ("quarantine", f"tr -d '\\n' 2>/dev/null <{paths.QUARANTINE}"),  # the record the last deploy left (converge/gpuhealth.py)
     ("rocm-smi", "command -v amd-smi >/dev/null 2>&1 || { command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showproductname 2>&1; }"),
     ("kfd", f"test -c {paths.KFD} && echo present"),
     ("render-nodes", f'for node in {paths.DRI}/renderD*; do [ -e "$node" ] && echo "${{node##*/}}"; done'),
@@ -99,7 +117,7 @@ HARDWARE: tuple[tuple[str, str], ...] = (
     # What decides a restart: the files a unit runs from, and whether it is running now (roll.py).
 )
 # printf starts each marker on a new line: amd-smi's JSON does not end with one.
-SCRIPT = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {probe}" for name, probe in HARDWARE)
+SCRIPT = join(HARDWARE)
 
 
 @dataclass(frozen=True)
@@ -141,7 +159,8 @@ def script(token_path: str, probe: Probe) -> str:
         for port in probe.router_ports
     )
     tables = "; ".join(f"nft list table {table} >/dev/null 2>&1 && echo {q(table)}" for table in probe.tables)
-    sysctls = "; ".join(f"printf '%s|%s\\n' {q(key)} \"$(cat {q(sysctl_path(key))} 2>/dev/null)\"" for key in probe.sysctls)
+    # Each value read by the shell (a $(cat) forked a subshell and a cat per setting).
+    sysctls = "; ".join(f"v=; read -r v 2>/dev/null <{q(sysctl_path(key))}; printf '%s|%s\\n' {q(key)} \"$v\"" for key in probe.sysctls)
     probes = (
         ("hf-token", f"test -r {q(token_path)} && echo present"),
         ("api-key", f"stat -c '%a|%U|%s' {q(probe.api_key_path)} 2>/dev/null" if probe.api_key_path else "true"),
@@ -159,5 +178,4 @@ def script(token_path: str, probe: Probe) -> str:
         ("generations", generations.probe_command(probe.restore)),
         ("router-drift", router_drift or "true"),
     )
-    extra = "; ".join(f"printf '\\n%s\\n' '{MARK}{name}'; {command}" for name, command in probes)
-    return f"{SCRIPT}; {extra}; true"
+    return f"{SCRIPT}; {join(probes)}; true"

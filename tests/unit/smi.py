@@ -22,7 +22,8 @@ COMMANDS = {name.replace("-", "_"): arguments for name, arguments in evidence.CO
 
 
 @functools.cache
-def _data() -> str:
+def data() -> str:
+    """A folder with the captures the stand-in reads (its STANDIN_AMD_SMI_DATA), made once."""
     data = tempfile.mkdtemp(prefix="instinct-fleet-smi-")
     atexit.register(shutil.rmtree, data, True)
     shutil.copy(FIXTURES / "amd-smi-static-json_mi300x-x8_rocm7.2.1_amdsmi26.2.2.json", Path(data) / "amd-smi-static.json")
@@ -32,9 +33,9 @@ def _data() -> str:
 
 @functools.cache
 def _run(command: str, faults: str) -> str:
-    path = Path(_data()) / f"faults-{abs(hash(faults))}.json"
+    path = Path(data()) / f"faults-{abs(hash(faults))}.json"
     path.write_text(faults)
-    env = {**os.environ, "STANDIN_AMD_SMI_DATA": _data(), "STANDIN_AMD_SMI_FAULTS": str(path) if faults != "{}" else "/nonexistent"}
+    env = {**os.environ, "STANDIN_AMD_SMI_DATA": data(), "STANDIN_AMD_SMI_FAULTS": str(path) if faults != "{}" else "/nonexistent"}
     done = subprocess.run([sys.executable, str(STANDIN), *command.split()], capture_output=True, text=True, env=env, check=True)
     # As the probe reads it: stderr merged, indentation off, on one line.
     return "".join(line.lstrip() for line in (done.stderr + done.stdout).splitlines())

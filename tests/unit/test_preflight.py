@@ -6,6 +6,7 @@ import json
 import os
 import socketserver
 import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -335,18 +336,62 @@ def test_the_fact_reads_v1_with_the_key_from_its_file_never_in_argv() -> None:
     assert "stat -c '%a|%U|%s' /etc/instinct-fleet/api-key" in text
 
 
-def test_the_hardware_probe_reads_amd_smi_on_one_line_and_the_parser_gets_every_gpu(tmp_path: Path) -> None:
-    """probe.SCRIPT as a shell runs it, with amd-smi a stand-in that prints the captured JSON: its 3000 lines come
-    back as one (what a no-op run reads from every host), and parse to the same GPUs."""
-    smi = tmp_path / "amd-smi"
-    smi.write_text(f'#!/bin/sh\ncase "$1" in static) cat {FIXTURES}/amd-smi-static-json_mi300x-x8_rocm7.2.1_amdsmi26.2.2.json ;; esac\n')
-    smi.chmod(0o755)
-    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+@pytest.mark.parametrize(
+    "faults", [{}, {"noise": True, "shape": "list", "gpus": {"3": {"uncorrectable": 2, "width": 8, "xgmi_down": [5]}}}]
+)
+def test_the_hardware_probe_puts_each_amd_smi_json_on_one_line_with_one_awk(tmp_path: Path, faults: dict[str, object]) -> None:
+    """probe.SCRIPT as a shell runs it, with the fleet's stand-in amd-smi (its indented JSON, a warning on stderr,
+    a fault): each of the four JSON sections comes back as one line, the text the stand-in printed with each line's
+    indentation off (what a no-op run reads from every host), while amd-smi's version keeps its lines; the parser
+    gets every GPU and the injected faults."""
+    fault_file = tmp_path / "faults.json"
+    fault_file.write_text(json.dumps(faults))
+    smi_script = tmp_path / "amd-smi"
+    smi_script.write_text(f'#!/bin/sh\nexec {sys.executable} {smi.STANDIN} "$@"\n')
+    smi_script.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path}:{os.environ['PATH']}",
+        "STANDIN_AMD_SMI_DATA": smi.data(),
+        "STANDIN_AMD_SMI_FAULTS": str(fault_file),
+    }
     done = subprocess.run(["/bin/sh", "-c", probe.SCRIPT], env=env, capture_output=True, text=True, timeout=60)
-    static = preflight.sections(done.stdout)["amd-smi-static"]
-    assert len(static.splitlines()) == 1 and json.loads(static) == json.loads(STATIC)
+    found = preflight.sections(done.stdout)
+    expected = smi.sections(faults)
+    for name in probe.ONE_LINE:
+        assert len(found[name].splitlines()) == 1 and found[name] == expected[name.replace("-", "_")], name
+    assert json.loads(found["amd-smi-version"]) == json.loads(VERSION) and len(found["amd-smi-version"].splitlines()) > 1
     report = preflight.parse_report(done.stdout)
     assert [g.model for g in report.gpus] == ["MI300X"] * 8 and report.gpu_arch == "gfx942" and report.smi_error is None
+    assert report.evidence.unread == () and len(report.evidence.gpus) == 8
+    if faults:
+        gpu = report.evidence.gpus[3]
+        assert (gpu.ecc.uncorrectable, gpu.width, gpu.xgmi[5]) == (2, 8, "D")
+
+
+def test_the_fact_reads_sysctls_and_the_quarantine_record_with_the_shell_s_read(tmp_path: Path) -> None:
+    """Each kernel setting's value (a multi-value one keeps its tabs), a missing one empty; the quarantine record on
+    one line, and a host without one prints nothing, and no error."""
+    reads = probe.Probe(
+        paths=(), units=(), user="vllm", images=(), endpoints=(), sysctls=("kernel.numa_balancing", "net.ipv4.tcp_rmem", "vm.absent")
+    )
+    (tmp_path / "kernel").mkdir()
+    (tmp_path / "kernel" / "numa_balancing").write_text("0\n")
+    (tmp_path / "net" / "ipv4").mkdir(parents=True)
+    (tmp_path / "net" / "ipv4" / "tcp_rmem").write_text("4096\t131072\t6291456\n")
+    record = tmp_path / "quarantine.json"
+    text = probe.script("/t", reads).replace("/proc/sys/", f"{tmp_path}/").replace(paths.QUARANTINE, str(record))
+
+    def run() -> dict[str, str]:
+        done = subprocess.run(["/bin/sh", "-c", text], capture_output=True, text=True, timeout=60)
+        assert "quarantine" not in done.stderr and str(tmp_path) not in done.stderr
+        return preflight.sections(done.stdout)
+
+    found = run()
+    assert found["sysctls"].splitlines() == ["kernel.numa_balancing|0", "net.ipv4.tcp_rmem|4096\t131072\t6291456", "vm.absent|"]
+    assert found["quarantine"] == ""
+    record.write_text('{\n  "reason": "ECC"\n}\n')
+    assert json.loads(run()["quarantine"]) == {"reason": "ECC"}
 
 
 def test_the_shell_s_own_globs_and_reads_give_what_ls_grep_and_cat_gave(tmp_path: Path) -> None:

@@ -472,7 +472,7 @@ def test_the_per_gpu_rules_are_the_rules_table_s() -> None:
 
 def amd_smi(tmp_path: Path, faults: dict[str, Any] | None) -> str:
     """An amd-smi for the watch: the fleet's stand-in on the captured MI300X output, with this fault file."""
-    data = Path(smi._data())
+    data = Path(smi.data())
     (tmp_path / "faults.json").write_text(json.dumps(faults or {}))
     command = tmp_path / "amd-smi"
     command.write_text(
