@@ -150,3 +150,19 @@ def test_the_origin_is_the_layer_pyinfra_keeps(tmp_path: Path, capsys: pytest.Ca
     code, lines = _plan(capsys, inventory)
     (flag,) = [line for line in lines if line.endswith("[flag-unknown]")]  # the two groups also disagree: inventory-conflict
     assert code == 1 and flag.endswith("(vllm_args, set in group_data/fast.py line 3) [flag-unknown]"), lines
+
+
+def test_each_group_s_mistake_names_its_own_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two groups, each a host and a group_data file with a mistake of its own: each finding names the file and line of
+    its group (the files are found and read once per run, for every host and value that asks)."""
+    inventory = _project(
+        tmp_path,
+        "gpu = ['gpu-1']\nfast = ['fast-1']\n",
+        gpu='vllm_args = {"max-num-seqz": 2}\n',
+        fast='\n\nvllm_args = {"max-num-batched-tokenz": 3}\n',
+    )
+    code, lines = _plan(capsys, inventory)
+    flags = sorted(line for line in lines if line.endswith("[flag-unknown]"))
+    assert code == 1 and len(flags) == 2, lines
+    assert flags[0].startswith("error: fast-1: ") and flags[0].endswith("(vllm_args, set in group_data/fast.py line 3) [flag-unknown]")
+    assert flags[1].startswith("error: gpu-1: ") and flags[1].endswith("(vllm_args, set in group_data/gpu.py line 1) [flag-unknown]")
