@@ -19,8 +19,8 @@ For each N it starts a light fleet (``tests/fleet/fleet.py up --hosts N``) and m
 
 It writes its section of ``benchmarks/RESULTS.md`` with the machine it ran on and prints how each
 figure grows with N. Needs root (dockerd) and takes about an hour and a half on 2 CPUs (128 hosts
-need about 40 GiB of disk); it is not part of ``make test``. ``fleet.py up`` refuses a fleet the disk cannot hold, before starting
-any host. Usage: ``sudo .venv/bin/python benchmarks/retune_scale.py [N ...]``
+need about 40 GiB of disk); it is not part of ``make test``. ``fleet.py up`` refuses a fleet the
+disk cannot hold, before starting any host. Usage: ``sudo .venv/bin/python benchmarks/retune_scale.py [N ...]``
 """
 
 from __future__ import annotations
