@@ -108,13 +108,14 @@ def ray_ready_command(nodes: int, gpus: int, timeout: int) -> list[str]:
 # running, Ray sees it dead, and the cluster waits forever for a GPU node that never comes back.
 # This shell runs `ray start --block` in the background, passes SIGTERM on (the unit's stop), and
 # exits 1 when the container has no raylet, so that the unit restarts and joins the current head.
-# It reads the container's own /proc (its PID namespace; a zombie raylet counts as gone): no ps or pgrep needed.
+# It reads the container's own /proc (its PID namespace; a zombie raylet counts as gone) with the shell's own read:
+# no ps or pgrep needed, and no cat for each of the container's processes at every look.
 RAY_NODE_WATCH = (
     "ray \"$@\" & ray=$!; trap 'kill -TERM $ray; wait $ray; exit 0' TERM INT; seen=0; waited=0; "
     "while kill -0 $ray 2>/dev/null; do "
     "sleep {poll} & wait $!; up=0; "
-    'for proc in /proc/[0-9]*; do [ "$(cat "$proc/comm" 2>/dev/null)" = raylet ] && ! grep -q "^State:.*Z" "$proc/status" 2>/dev/null '
-    "&& up=1 && break; done; "
+    'for proc in /proc/[0-9]*; do read -r comm 2>/dev/null <"$proc/comm" '
+    '&& [ "$comm" = raylet ] && ! grep -q "^State:.*Z" "$proc/status" 2>/dev/null && up=1 && break; done; '
     "if [ $up = 1 ]; then seen=1; else waited=$((waited + {poll})); fi; "
     "if [ $up = 0 ] && {{ [ $seen = 1 ] || [ $waited -ge {grace} ]; }}; then "
     "echo 'instinct-fleet: this node has no raylet, but ray start --block still runs (a raylet that shut itself down "

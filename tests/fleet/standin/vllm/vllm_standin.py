@@ -1040,6 +1040,11 @@ def join_ray(tp: int, pp: int, model: str, args: dict[str, Any]) -> None:
         def build(self, ranks: str) -> tuple[bool, float] | None:
             return build(model, args, ranks)
 
+        def hold(self) -> None:
+            """Answers only when the actor is gone (its answer is then the error): the driver waits on it, where a
+            ping every 2 s kept every Stage and the driver busy for as long as the cluster served."""
+            threading.Event().wait()
+
     ray.init(address="auto", logging_level="ERROR")
     nodes = [n for n in ray.nodes() if n["Alive"]]
     print(f"INFO stand-in joined Ray: {len(nodes)} nodes, {ray.cluster_resources().get('GPU', 0):g} GPUs; needs {tp * pp}", flush=True)
@@ -1058,13 +1063,11 @@ def join_ray(tp: int, pp: int, model: str, args: dict[str, Any]) -> None:
     built = [b for b in ray.get([s.build.remote(f"rank_{first[i]}_0") for i, s in enumerate(stages)]) if b is not None]
     log_build((all(hit for hit, _ in built), max(seconds for _, seconds in built)) if built else None)
     State.ready = True
-    while True:
-        time.sleep(2)
-        try:
-            ray.get([s.ping.remote() for s in stages], timeout=15)
-        except Exception as exc:  # RayActorError, GetTimeoutError: a worker is gone
-            print(f"ERROR stand-in: lost a Ray worker ({type(exc).__name__}); exiting like vLLM", flush=True)
-            os._exit(1)
+    try:
+        ray.get([s.hold.remote() for s in stages])
+    except Exception as exc:  # RayActorError, ActorDiedError, ActorUnavailableError: a worker is gone
+        print(f"ERROR stand-in: lost a Ray worker ({type(exc).__name__}); exiting like vLLM", flush=True)
+    os._exit(1)
 
 
 def compile_key(model: str, args: dict[str, Any]) -> str:
