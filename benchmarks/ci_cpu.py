@@ -62,6 +62,20 @@ def containers() -> dict[str, tuple[float, str]]:
     return found
 
 
+# The Python tools, named by the program an interpreter runs, never by an argument: the end-to-end tests' instinct-fleet
+# and pyinfra commands take inventories under pytest's tmp_path (/tmp/pytest-of-root/...), and a pattern that found
+# "pytest" anywhere in a command line counted them as the tests' own CPU.
+TOOLS = {"pyinfra": "pyinfra", "instinct_fleet": "instinct-fleet command", "instinct-fleet": "instinct-fleet command", "pip": "pip"}
+
+
+def program(command: str) -> str:
+    """The program a command line runs: the module of ``python -m``, the script a Python interpreter runs, else its executable."""
+    words = command.split()
+    if len(words) > 1 and Path(words[0]).name.startswith("python"):
+        return words[2] if words[1] == "-m" and len(words) > 2 else Path(words[1]).name
+    return Path(words[0]).name if words else ""
+
+
 def kind(command: str) -> str:
     """What a container or process runs, in a few words."""
     for pattern, name in (
@@ -70,14 +84,17 @@ def kind(command: str) -> str:
         (r"bench_standin|vllm_standin.py bench", "benchmark client"),
         (r"/lib/systemd/systemd", "simulated host (systemd, sshd, dockerd, the watch)"),
         (r"device-metrics|exporter", "metrics exporter stand-in"),
-        (r"pytest .*tests/unit|pytest -p no:cacheprovider tests/unit", "unit tests"),
-        (r"pytest", "end-to-end tests"),
-        (r"-m pyinfra|pyinfra ", "pyinfra"),
-        (r"-m instinct_fleet|instinct-fleet", "instinct-fleet command"),
-        (r"pip ", "pip"),
-        (r"dockerd|containerd", "dockerd and containerd"),
-        (r"^ssh ", "ssh client"),
     ):
+        if re.search(pattern, command):
+            return name
+    tool = program(command)
+    if tool == "pytest":
+        return (
+            "unit tests" if " tests/unit" in command else "verify's testinfra" if "instinct_fleet/verify" in command else "end-to-end tests"
+        )
+    if tool in TOOLS:
+        return TOOLS[tool]
+    for pattern, name in ((r"dockerd|containerd", "dockerd and containerd"), (r"^ssh ", "ssh client")):
         if re.search(pattern, command):
             return name
     return "other: " + command.split(" ")[0][-40:]
