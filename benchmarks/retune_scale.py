@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fleet"))
@@ -60,9 +61,27 @@ def machine_cpu() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(argv: list[str], check: bool = True) -> tuple[float, int, str, float, float]:
-    """Wall seconds, peak RSS in MiB of that process (from wait4), its output, and the CPU seconds of the
-    machine and of the process (with its children) while it ran."""
+class Timed(NamedTuple):
+    """One command's run: wall seconds, its peak RSS in MiB (from wait4), its output, and the CPU seconds of the
+    machine and of the command itself (with its children) while it ran."""
+
+    wall: float
+    rss_mib: int
+    output: str
+    machine_cpu: float
+    control_cpu: float
+
+
+class Floor(NamedTuple):
+    """One SSH floor: wall seconds, and the CPU seconds of the machine and of the ssh clients."""
+
+    wall: float
+    machine_cpu: float
+    control_cpu: float
+
+
+def timed(argv: list[str], check: bool = True) -> Timed:
+    """Run ``argv`` in the checkout with the benchmark's environment; exit with its output if it fails (``check``)."""
     with tempfile.TemporaryFile("w+") as sink:
         busy = machine_cpu()
         started = time.monotonic()
@@ -75,12 +94,11 @@ def timed(argv: list[str], check: bool = True) -> tuple[float, int, str, float, 
         output = sink.read()
     if check and proc.returncode != 0:
         sys.exit(f"{' '.join(argv)} exited {proc.returncode}:\n{output[-3000:]}")
-    return elapsed, int(usage.ru_maxrss / 1024), output, machine, usage.ru_utime + usage.ru_stime
+    return Timed(elapsed, int(usage.ru_maxrss / 1024), output, machine, usage.ru_utime + usage.ru_stime)
 
 
-def ssh_floor(hosts: list[dict], key: str) -> tuple[float, float, float]:
-    """One `ssh true` per host, all at once: the least any tool needs to reach every host once. Wall seconds, and
-    the CPU seconds of the machine and of the ssh clients."""
+def ssh_floor(hosts: list[dict], key: str) -> Floor:
+    """One `ssh true` per host, all at once: the least any tool needs to reach every host once."""
 
     def one(port: int) -> float:
         proc = subprocess.Popen(["ssh", *simulated.ssh_options(Path(key), port), "root@127.0.0.1", "true"])
@@ -93,7 +111,7 @@ def ssh_floor(hosts: list[dict], key: str) -> tuple[float, float, float]:
     started = time.monotonic()
     with ThreadPoolExecutor(len(hosts)) as pool:
         clients = sum(pool.map(one, [h["ssh_port"] for h in hosts]))
-    return time.monotonic() - started, machine_cpu() - busy, clients
+    return Floor(time.monotonic() - started, machine_cpu() - busy, clients)
 
 
 def upstream_blobs() -> tuple[int, int]:
@@ -150,12 +168,12 @@ def measure(count: int) -> dict[str, float | int | str]:
     fleet = json.loads((STATE / "fleet.json").read_text())
     hosts = fleet["hosts"]
     blobs_before, bytes_before = upstream_blobs()
-    first, first_rss, output, _, _ = timed(PYINFRA)
+    first = timed(PYINFRA)
     blobs_after, bytes_after = upstream_blobs()
     disk = free_before - free_gib()  # hosts, their images and containers, the cache's copy
     noops = [timed(PYINFRA) for _ in range(5)]
     floors = [ssh_floor(hosts, fleet["ssh_key"]) for _ in range(5)]
-    _, _, debug, _, _ = timed([*PYINFRA, "--debug"])
+    debug = timed([*PYINFRA, "--debug"]).output
     commands = Counter(re.findall(r"Running command on (sim-[\w-]+):", debug))
     cli = subprocess.run(
         [str(Path(sys.executable).parent / "instinct-fleet"), "deploy", "benchmarks/scale_inventory.py", "-y", "--json"],
@@ -165,26 +183,27 @@ def measure(count: int) -> dict[str, float | int | str]:
         check=False,
     )
     results = json.loads(cli.stdout)["results"] or {}
+    noop, floor = statistics.median(run.wall for run in noops), statistics.median(run.wall for run in floors)
     return {
         "hosts": count,
         "fleet_up_s": round(up_seconds, 1),
         "host_mem_mib": round(host_memory_mib(hosts)),
         "disk_gib": round(disk, 1),
-        "first_converge_s": round(first, 1),
-        "first_peak_rss_mib": first_rss,
+        "first_converge_s": round(first.wall, 1),
+        "first_peak_rss_mib": first.rss_mib,
         "upstream_blob_fetches": blobs_after - blobs_before,
         "upstream_mib": round((bytes_after - bytes_before) / 2**20),
-        "noop_median_s": round(statistics.median(run[0] for run in noops), 2),
-        "ssh_floor_s": round(statistics.median(run[0] for run in floors), 2),
-        "noop_over_floor": round(statistics.median(run[0] for run in noops) / statistics.median(run[0] for run in floors), 2),
-        "noop_cpu_s": round(statistics.median(run[3] for run in noops), 2),
-        "noop_control_cpu_s": round(statistics.median(run[4] for run in noops), 2),
-        "floor_cpu_s": round(statistics.median(run[1] for run in floors), 2),
-        "floor_control_cpu_s": round(statistics.median(run[2] for run in floors), 2),
-        "noop_peak_rss_mib": max(run[1] for run in noops),
+        "noop_median_s": round(noop, 2),
+        "ssh_floor_s": round(floor, 2),
+        "noop_over_floor": round(noop / floor, 2),
+        "noop_cpu_s": round(statistics.median(run.machine_cpu for run in noops), 2),
+        "noop_control_cpu_s": round(statistics.median(run.control_cpu for run in noops), 2),
+        "floor_cpu_s": round(statistics.median(run.machine_cpu for run in floors), 2),
+        "floor_control_cpu_s": round(statistics.median(run.control_cpu for run in floors), 2),
+        "noop_peak_rss_mib": max(run.rss_mib for run in noops),
         "commands_per_host_max": max(commands.values()) if commands else 0,
         "changed_ops_on_noop": results.get("totals", {}).get("success", "?"),
-        "first_converge_tail": output.strip().splitlines()[-1] if output.strip() else "",
+        "first_converge_tail": first.output.strip().splitlines()[-1] if first.output.strip() else "",
     }
 
 
