@@ -126,12 +126,25 @@ def _form(pattern: re.Pattern[str], what: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+# What a host path may hold: it reaches docker's ``-v SRC:DST[:OPTS]`` (a ``:`` splits it), systemd's Exec lines (``%``
+# is a specifier, ``$`` an expansion) and shell commands; a character outside this set is refused, not escaped.
+HOST_PATH_CHAR = re.compile(r"[A-Za-z0-9._+@=,/-]")
+
+
 def _host_path(value: str) -> str:
     if not value.startswith("/") or value == "/" or posixpath.normpath(value) != value.rstrip("/"):
         raise PydanticCustomError(
             "value_format",
             "{shown} must be an absolute, normalised path (a relative one becomes a docker volume name)",
             {"shown": repr(value)},
+        )
+    bad = "".join(sorted({c for c in value if not HOST_PATH_CHAR.fullmatch(c)}))
+    if bad:
+        raise PydanticCustomError(
+            "value_format",
+            "{shown} holds {bad}: a host path may hold letters, digits and . _ + @ = , - / only (docker's -v splits it at ':', "
+            "systemd expands '%' and '$', a shell splits at blanks)",
+            {"shown": repr(value), "bad": repr(bad)},
         )
     return value
 

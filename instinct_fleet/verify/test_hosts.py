@@ -74,7 +74,7 @@ def test_units_are_enabled_and_running_as_desired(target: Target) -> None:
         if want.running is not None:
             assert (active == "active") == want.running, f"{target.name}: {want.name} is {active}"
     installed = [paths.unit_path(u.name) for u in wanted if u.enabled and target.host.file(paths.unit_path(u.name)).exists]
-    target.sh(f"systemd-analyze verify {' '.join(installed)}")
+    target.sh(f"systemd-analyze verify {' '.join(map(shlex.quote, installed))}")
 
 
 def test_host_tuning_is_live(target: Target) -> None:
@@ -93,15 +93,15 @@ def test_host_tuning_is_live(target: Target) -> None:
 
 def test_docker_has_the_pinned_image(target: Target) -> None:
     if target.plan.desired.image is not None:
-        target.sh(f"docker image inspect {target.plan.desired.image} >/dev/null")
+        target.sh(f"docker image inspect {shlex.quote(target.plan.desired.image)} >/dev/null")
 
 
 def test_weights_are_staged_before_the_instances_start(target: Target) -> None:
     """Each model of weights_source is in the host's HF cache, copied whole (the staged marker matches the source's)."""
     for want in target.plan.desired.weights:
-        complete = target.sh(f"head -n1 {want.source}/{WEIGHTS_COMPLETE}").strip()
+        complete = target.sh(f"head -n1 {shlex.quote(want.source + '/' + WEIGHTS_COMPLETE)}").strip()
         assert complete.split()[0] == want.revision, f"{want.source} holds {complete!r}, not revision {want.revision}"
-        assert target.sh(f"head -n1 {want.local}/{WEIGHTS_STAGED}").strip() == complete, f"{target.name}: {want.model} is not staged"
+        assert target.sh(f"head -n1 {shlex.quote(want.local + '/' + WEIGHTS_STAGED)}").strip() == complete, f"{target.name}: {want.model} is not staged"
         commit = complete.split()[1]
         assert target.host.file(f"{want.local}/snapshots/{commit}/config.json").exists, f"{target.name}: {want.model} snapshot missing"
 
@@ -132,7 +132,7 @@ def test_containers_run_exactly_the_rendered_env_and_args(target: Target) -> Non
         config, host_config = info["Config"], info["HostConfig"]
         entrypoint = argv.index("--entrypoint")
         image = argv[entrypoint + 2]
-        image_env = set(json.loads(target.sh(f"docker image inspect --format '{{{{json .Config.Env}}}}' {image}")) or [])
+        image_env = set(json.loads(target.sh(f"docker image inspect --format '{{{{json .Config.Env}}}}' {shlex.quote(image)}")) or [])
         assert info["State"]["Running"]
         assert config["Image"] == image
         assert config["Entrypoint"] == [argv[entrypoint + 1]]
@@ -212,24 +212,25 @@ def test_each_router_pool_is_the_inventory_s(target: Target) -> None:
 def test_token_never_leaves_its_file(target: Target) -> None:
     v = target.plan.spec.vars
     assert target.plan.report.hf_token, f"{target.name} has no token at {v.hf_token_path} to check"
-    token = target.sh(f"cat {v.hf_token_path}").strip()
+    token = target.sh(f"cat {shlex.quote(v.hf_token_path)}").strip()
     assert token, "the token file is empty"
     names = [name for name, _, _ in _containers(target)]
-    units = " ".join(paths.unit_path(n) for n in names)
+    units = " ".join(shlex.quote(paths.unit_path(n)) for n in names)
     envs = " ".join(
-        [paths.unit_env_path(paths.vllm_unit(s.name)) for s in target.plan.serves] + ([paths.RAY_ENV] if target.plan.role else [])
+        shlex.quote(p)
+        for p in [paths.unit_env_path(paths.vllm_unit(s.name)) for s in target.plan.serves] + ([paths.RAY_ENV] if target.plan.role else [])
     )
     places = {
         "unit files": f"cat {units}",
         "env files": f"cat {envs}",
         "process list": "ps -eo args",
-        "docker inspect": f"docker inspect {' '.join(names)}",
-        "journal": " ".join(["journalctl --no-pager -o cat", *[f"-u {n}" for n in names]]),
+        "docker inspect": f"docker inspect {' '.join(map(shlex.quote, names))}",
+        "journal": " ".join(["journalctl --no-pager -o cat", *[f"-u {shlex.quote(n)}" for n in names]]),
     }
     for where, command in places.items():
         assert token not in target.sh(command), f"{target.name}: the Hugging Face token appears in the {where}"
     for name in names:
-        mounted = target.sh(f"docker exec {name} cat {paths.TOKEN_IN_CONTAINER}").strip()
+        mounted = target.sh(f"docker exec {shlex.quote(name)} cat {paths.TOKEN_IN_CONTAINER}").strip()
         assert mounted == token, f"{name} does not see the token at {paths.TOKEN_IN_CONTAINER}"
 
 
@@ -240,9 +241,9 @@ def test_a_managed_token_is_the_control_machines_and_root_alone_reads_it(target:
     if v.hf_token_source is None:
         return
     assert wrong is None, f"hf_token_source: {wrong}"
-    mode = target.sh(f"stat -c '%a %U:%G' {v.hf_token_path}").strip()
+    mode = target.sh(f"stat -c '%a %U:%G' {shlex.quote(v.hf_token_path)}").strip()
     assert mode == "600 root:root", f"{target.name}: {v.hf_token_path} is {mode}, not 600 root:root"
-    assert target.sh(f"cat {v.hf_token_path}").strip() == token, f"{target.name}: {v.hf_token_path} is not the token of {v.hf_token_source}"
+    assert target.sh(f"cat {shlex.quote(v.hf_token_path)}").strip() == token, f"{target.name}: {v.hf_token_path} is not the token of {v.hf_token_source}"
 
 
 def test_api_key_never_leaves_its_file(target: Target) -> None:
@@ -255,15 +256,15 @@ def test_api_key_never_leaves_its_file(target: Target) -> None:
     assert key and target.sh(f"stat -c '%a %U' {shlex.quote(path)}").strip() == "600 root"
     names = [paths.vllm_unit(s.name) for s in target.plan.serves]
     places = {
-        "unit files": f"cat {' '.join(paths.unit_path(n) for n in names)}",
-        "env files": f"cat {' '.join(paths.unit_env_path(paths.vllm_unit(s.name)) for s in target.plan.serves)}",
+        "unit files": f"cat {' '.join(shlex.quote(paths.unit_path(n)) for n in names)}",
+        "env files": f"cat {' '.join(shlex.quote(paths.unit_env_path(paths.vllm_unit(s.name))) for s in target.plan.serves)}",
         "process list": "ps -eo args",
-        "docker inspect": f"docker inspect {' '.join(names)}",
+        "docker inspect": f"docker inspect {' '.join(map(shlex.quote, names))}",
     }
     for where, command in places.items():
         assert key not in target.sh(command), f"{target.name}: the API key appears in the {where}"
     for name in names:
-        assert target.sh(f"docker exec {name} cat {paths.API_KEY_IN_CONTAINER}").strip() == key, name
+        assert target.sh(f"docker exec {shlex.quote(name)} cat {paths.API_KEY_IN_CONTAINER}").strip() == key, name
 
 
 ALIVE = (

@@ -714,8 +714,7 @@ def up(count: int | None = None, clusters: int | None = None) -> dict[str, objec
     wait_hosts(hosts, key)
     # The Hugging Face token as a team keeps it on its control machine: a file only its user reads.
     token_file = STATE / "hf-token"
-    token_file.touch(mode=0o600)
-    token_file.write_text(HF_TOKEN + "\n")
+    write_private(token_file, HF_TOKEN + "\n")
     fleet = {
         "registry": registry,
         "cache": cache,
@@ -731,9 +730,18 @@ def up(count: int | None = None, clusters: int | None = None) -> dict[str, objec
         "api_key": API_KEY,
         "hosts": [asdict(h) for h in hosts],
     }
-    (STATE / "fleet.json").write_text(json.dumps(fleet, indent=2) + "\n")
+    write_private(STATE / "fleet.json", json.dumps(fleet, indent=2) + "\n")
     log(f"fleet up in {time.monotonic() - started:.0f}s: {', '.join(h.name for h in hosts)}")
     return fleet
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only root reads (0600 from its creation, never briefly wider): the fleet file holds the token and the key."""
+    scratch = path.with_name(path.name + ".new")
+    scratch.unlink(missing_ok=True)
+    with os.fdopen(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+        handle.write(text)
+    os.replace(scratch, path)
 
 
 def revive(name: str) -> None:
@@ -820,6 +828,8 @@ def sample() -> None:
     fleet = json.loads((STATE / "fleet.json").read_text())
     # inventories/local.py guards sim-gpu-2's instances with this key; an instance without one ignores it.
     key = ["-H", f"Authorization: Bearer {fleet['api_key']}"]
+    shown = 'Authorization: Bearer $API_KEY'  # printed instead of the key: API_KEY=$(jq -r .api_key .fleet/fleet.json)
+    print("The API key is in .fleet/fleet.json (root's alone): API_KEY=$(jq -r .api_key .fleet/fleet.json)")
     for host in fleet["hosts"]:
         url = f"http://127.0.0.1:{host['api_port'] + PORT_OFFSET}"  # published on the machine
         models = run("curl", "-s", "-m", "5", *key, f"{url}/v1/models", check=False, capture=True)
@@ -831,7 +841,7 @@ def sample() -> None:
         body = json.dumps({"model": model, "prompt": "The MI300X has 192 GB of", "max_tokens": 12})
         reply = out("curl", "-s", "-m", "10", *key, "-H", "Content-Type: application/json", "-d", body, f"{url}/v1/completions")
         print(f"{host['name']}: {url}  model {model}")
-        print(f"  curl {url}/v1/completions -H '{key[1]}' -H 'Content-Type: application/json' -d '{body}'")
+        print(f"  curl {url}/v1/completions -H "{shown}" -H 'Content-Type: application/json' -d '{body}'")
         print(f"  -> {json.loads(reply)['choices'][0]['text'].strip()!r}")
     # inventories/local.py puts vLLM's router on sim-gpu-1, gpt-oss-120b's pool on its port 30000: the
     # machine reaches the host's container address (the router's port is not published).
@@ -858,7 +868,7 @@ def sample() -> None:
         print(f"router: nothing answers on {url} (see the deploy output above)")
         return
     print(f"router (vllm-router on sim-gpu-1, every gpt-oss-120b instance of the fleet behind it): {url}")
-    print(f"  curl {url}/v1/completions -H '{key[1]}' -H 'Content-Type: application/json' -d '{body}'")
+    print(f"  curl {url}/v1/completions -H "{shown}" -H 'Content-Type: application/json' -d '{body}'")
     print(f"  -> {text!r}")
 
 

@@ -105,8 +105,9 @@ ACCEPTED: dict[str, tuple[str, ...]] = {
     "instance env": ("a b", "$HOME", "{}"),
     "instance name": ("a-b", "main2"),
     "vllm_image": ("reg.local:5000/vllm/vllm-openai-rocm:v0.22.0", "a:b"),
-    "hf_cache_dir": ("a b", "$(id)"),
-    "hf_token_path": ("a#b", "x'y"),
+    # A host path holds letters, digits and . _ + @ = , - / only (defaults.HOST_PATH_CHAR): blanks, $( and quotes are refused.
+    "hf_cache_dir": ("a+b", "x@y=z,1"),
+    "hf_token_path": ("a,b", "x=y"),
     "service_user": ("vllm-svc", "_svc"),
     "registry mirror": ("mirror.local:5000", "a/b"),
     "insecure registry": ("reg.local:5000", "10.0.0.1:5000"),

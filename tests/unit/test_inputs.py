@@ -42,6 +42,13 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"hf_cache_dir": "hf-cache"}, "hf_cache_dir", "value-format"),
     ({"hf_token_path": "secrets/token"}, "hf_token_path", "value-format"),
     ({"hf_cache_dir": "/var/lib/../../etc"}, "hf_cache_dir", "value-format"),
+    # docker's -v reads "/data:/etc" as a source and a target; $( and blanks would reach a shell, % systemd.
+    ({"hf_cache_dir": "/data:/etc"}, "hf_cache_dir", "value-format"),
+    ({"hf_token_path": "/etc/$(id)"}, "hf_token_path", "value-format"),
+    ({"hf_token_path": "/etc/hf token"}, "hf_token_path", "value-format"),
+    ({"vllm_api_key_path": "/etc/key;rm"}, "vllm_api_key_path", "value-format"),
+    ({"weights_source": "/mnt/%h"}, "weights_source", "value-format"),
+    ({"vllm_model": "/models/a`id`"}, "vllm_model", "value-format"),
     ({"docker_registry_mirrors": ["mirror.local:5000"]}, "docker_registry_mirrors[0]", "value-format"),
     ({"docker_insecure_registries": ["reg local"]}, "docker_insecure_registries[0]", "value-format"),
     ({"vllm_image": "Vllm/Vllm-openai-rocm:v0.22.0"}, "vllm_image", "value-format"),
