@@ -61,8 +61,7 @@ def port_of(fleet: dict[str, Any], host: str, port: int) -> int:
 
 
 def pool(fleet: dict[str, Any]) -> list[str]:
-    with urllib.request.urlopen(f"{fleetctl.router_url(fleet)}/list_workers", timeout=10) as reply:
-        return list(json.loads(reply.read())["urls"])
+    return fleetctl.pool(fleet)
 
 
 def watch_state(fleet: dict[str, Any], host: str, unit: str) -> dict[str, Any]:

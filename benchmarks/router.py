@@ -47,7 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT / "tests" / "fleet"))
-from fleetctl import FLAG, FLEET_FILE, OSS, Load, deploy, inventory, router_url, ssh  # noqa: E402
+from fleetctl import FLAG, FLEET_FILE, OSS, Load, admin_url, deploy, inventory, router_url, ssh  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 OUT = ROOT / "benchmarks" / "router.json"
@@ -201,7 +201,7 @@ def main() -> None:
         return {"deploy_s": round(run.seconds), "rolled_back": sorted({r["host"] for r in run.roll if r["status"] == "rolled-back"})}
 
     def kill() -> dict[str, Any]:
-        url, dead = router_url(fleet), f"http://{next(h['address'] for h in fleet['hosts'] if h['name'] == 'sim-gpu-2')}:8001"
+        url, dead = admin_url(fleet), f"http://{next(h['address'] for h in fleet['hosts'] if h['name'] == 'sim-gpu-2')}:8001"
         ssh(fleet, "sim-gpu-2", "docker kill vllm-oss")
         at = time.monotonic()
         while dead in healthy(url) and time.monotonic() - at < 60:

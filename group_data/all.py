@@ -265,9 +265,17 @@ nccl_min_nchannels = 112
 # Pass /dev/infiniband into the Ray and vLLM containers with the IPC_LOCK capability (RDMA).
 infiniband = False
 
-# Manage the nftables table `inet instinct_fleet`: Ray ports open only to cluster members, vLLM
-# ports only to `vllm_allow_from`.
+# Manage the nftables table `inet instinct_fleet`, which denies by default: only the ports the
+# host serves are open, each to who needs it (SSH to `ssh_allow_from`, Ray and the collectives
+# to cluster members, vLLM to `vllm_allow_from`, the router's clients to `router_allow_from`,
+# its worker API to its pools' serving hosts and `router_admin_from`), and every other port, one
+# opened at run time included, is closed.
 firewall = True
+
+# Addresses or networks allowed to reach SSH (the port sshd answers the deploy on) when the
+# firewall is on; `None`: anyone, so that no firewall change can lock a team out. Set it to your
+# control machines and bastions.
+ssh_allow_from = None
 
 # Addresses or networks allowed to reach the vLLM ports (`["10.0.0.0/8"]`), besides loopback and
 # cluster members; `None` leaves them open.
@@ -478,8 +486,23 @@ router_wheel = None
 # serves, in name order.
 router_models = None
 
-# Port of the first pool's router (its clients and its worker API); the router's own default.
+# Port of the first pool's router for its clients (the router's own default): a front that
+# passes on the OpenAI routes (`/v1/completions`, `/v1/chat/completions`, `/v1/embeddings`,
+# `/v1/responses`, `/v1/rerank`, `/v1/models`) and `/health`, and answers 404 to any other, the
+# router's worker API above all (`router_admin_port`).
 router_port = 30000
+
+# Port of the first pool's router itself, the next pool's on this plus one, and so on: its
+# worker API (`/add_worker`, `/remove_worker`, `/list_workers`, ...) and every other route.
+# vllm-router checks no key there, so clients never reach it: `router_port` is a front that
+# passes on the OpenAI routes alone, and the firewall keeps this port to loopback, the serving
+# hosts of its pool (their roll and watch take an instance out and put it back) and
+# `router_admin_from`.
+router_admin_port = 31000
+
+# Addresses or networks, besides loopback and the serving hosts of the pools, allowed to reach
+# `router_admin_port` (an operator's machine that calls the worker API); empty: nobody else.
+router_admin_from = []
 
 # Port of the first pool's router Prometheus `/metrics` (`--prometheus-port`); the router's own
 # default.
@@ -507,10 +530,10 @@ router_retries = 5
 # `--request-timeout-secs`: the longest a request may take through the router.
 router_request_timeout = 1800
 
-# Addresses or networks allowed to reach the router's ports (clients and its worker API; its
-# metrics also to `prometheus_allow_from`), besides loopback and the serving hosts of its pools,
-# whose roll calls the worker API; `None` leaves them open. The router does not check a client's
-# key.
+# Addresses or networks of the router's clients: they alone reach `router_port` (the OpenAI
+# routes) and `router_metrics_port` (also open to `prometheus_allow_from`); `None`: clients from
+# anywhere. Never the worker API, which is on `router_admin_port`. The router checks no key: the
+# instances behind it do.
 router_allow_from = None
 
 # Any other `vllm-router` option, as `{"--cache-threshold": 0.5}` (a switch as `True`), checked

@@ -28,7 +28,7 @@ from typing import Any
 
 from instinct_fleet import scaffold
 from instinct_fleet.commands import boards, monitoring, picture, slo, status, sweeps, trials, tunereport
-from instinct_fleet.converge import evaluate, gpuhealth
+from instinct_fleet.converge import evaluate, firewall, gpuhealth
 from instinct_fleet.live import bench, interrupts, remote
 from instinct_fleet.model import ansible, defaults, knowledge, origins, paths, workload
 from instinct_fleet.model.catalog import Catalog, CatalogError, write_facts
@@ -139,6 +139,7 @@ def _report(
             "services": [{**service_json(svc), "env": env} for _, svc, env in served],
             "clusters": _clusters(planned),
             "tables": tables or {},
+            "firewall": {str(spec.host): firewall.exposure(spec) for spec, _ in planned},
             "warnings": [_finding_json(f) for f in warnings],
             "errors": [_finding_json(f) for f in errors],
         }
@@ -164,6 +165,8 @@ def _report(
         if explain:
             for spec, _ in planned:
                 _explain_managed(spec)
+        for line in _exposure_lines(planned):
+            print(line)
         for version, source in (tables or {}).items():
             print(f"vLLM {version}: validated against the table {source}")
         for line in _verdict_lines(gpus or {}):
@@ -172,6 +175,22 @@ def _report(
             print(line, file=sys.stderr)
         print(f"{tally(findings, 'error')}, {tally(findings, 'warning')}", file=sys.stderr)
     return EXIT_INVALID if errors else EXIT_OK
+
+
+def _exposure_lines(planned: list[tuple[HostSpec, list[Finding]]]) -> list[str]:
+    """What each host's firewall will open to whom, hosts with the same openings together (converge/firewall.py)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for spec, _ in planned:
+        groups.setdefault(tuple(firewall.exposure(spec)), []).append(str(spec.host))
+    lines = []
+    for sentences, hosts in groups.items():
+        shown = ", ".join(hosts)
+        if not sentences:
+            lines.append(f"Firewall of {shown}: off (firewall = False): every port is open to anyone")
+            continue
+        lines.append(f"Firewall of {shown}, deny by default:")
+        lines += [f"  {sentence}" for sentence in sentences]
+    return lines
 
 
 def _verdict_lines(gpus: Mapping[str, list[gpuhealth.Judged] | str | None]) -> list[str]:

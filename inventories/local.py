@@ -46,6 +46,8 @@ def host_data(name: str, **data: object) -> tuple[str, dict[str, object]]:
     return name, {**connection, **common, **data}
 
 
+gateway = fleet["registry"].split(":")[0]  # the machine itself, as the hosts see it
+
 # Both single-node hosts stage their weights from the fleet's shared store (a directory every
 # host mounts, as an NFS share would be): one host downloads each model there, both copy it.
 weights = {"weights_source": fleet["weights_source"]}
@@ -63,6 +65,12 @@ sim_gpu = [
         # 30000 (router_models; without it, one pool per model the inventory serves).
         router=True,
         router_models=["openai/gpt-oss-120b"],
+        # Its worker API (port 31000) answers the serving hosts of the pool and the machine (the control machine of
+        # the tests and `make demo`), nobody else; its clients use port 30000, where only the OpenAI routes pass.
+        router_admin_from=[gateway],
+        # The pool of gpt-oss-120b holds sim-gpu-2's keyed oss too: every instance in it takes the same key (a pool of
+        # keyed and keyless instances is refused, router-api-key), so a client without it is refused everywhere.
+        vllm_api_key_path="/etc/instinct-fleet/api-key",
         **weights,
     ),
     # A TP 4 Llama 3.1 70B instance and a gpt-oss-120b one beside it, offline: they start only
@@ -81,11 +89,11 @@ sim_gpu = [
     ),
 ]
 
-# A host with no GPU at all: preflight must fail it alone.
-sim_nogpu = [host_data("sim-nogpu")]
+# A host with no GPU at all: preflight must fail it alone, and it is in no router pool. It would serve gpt-oss-120b
+# like the others, so it takes their key too (router-api-key refuses a pool of keyed and keyless instances).
+sim_nogpu = [host_data("sim-nogpu", vllm_api_key_path="/etc/instinct-fleet/api-key")]
 
 # A two-node Ray cluster: Llama 3.1 405B, TP 8 inside each node and PP 2 across them.
-gateway = fleet["registry"].split(":")[0]  # the machine itself, as the hosts see it
 cluster = {
     "ray_cluster": "sim-405b",
     "vllm_recipe": "llama-3.1-405b-pp2",

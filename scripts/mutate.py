@@ -32,6 +32,42 @@ class Mutation:
 
 
 MUTATIONS: tuple[Mutation, ...] = (
+    # Nobody gets in (issue 60): the firewall, the router's front, the pools and the keys.
+    Mutation(
+        "firewall: the input chain's policy back to accept",
+        "instinct_fleet/converge/firewall.py",
+        "priority filter - 10; policy drop;",
+        "priority filter - 10; policy accept;",
+        ("tests/unit/test_firewall.py",),
+    ),
+    Mutation(
+        "router front: a worker-API route on the clients' port",
+        "instinct_fleet/templates/router-front.py",
+        '    ("POST", "/v1/rerank"),\n',
+        '    ("POST", "/v1/rerank"),\n    ("POST", "/add_worker"),\n',
+        ("tests/unit/test_router_front.py",),
+    ),
+    Mutation(
+        "router front: the body read to the end of the connection, not its Content-Length",
+        "instinct_fleet/templates/router-front.py",
+        "await pipe(reader, upstream, length)",
+        "await pipe(reader, upstream, None)",
+        ("tests/unit/test_router_front.py",),
+    ),
+    Mutation(
+        "pools: a host that failed preflight back in its router's pool",
+        "instinct_fleet/roll/plan.py",
+        "if standing[name].errors or not host.reached:",
+        "if False:",
+        ("tests/unit/test_router.py::test_a_pool_lists_only_instances_that_serve_in_this_run",),
+    ),
+    Mutation(
+        "pools: a keyless instance allowed beside keyed ones",
+        "instinct_fleet/model/ruletable.py",
+        '        "router-api-key",\n        "error",',
+        '        "router-api-key",\n        "warning",',
+        ("tests/unit/test_router.py::test_a_pool_whose_instances_disagree_on_an_api_key_is_refused_and_one_that_agrees_is_not",),
+    ),
     Mutation(
         "noise: no split of alpha over the figures",
         "instinct_fleet/live/noise.py",

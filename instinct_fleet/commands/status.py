@@ -128,9 +128,12 @@ def script(spec: HostSpec) -> str:
         ray = paths.ray_unit(cluster.role)
         parts.append(f"printf '{MARK}unit {ray}\\n'; systemctl show -p ActiveState --value {paths.service(ray)}")
     for pool in spec.pools:  # the router's own view of its pool: every worker and whether its health checks pass
+        # and whether each instance of the inventory answers /health from here (a deploy adds none that does not)
+        urls = " ".join(q(w.url) for w in pool.workers)
         parts.append(
             f"printf '{MARK}router {pool.unit}\\n'; systemctl show -p ActiveState --value {pool.unit}.service; "
-            f"curl -s -m 3 http://127.0.0.1:{pool.port}/workers | tr -d '\\n'; echo; true"
+            f"curl -s -m 3 http://127.0.0.1:{pool.admin_port}/workers | tr -d '\\n'; echo; "
+            f'for u in {urls}; do printf \'answers %s %s\\n\' "$u" "$(curl -s -o /dev/null -m 2 -w \'%{{http_code}}\' "$u/health")"; done; true'
         )
     if spec.vars.metrics_exporter:
         port = spec.vars.metrics_exporter_port
@@ -277,7 +280,11 @@ def _router_row(host: str, pool: Pool, lines: list[str], rolling: str | None) ->
         return Row(host, pool.model, paths.service(pool.unit), state, "no answer", port=pool.port, rolling=rolling)
     live = {str(w.get("url")): bool(w.get("is_healthy")) for w in workers}
     want = {w.url for w in pool.workers}
-    drift = [f"missing {u}" for u in sorted(want - set(live))] + [f"not in the inventory {u}" for u in sorted(set(live) - want)]
+    # A worker missing from the pool is drift only while it answers: a deploy leaves out an instance that does not
+    # serve (its host failed preflight, it is down or held out), and the router would send it nothing.
+    answers = {p[1] for line in lines if (p := line.split())[:1] == ["answers"] and len(p) == 3 and p[2] == "200"}
+    missing = sorted(u for u in want - set(live) if u in answers)
+    drift = [f"missing {u}" for u in missing] + [f"not in the inventory {u}" for u in sorted(set(live) - want)]
     summary = f"{sum(live.values())} of {len(want)} healthy"
     return Row(
         host,

@@ -278,9 +278,11 @@ def missing_packages(plan: HostPlan) -> list[str]:
 
 
 def router_unit(spec: HostSpec, pool: Pool) -> str:
-    """One pool's router unit: the launcher with the release's files, the pool's worker file and the router's options."""
+    """One pool's router unit: the front on the clients' port, which starts the launcher with the release's files, the
+    pool's worker file and the router's options (the router on the pool's admin port)."""
     v = spec.vars
-    argv = [paths.PYTHON3, paths.ROUTER_LAUNCHER, paths.router_dir(v.router_version), paths.router_workers(pool.port)]
+    front = [paths.PYTHON3, paths.ROUTER_FRONT, str(pool.port), str(pool.admin_port), "--"]
+    argv = [*front, paths.PYTHON3, paths.ROUTER_LAUNCHER, paths.router_dir(v.router_version), paths.router_workers(pool.port)]
     return templating.template(
         "router.service.j2",
         version=v.router_version,

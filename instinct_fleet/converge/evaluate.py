@@ -93,7 +93,7 @@ def probe(spec: HostSpec) -> Probe:
         tables=tuple(e.name for e in entries if isinstance(e, TableEntry)),
         sysctls=tuple(e.key for e in entries if isinstance(e, SysctlEntry)),
         api_key_path=spec.vars.vllm_api_key_path,
-        router_ports=tuple(pool.port for pool in spec.pools),
+        router_ports=tuple((pool.port, pool.admin_port) for pool in spec.pools),
     )
 
 

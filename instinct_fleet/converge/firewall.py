@@ -1,18 +1,23 @@
 """The firewall: its nftables ruleset for a host, made in one place from the host's plan, and the unit that loads it.
 
+Deny by default: only the ports the host serves are open, each to who needs it (:func:`firewall_ruleset`).
 Ray has no authentication and its ports run code, so they accept only cluster members; vLLM ports accept only
-loopback, members and ``vllm_allow_from``; ``prometheus_allow_from`` reaches the metrics; router ports accept
-``router_allow_from`` and the serving hosts. ``nft`` itself reads every ruleset the tests make (test_render_host).
+loopback, members and ``vllm_allow_from``; ``prometheus_allow_from`` reaches the metrics; a router's client and
+metrics ports accept ``router_allow_from``, and the router itself (its worker API, on ``router_admin_port``) only the
+host, its pools' serving hosts and ``router_admin_from``. ``nft`` itself reads every ruleset the tests make (test_render_host).
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from instinct_fleet.converge import templating
 from instinct_fleet.converge.hostfacts import HostFacts
 from instinct_fleet.model import paths, router
-from instinct_fleet.model.spec import ClusterSpec
+from instinct_fleet.model.spec import ClusterSpec, HostSpec
 
 
 def firewall_unit() -> str:
@@ -42,6 +47,73 @@ def _address_sets(name: str, networks: tuple[str, ...]) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class Opening:
+    """Ports a host serves and who may reach them: the sets ``sources`` (``<name>_v4`` and ``_v6``), and the host's own
+    addresses with ``local``; anyone when ``sources`` is None. ``setting`` names who says so. One list of these makes
+    both the ruleset and what ``plan`` states, so the two cannot disagree."""
+
+    what: str
+    ports: str  # nftables' form: "8000, 9401"
+    sources: tuple[str, ...] | None
+    setting: str
+    local: bool = False
+
+    def rules(self) -> list[str]:
+        if self.sources is None:
+            return [f'        tcp dport {{ {self.ports} }} accept comment "{self.what}: anyone"']
+        found = [f"        tcp dport {{ {self.ports} }} fib saddr type local accept"] if self.local else []
+        for name in self.sources:
+            found += [
+                f"        tcp dport {{ {self.ports} }} ip saddr @{name}_v4 accept",
+                f"        tcp dport {{ {self.ports} }} ip6 saddr @{name}_v6 accept",
+            ]
+        return [*found, f'        tcp dport {{ {self.ports} }} counter drop comment "{self.what}: {self.setting} only"']
+
+    def sentence(self) -> str:
+        """Who may reach these ports, in words (``plan``)."""
+        return f"{self.what} (port {self.ports}): " + ("anyone" if self.sources is None else self.setting)
+
+
+def _joined(ports: Iterable[int]) -> str:
+    return ", ".join(map(str, sorted(set(ports))))
+
+
+def openings(
+    vllm_ports: list[int],
+    allow_from: tuple[str, ...] | None,
+    scrapers: tuple[str, ...] | None = None,
+    exporter_port: int | None = None,
+    router_ports: tuple[list[int], list[int]] = ([], []),
+    router_allowed: tuple[str, ...] | None = None,
+    admin_ports: list[int] | None = None,
+    ssh_ports: tuple[int, ...] = (22,),
+    ssh_allowed: tuple[str, ...] | None = None,
+) -> list[Opening]:
+    """Every port the host serves, in the ruleset's order, with who may reach it (:func:`firewall_ruleset`)."""
+    found = [Opening("SSH", _joined(ssh_ports), None if ssh_allowed is None else ("ssh_allowed",), "ssh_allow_from")]
+    if admin_ports:
+        found.append(
+            Opening(
+                "router worker API", _joined(admin_ports), ("router_admin",), "its pools' serving hosts and router_admin_from", local=True
+            )
+        )
+    if exporter_port:
+        found.append(Opening("metrics exporter", str(exporter_port), None if scrapers is None else ("scrapers",), "prometheus_allow_from"))
+    scraped, also = (("scrapers",), " and prometheus_allow_from") if scrapers is not None else ((), "")
+    if vllm_ports:
+        sources = None if allow_from is None else ("vllm_allowed", *scraped)
+        found.append(Opening("vLLM", _joined(vllm_ports), sources, "vllm_allow_from" + also))
+    clients, metrics = router_ports
+    if clients:
+        routed = router_allowed is not None
+        found.append(Opening("router clients", _joined(clients), ("router_allowed",) if routed else None, "router_allow_from"))
+        found.append(
+            Opening("router metrics", _joined(metrics), ("router_allowed", *scraped) if routed else None, "router_allow_from" + also)
+        )
+    return found
+
+
 def firewall_ruleset(
     members: list[str],
     ray: list[str],
@@ -51,16 +123,26 @@ def firewall_ruleset(
     exporter_port: int | None = None,
     router_ports: tuple[list[int], list[int]] = ([], []),
     router_allowed: tuple[str, ...] | None = None,
+    admin_ports: list[int] | None = None,
+    admin_allowed: tuple[str, ...] = (),
+    ssh_ports: tuple[int, ...] = (22,),
+    ssh_allowed: tuple[str, ...] | None = None,
 ) -> str:
     """The table ``inet instinct_fleet``, replaced atomically by ``nft -f`` and kept beside Docker's tables.
 
-    Ray has no authentication and its ports run code, so they accept only cluster
-    members; vLLM ports accept only loopback, members and ``vllm_allow_from``.
-    ``prometheus_allow_from`` (``scrapers``) may reach the vLLM ports (their
-    ``/metrics``) and the exporter's port, which then accepts nobody else.
-    ``router_ports`` (client and worker-API ports, metrics ports) accept only
-    ``router_allowed`` (``router_allow_from`` and the serving hosts, whose roll calls
-    the worker API); the metrics ports accept the scrapers too.
+    Deny by default: the input chain's policy drops, and a packet is let in only as an answer (established or
+    related), from loopback, as ICMP or a DHCP answer, from a cluster member (Ray, RCCL, Gloo and torch.distributed
+    open their ports at run time; Ray has no authentication and its ports run code, so they accept nobody else), or
+    to a port this host serves, from who needs it (:func:`openings`):
+
+    - SSH (``ssh_ports``, the port sshd answered the deploy on): ``ssh_allowed`` (``ssh_allow_from``), else anyone.
+    - the routers themselves (``admin_ports``: their worker API): only the host's own addresses and ``admin_allowed``
+      (the pools' serving hosts and ``router_admin_from``), always.
+    - the exporter's port: the scrapers (``prometheus_allow_from``), else anyone.
+    - vLLM ports and the watch's: ``vllm_allow_from`` and the scrapers (their ``/metrics``), else anyone.
+    - ``router_ports`` (client ports, metrics ports): ``router_allowed`` (``router_allow_from``; the metrics ports
+      the scrapers too), else anyone.
+    - any other port, one a process opens at run time included: nobody.
     """
     lines = [
         "# Managed by instinct-fleet: loaded by instinct-fleet-firewall.service.",
@@ -75,72 +157,66 @@ def firewall_ruleset(
         *([f"        elements = {{ {', '.join(v4)} }}"] if v4 else []),
         "    }",
     ]
-    if allow_from is not None:
-        lines += _address_sets("vllm_allowed", allow_from)
-    if scrapers is not None:
-        lines += _address_sets("scrapers", scrapers)
-    routed = router_allowed is not None and bool(router_ports[0])
-    if routed:
-        lines += _address_sets("router_allowed", router_allowed or ())
-    lines += ["    chain input {", "        type filter hook input priority filter - 10; policy accept;", '        iif "lo" accept']
-    lines += ["        ip saddr @cluster_members accept"]
+    opened = openings(vllm_ports, allow_from, scrapers, exporter_port, router_ports, router_allowed, admin_ports, ssh_ports, ssh_allowed)
+    named = {"ssh_allowed": ssh_allowed, "router_admin": admin_allowed, "scrapers": scrapers, "vllm_allowed": allow_from}
+    named["router_allowed"] = router_allowed
+    for name in dict.fromkeys(n for o in opened for n in o.sources or ()):
+        lines += _address_sets(name, named[name] or ())
+    lines += [
+        "    chain input {",
+        "        type filter hook input priority filter - 10; policy drop;",
+        '        iif "lo" accept',
+        "        ct state established,related accept",
+        '        meta l4proto { icmp, ipv6-icmp } accept comment "ping, path MTU, IPv6 neighbours"',
+        '        udp sport 67 udp dport 68 accept comment "DHCP answers"',
+        '        udp sport 547 udp dport 546 accept comment "DHCPv6 answers"',
+        "        ip saddr @cluster_members accept",
+    ]
     if ray:
         lines += [f'        tcp dport {{ {", ".join(ray)} }} counter drop comment "Ray: cluster members only"']
-    if scrapers is not None:
-        scraped = ", ".join(map(str, sorted({*vllm_ports, *([exporter_port] if exporter_port else [])})))
-        if scraped:
-            lines += [
-                f"        tcp dport {{ {scraped} }} ip saddr @scrapers_v4 accept",
-                f"        tcp dport {{ {scraped} }} ip6 saddr @scrapers_v6 accept",
-            ]
-        if exporter_port:
-            lines += [f'        tcp dport {exporter_port} counter drop comment "metrics exporter: prometheus_allow_from only"']
-    if allow_from is not None and vllm_ports:
-        ports = ", ".join(map(str, sorted(vllm_ports)))
-        lines += [
-            f"        tcp dport {{ {ports} }} ip saddr @vllm_allowed_v4 accept",
-            f"        tcp dport {{ {ports} }} ip6 saddr @vllm_allowed_v6 accept",
-            f'        tcp dport {{ {ports} }} counter drop comment "vLLM: vllm_allow_from only"',
-        ]
-    if routed:
-        clients, metrics = router_ports
-        every = ", ".join(map(str, sorted({*clients, *metrics})))
-        if scrapers is not None and metrics:
-            scraped = ", ".join(map(str, sorted(metrics)))
-            lines += [
-                f"        tcp dport {{ {scraped} }} ip saddr @scrapers_v4 accept",
-                f"        tcp dport {{ {scraped} }} ip6 saddr @scrapers_v6 accept",
-            ]
-        lines += [
-            f"        tcp dport {{ {every} }} ip saddr @router_allowed_v4 accept",
-            f"        tcp dport {{ {every} }} ip6 saddr @router_allowed_v6 accept",
-            f'        tcp dport {{ {every} }} counter drop comment "router: router_allow_from and the serving hosts only"',
-        ]
-    lines += ["    }", "}"]
+    for opening in opened:
+        lines += opening.rules()
+    lines += ['        counter comment "dropped by the policy: no port this host serves"', "    }", "}"]
     return "\n".join(lines) + "\n"
 
 
-def firewall(plan: HostFacts) -> str | None:
-    """The nftables ruleset for this host, or None when the firewall is not needed or switched off."""
-    v, cluster = plan.spec.vars, plan.spec.cluster
-    allow, scrapers = v.vllm_allow_from, v.prometheus_allow_from
-    routed = router.allowed(plan.spec)
-    if not v.firewall or (cluster is None and allow is None and scrapers is None and routed is None):
-        return None
-    members = list(plan.cluster.member_ips) if plan.cluster else []
-    ray = ray_ports(cluster) if cluster else []
-    exporter = v.metrics_exporter_port if v.metrics_exporter else None
-    ports = [s.port for s in plan.serves]
+def _served(spec: HostSpec, ssh_port: int) -> dict[str, Any]:
+    """What the host serves and who may reach it, as :func:`openings` takes it: from the spec alone (and the port sshd
+    answers on), so that ``plan`` states, before any connection, what the deploy's ruleset will open."""
+    v = spec.vars
+    ports = [s.port for s in spec.serves]
     if v.watch and ports:  # the watch's /state and /metrics: exactly who may reach the instances' /metrics
         ports.append(v.watch_port)
-    pools = plan.spec.pools
-    return firewall_ruleset(
-        members,
-        ray,
-        ports,
-        None if allow is None else tuple(allow),
-        None if scrapers is None else tuple(scrapers),
-        exporter,
-        ([p.port for p in pools], [p.metrics_port for p in pools]),
-        routed,
-    )
+    return {
+        "vllm_ports": ports,
+        "allow_from": None if v.vllm_allow_from is None else tuple(v.vllm_allow_from),
+        "scrapers": None if v.prometheus_allow_from is None else tuple(v.prometheus_allow_from),
+        "exporter_port": v.metrics_exporter_port if v.metrics_exporter else None,
+        "router_ports": ([p.port for p in spec.pools], [p.metrics_port for p in spec.pools]),
+        "router_allowed": router.allowed(spec),
+        "admin_ports": [p.admin_port for p in spec.pools],
+        "ssh_ports": (ssh_port,),
+        "ssh_allowed": None if v.ssh_allow_from is None else tuple(v.ssh_allow_from),
+    }
+
+
+def exposure(spec: HostSpec) -> list[str]:
+    """What the host's firewall opens to whom, a sentence per port set (``plan``); empty with the firewall off.
+    SSH is named at the inventory's port: the deploy opens the one sshd answers on."""
+    if not spec.vars.firewall:
+        return []
+    found = [o.sentence() for o in openings(**_served(spec, spec.ssh_port))]
+    if spec.cluster is not None:
+        found.insert(1, "Ray, RCCL, Gloo, torch.distributed (every port): the members of its cluster")
+    return [*found, "any other port, one opened at run time included: nobody"]
+
+
+def firewall(plan: HostFacts) -> str | None:
+    """The nftables ruleset for this host, or None when the firewall is switched off."""
+    spec = plan.spec
+    if not spec.vars.firewall:
+        return None
+    members = list(plan.cluster.member_ips) if plan.cluster else []
+    ray = ray_ports(spec.cluster) if spec.cluster else []
+    served = _served(spec, plan.report.ssh_port or spec.ssh_port)
+    return firewall_ruleset(members, ray, admin_allowed=router.admin_allowed(spec), **served)

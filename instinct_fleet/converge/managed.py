@@ -390,6 +390,13 @@ def router_entries(spec: HostSpec) -> list[Entry]:
         FileEntry(
             paths.ROUTER_LAUNCHER, "router", "Router launcher", lambda _r: templating.template_bytes("router-launch.py"), then=restarts
         ),
+        FileEntry(
+            paths.ROUTER_FRONT,
+            "router",
+            "Router front (the OpenAI routes alone)",
+            lambda _r: templating.template_bytes("router-front.py"),
+            then=restarts,
+        ),
         FileEntry(paths.ROUTER_SYNC, "router", "Router pool sync script", lambda _r: templating.template_bytes("router-sync.py")),
     ]
     for pool in spec.pools:
@@ -399,7 +406,7 @@ def router_entries(spec: HostSpec) -> list[Entry]:
 
 def sync_command(pool: Pool) -> str:
     """The sync script (router-sync.py) that converges a running router's pool to its worker list."""
-    return f"{paths.PYTHON3} {paths.ROUTER_SYNC} {pool.port} {paths.router_workers(pool.port)} {paths.router_watches(pool.port)}"
+    return f"{paths.PYTHON3} {paths.ROUTER_SYNC} {pool.admin_port} {paths.router_workers(pool.port)} {paths.router_watches(pool.port)}"
 
 
 def _pool_entries(spec: HostSpec, pool: Pool) -> list[Entry]:

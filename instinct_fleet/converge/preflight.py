@@ -62,6 +62,7 @@ class HostReport:
     os_like: tuple[str, ...]
     group_ids: dict[str, int]
     addresses: dict[str, str] = field(default_factory=dict)
+    ssh_port: int | None = None  # the port sshd answered the deploy on ($SSH_CONNECTION); None: not over SSH
     commands: tuple[str, ...] = ()
     managed_units: tuple[str, ...] = ()
     hf_token: bool = False
@@ -239,6 +240,7 @@ def parse_report(text: str) -> HostReport:
         os_like=tuple(osr.get("ID_LIKE", "").split()),
         group_ids=groups,
         addresses=addresses,
+        ssh_port=_ssh_port(part.get("ssh", "")),
         commands=tuple(part.get("commands", "").split()),
         managed_units=tuple(line.rsplit("/", 1)[-1].removesuffix(".service") for line in part.get("units", "").split()),
         hf_token=part.get("hf-token") == "present",
@@ -259,6 +261,12 @@ def parse_report(text: str) -> HostReport:
         evidence=evidence.parse(part) if smi == "amd-smi" else Evidence(),
         quarantine=record if isinstance(record := json_in(part.get("quarantine", "")), dict) else {},
     )
+
+
+def _ssh_port(text: str) -> int | None:
+    """The server port of ``$SSH_CONNECTION`` (client address, client port, server address, server port)."""
+    words = text.split()
+    return int(words[3]) if len(words) == 4 and words[3].isdigit() and 0 < int(words[3]) < 65536 else None
 
 
 SERVER_HEADER = re.compile(r"^server:\s*docker/(\S+)", re.I)

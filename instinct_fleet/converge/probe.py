@@ -111,6 +111,9 @@ HARDWARE: tuple[tuple[str, str], ...] = (
     ("os-release", "cat /etc/os-release 2>/dev/null"),
     ("groups", "getent group render video"),
     ("interfaces", "ip -o -4 addr show 2>/dev/null"),
+    # The deploy's own connection, as sshd sets it: "client_address client_port server_address server_port". The
+    # firewall keeps the port sshd answers on open, whatever port the inventory reaches it through (NAT, a bastion).
+    ("ssh", "printf '%s\\n' \"$SSH_CONNECTION\""),
     ("commands", "for c in cpupower curl nft python3; do command -v $c >/dev/null 2>&1 && echo $c; done"),
     ("infiniband", "ls /dev/infiniband 2>/dev/null"),
     ("units", f"grep -l 'Managed by instinct-fleet' {' '.join(UNIT_GLOBS)} 2>/dev/null"),
@@ -133,7 +136,8 @@ class Probe:
     tables: tuple[str, ...] = ()  # nftables tables, "family name"
     sysctls: tuple[str, ...] = ()  # kernel settings, "kernel.numa_balancing"
     api_key_path: str | None = None  # vllm_api_key_path: /v1 answers only with the key, and its file must be root's alone
-    router_ports: tuple[int, ...] = ()  # a router host's pools: how each running router's pool differs from its worker file
+    # a router host's pools (client port, the router's own port): how each running router's pool differs from its worker file
+    router_ports: tuple[tuple[int, int], ...] = ()
     restore: str | None = None  # instinct-fleet rollback: the generation to read back ("previous" or a number)
 
 
@@ -155,8 +159,8 @@ def script(token_path: str, probe: Probe) -> str:
     )
     # The sync script's --check (routers converge their running pool to the worker file without a restart).
     router_drift = "; ".join(
-        f"[ -f {ROUTER_SYNC} ] && {PYTHON3} {ROUTER_SYNC} {port} {q(router_workers(port))} {q(router_watches(port))} --check 2>/dev/null | sed 's/^/{port} /'"
-        for port in probe.router_ports
+        f"[ -f {ROUTER_SYNC} ] && {PYTHON3} {ROUTER_SYNC} {admin} {q(router_workers(port))} {q(router_watches(port))} --check 2>/dev/null | sed 's/^/{port} /'"
+        for port, admin in probe.router_ports
     )
     tables = "; ".join(f"nft list table {table} >/dev/null 2>&1 && echo {q(table)}" for table in probe.tables)
     # Each value read by the shell (a $(cat) forked a subshell and a cat per setting).

@@ -690,7 +690,11 @@ class FleetVars(_Strict):
     )
     firewall: StrictBool = Field(
         default=True,
-        description="Manage the nftables table `inet instinct_fleet`: Ray ports open only to cluster members, vLLM ports only to `vllm_allow_from`.",
+        description="Manage the nftables table `inet instinct_fleet`, which denies by default: only the ports the host serves are open, each to who needs it (SSH to `ssh_allow_from`, Ray and the collectives to cluster members, vLLM to `vllm_allow_from`, the router's clients to `router_allow_from`, its worker API to its pools' serving hosts and `router_admin_from`), and every other port, one opened at run time included, is closed.",
+    )
+    ssh_allow_from: list[Network] | None = Field(
+        default=None,
+        description="Addresses or networks allowed to reach SSH (the port sshd answers the deploy on) when the firewall is on; `None`: anyone, so that no firewall change can lock a team out. Set it to your control machines and bastions.",
     )
     vllm_allow_from: list[Network] | None = Field(
         default=None,
@@ -860,7 +864,15 @@ class FleetVars(_Strict):
     )
     router_port: Port = Field(
         default=30000,
-        description="Port of the first pool's router (its clients and its worker API); the router's own default.",
+        description="Port of the first pool's router for its clients (the router's own default): a front that passes on the OpenAI routes (`/v1/completions`, `/v1/chat/completions`, `/v1/embeddings`, `/v1/responses`, `/v1/rerank`, `/v1/models`) and `/health`, and answers 404 to any other, the router's worker API above all (`router_admin_port`).",
+    )
+    router_admin_port: Port = Field(
+        default=31000,
+        description="Port of the first pool's router itself, the next pool's on this plus one, and so on: its worker API (`/add_worker`, `/remove_worker`, `/list_workers`, ...) and every other route. vllm-router checks no key there, so clients never reach it: `router_port` is a front that passes on the OpenAI routes alone, and the firewall keeps this port to loopback, the serving hosts of its pool (their roll and watch take an instance out and put it back) and `router_admin_from`.",
+    )
+    router_admin_from: list[Network] = Field(
+        default_factory=list,
+        description="Addresses or networks, besides loopback and the serving hosts of the pools, allowed to reach `router_admin_port` (an operator's machine that calls the worker API); empty: nobody else.",
     )
     router_metrics_port: Port = Field(
         default=29000,
@@ -892,7 +904,7 @@ class FleetVars(_Strict):
     )
     router_allow_from: list[Network] | None = Field(
         default=None,
-        description="Addresses or networks allowed to reach the router's ports (clients and its worker API; its metrics also to `prometheus_allow_from`), besides loopback and the serving hosts of its pools, whose roll calls the worker API; `None` leaves them open. The router does not check a client's key.",
+        description="Addresses or networks of the router's clients: they alone reach `router_port` (the OpenAI routes) and `router_metrics_port` (also open to `prometheus_allow_from`); `None`: clients from anywhere. Never the worker API, which is on `router_admin_port`. The router checks no key: the instances behind it do.",
     )
     router_flags: dict[StrictStr, Any] = Field(
         default_factory=dict,

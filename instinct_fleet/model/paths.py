@@ -57,6 +57,7 @@ INFINIBAND = "/dev/infiniband"
 
 ROUTER_CONFIG = f"{CONFIG_DIR}/router"  # the launcher, the pool-sync script and one worker list per pool
 ROUTER_LAUNCHER = f"{ROUTER_CONFIG}/launch.py"
+ROUTER_FRONT = f"{ROUTER_CONFIG}/front.py"  # clients' port: the OpenAI routes alone, the worker API never
 ROUTER_SYNC = f"{ROUTER_CONFIG}/sync.py"
 PYTHON3 = "/usr/bin/python3"
 

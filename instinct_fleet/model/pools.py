@@ -24,12 +24,14 @@ class Worker:
 
 @dataclass(frozen=True)
 class Pool:
-    """One router unit on a router host: a model's instances behind ``port``."""
+    """One router unit on a router host: a model's instances behind ``port``, where its front passes on the clients'
+    OpenAI routes alone; the router itself (its worker API included) listens on ``admin_port``."""
 
     model: str
     port: int
     metrics_port: int
     workers: tuple[Worker, ...]
+    admin_port: int
 
     @property
     def unit(self) -> str:
@@ -51,6 +53,6 @@ class Membership:
     """A serving unit's place in one router's pool: the roll takes it out there before the unit stops."""
 
     router: str  # the router host
-    api: str  # http://address:port of that router (its worker API is on the client port)
+    api: str  # http://address:admin_port of that router: its worker API, which clients never reach
     unit: str
     url: str

@@ -31,7 +31,7 @@ from instinct_fleet.model.spec import HostSpec
 # The router options a variable sets (or the pool does): router_flags may not set them too.
 MANAGED = {
     "--host": "the router listens on every address",
-    "--port": "router_port",
+    "--port": "router_admin_port (clients reach router_port, where the front passes on the OpenAI routes alone)",
     "--worker-urls": "the pool, from the inventory",
     "--policy": "router_policy",
     "--prometheus-port": "router_metrics_port",
@@ -108,6 +108,21 @@ def _url(spec: HostSpec, port: int) -> str:
     return f"http://{paths.host_port(spec.reach, port)}"
 
 
+def worker_url(spec: HostSpec, port: int) -> str:
+    """The URL a router reaches an instance of this host at: the address its inventory gives (``scrape_address``,
+    ``ssh_hostname`` or its name)."""
+    return _url(spec, port)
+
+
+def without(spec: HostSpec, out: frozenset[str]) -> HostSpec:
+    """This router host's spec with its pools less the workers ``out`` names (instances that must not serve in this
+    run); the same spec when none of its pools lists one."""
+    if not any(w.url in out for pool in spec.pools for w in pool.workers):
+        return spec
+    pools = tuple(dataclasses.replace(p, workers=tuple(w for w in p.workers if w.url not in out)) for p in spec.pools)
+    return dataclasses.replace(spec, pools=pools)
+
+
 def pool_models(spec: HostSpec, served: Mapping[str, object]) -> list[str]:
     """The models this router host has a pool for, in port order."""
     return list(spec.vars.router_models) if spec.vars.router_models is not None else sorted(served)
@@ -119,7 +134,7 @@ def attach(specs: list[HostSpec]) -> tuple[list[HostSpec], list[Finding]]:
     for spec in specs:
         for svc in spec.serves:
             watch = f"{_url(spec, spec.vars.watch_port)}/state" if spec.vars.watch else None
-            worker = Worker(str(spec.host), paths.vllm_unit(svc.name), _url(spec, svc.port), watch)
+            worker = Worker(str(spec.host), paths.vllm_unit(svc.name), worker_url(spec, svc.port), watch)
             served.setdefault(served_model(svc), []).append(worker)
     found: list[Finding] = []
     pools: dict[str, tuple[Pool, ...]] = {}
@@ -145,10 +160,10 @@ def attach(specs: list[HostSpec]) -> tuple[list[HostSpec], list[Finding]]:
                     why = f"{seen[w.url].host} ({seen[w.url].unit}) and {w.host} ({w.unit}) are both reached at {w.url}: give each host its own scrape_address"
                     found.append(finding("router-pool", spec.host, "router_models", why))
                 seen.setdefault(w.url, w)
-            pool = Pool(model, v.router_port + i, v.router_metrics_port + i, tuple(seen.values()))
+            pool = Pool(model, v.router_port + i, v.router_metrics_port + i, tuple(seen.values()), v.router_admin_port + i)
             mine.append(pool)
             for w in workers:
-                members.setdefault(w.host, []).append(Membership(str(spec.host), _url(spec, pool.port), w.unit, w.url))
+                members.setdefault(w.host, []).append(Membership(str(spec.host), _url(spec, pool.admin_port), w.unit, w.url))
         pools[str(spec.host)] = tuple(mine)
     attached = [dataclasses.replace(s, pools=pools.get(str(s.host), ()), memberships=tuple(members.get(str(s.host), ()))) for s in specs]
     for spec in attached:
@@ -165,25 +180,35 @@ def _ip(url: str) -> str | None:
 
 
 def allowed(spec: HostSpec) -> tuple[str, ...] | None:
-    """Who may reach this router host's ports: ``router_allow_from`` and every serving host of its pools (their roll
-    calls the worker API); None: ``router_allow_from`` is not set, the ports stay open."""
+    """Who may reach this router host's client and metrics ports: ``router_allow_from``; None: it is not set, clients
+    come from anywhere (the front passes on the OpenAI routes alone)."""
     if spec.vars.router_allow_from is None or not spec.pools:
         return None
+    return tuple(sorted(set(spec.vars.router_allow_from)))
+
+
+def admin_allowed(spec: HostSpec) -> tuple[str, ...]:
+    """Who may reach the routers' own ports (``router_admin_port``: the worker API), besides loopback and the host's
+    own addresses: every serving host of its pools (their roll and watch take an instance out and put it back) and
+    ``router_admin_from``. Never a client."""
     workers = {ip for pool in spec.pools for w in pool.workers if (ip := _ip(w.url)) is not None}
-    return tuple(sorted({*spec.vars.router_allow_from, *workers}))
+    return tuple(sorted({*spec.vars.router_admin_from, *workers}))
 
 
 def reach_findings(specs: list[HostSpec]) -> list[Finding]:
-    """Firewalls that would cut a pool: a router host whose router_allow_from cannot admit a serving host reached at a
-    name (its drain calls would be refused), and a serving host whose vllm_allow_from leaves out its router."""
+    """Firewalls that would cut a pool: a router host whose firewall cannot admit a serving host reached at a name to
+    its worker API (its drain calls would be refused), and a serving host whose vllm_allow_from leaves out its router."""
     found = []
     by_host = {str(s.host): s for s in specs}
     for spec in specs:
         for pool in spec.pools:
             for w in pool.workers:
-                if spec.vars.router_allow_from is not None and _ip(w.url) is None:
-                    why = f"{w.host} is reached at a name ({w.url}): list its address in router_allow_from, or its roll cannot take {w.unit} out of the pool"
-                    found.append(finding("router-reach", spec.host, "router_allow_from", why))
+                if spec.vars.firewall and _ip(w.url) is None and w.host != str(spec.host):
+                    why = (
+                        f"{w.host} is reached at a name ({w.url}), which the firewall cannot admit to the worker API on "
+                        f"router_admin_port: give {w.host} its IP as scrape_address, or its roll cannot take {w.unit} out of the pool"
+                    )
+                    found.append(finding("router-reach", spec.host, "router_models", why))
                 serving = by_host.get(w.host)
                 allow = serving.vars.vllm_allow_from if serving is not None and serving.vars.firewall else None
                 ip = _ip(f"http://{paths.host_port(spec.reach, 1)}")
@@ -199,9 +224,10 @@ def reach_findings(specs: list[HostSpec]) -> list[Finding]:
 
 
 def argv(spec: HostSpec, pool: Pool) -> list[str]:
-    """The router's arguments for one pool (without the workers: the launcher reads them from the pool's file)."""
+    """The router's arguments for one pool (without the workers: the launcher reads them from the pool's file). It
+    listens on the pool's admin port; its front has the clients' port."""
     v = spec.vars
-    args = ["--host", "0.0.0.0", "--port", str(pool.port), "--policy", v.router_policy]
+    args = ["--host", "0.0.0.0", "--port", str(pool.admin_port), "--policy", v.router_policy]
     args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(pool.metrics_port)]
     args += ["--health-check-interval-secs", str(v.router_health_check_interval)]
     args += ["--health-failure-threshold", str(v.router_health_failure_threshold)]

@@ -260,13 +260,13 @@ INPUT_RULES = (
     ),
     Rule(
         "router-api-key",
-        "warning",
-        "The router passes the client's key on as it is: in a pool of instances with and without vllm_api_key_path, a client without the key is refused by some and served by others.",
+        "error",
+        "The router checks no key and passes the client's on as it is: in a pool of instances with and without vllm_api_key_path, a client without the key is refused by some and served by others, so the key protects nothing.",
     ),
     Rule(
         "router-reach",
         "error",
-        "A firewall between a router and its pool cuts it: the router must pass each serving host's vllm_allow_from, and each serving host the router's router_allow_from (the roll drains through its worker API).",
+        "A firewall between a router and its pool cuts it: the router must pass each serving host's vllm_allow_from, and the router host's firewall must admit each serving host, by its IP, to the worker API (the roll drains through it).",
     ),
     Rule(
         "router-wheel",

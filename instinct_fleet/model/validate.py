@@ -614,7 +614,7 @@ def prefill_estimate(svc: ServiceSpec) -> float | None:
     """Prompt tokens per second the instance prefills at the least: its GPUs' PREFILL_FLOPS_PER_GPU over 2 FLOPs per
     parameter and token, with the parameters read from the model's name (``Llama-3.1-70B``); None without a size there."""
     sizes = _SIZE.findall(svc.model.rsplit("/", 1)[-1])
-    if not sizes:
+    if not sizes or not svc.gpus or float(sizes[-1]) <= 0:  # no GPU (its own rule refuses it) or no size: no estimate
         return None
     return len(svc.gpus) * svc.nodes * PREFILL_FLOPS_PER_GPU / (2 * float(sizes[-1]) * 1e9)
 
@@ -638,7 +638,7 @@ def validate_watch(spec: HostSpec) -> list[Finding]:
     for svc in spec.serves:
         tokens = startup.step_tokens(svc, spec.table, spec.gpu_model)
         rate = v.watch_prefill_tokens_per_second or prefill_estimate(svc)
-        if tokens is None or rate is None:
+        if tokens is None or not rate:
             continue
         longest = tokens / rate
         if longest >= v.watch_stall_seconds:

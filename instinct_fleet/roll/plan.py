@@ -19,6 +19,7 @@ from instinct_fleet.converge.evaluate import UNTOUCHED
 from instinct_fleet.converge.hostfacts import ClusterView, HostFacts
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.preflight import HostReport
+from instinct_fleet.model import router
 from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.rules import Finding, finding
@@ -84,10 +85,21 @@ def join_cluster(host: Checked, members: dict[str, Checked | None]) -> tuple[Clu
     return ClusterView(node_ip, head_ip, tuple(sorted(set(ips.values())))), errors
 
 
-def _plan(
-    host: Checked, cluster: ClusterView | None, more: list[Finding], majority: gpuhealth.Majority, ask: gpuhealth.Ask, now: float
-) -> HostPlan:
-    """The host's plan, whole: a host that failed preflight renders nothing (its facts may not fit its spec).
+@dataclass(frozen=True)
+class Standing:
+    """A host's verdict before its desired state: its errors, warnings and GPU health, and the units it holds out.
+
+    Nothing here depends on another host's plan, so every router's pools can be decided on every member's standing
+    before any desired state is made (:func:`leave_out`)."""
+
+    errors: tuple[Finding, ...]
+    warnings: tuple[Finding, ...]
+    health: tuple[Finding, ...]
+    held: gpuhealth.Quarantine | None
+
+
+def _judge(host: Checked, more: list[Finding], majority: gpuhealth.Majority, ask: gpuhealth.Ask, now: float) -> Standing:
+    """The host's standing: a host that failed preflight renders nothing (its facts may not fit its spec).
 
     The GPU health verdict's errors quarantine the instances they touch; on a Ray cluster member they fail the host
     instead, as an unreachable member does: the cluster's one instance cannot serve without it."""
@@ -105,20 +117,39 @@ def _plan(
             why = "the evidence still shows " + "; ".join(f.brief for f in wrong) + ": fix it first (reset, reboot or replace the GPU)"
             more = [*more, finding("quarantine-admit", name, "admit", why)]
         held = gpuhealth.quarantine(host.spec, judged, host.report.quarantine, ask, now)
-    errors = (*host.errors, *more)
-    facts = HostFacts(host.spec, host.report, cluster, host.restoring, held)
-    desired = UNTOUCHED if errors else evaluate.desired(facts)
+    return Standing((*host.errors, *more), warnings, wrong, held)
+
+
+def leave_out(checked: dict[str, Checked], standing: dict[str, Standing]) -> frozenset[str]:
+    """The worker URLs no router's pool may list in this run: every instance of a host that failed preflight, could
+    not be reached or failed its checks (nothing of ours serves there, and an unprivileged user there who opens the
+    port would get the clients' requests and keys). A router's members are always read with it
+    (:func:`plan_inventory`), so none is judged on an older run's outcome. An instance the GPU health verdict or an
+    operator holds out stays listed: its host serves, its watch and the quarantine take it out of the running pool and
+    the pool sync leaves it out (router-sync.py), so that a quarantine changes no router host's files."""
+    out: set[str] = set()
+    for name, host in checked.items():
+        if standing[name].errors or not host.reached:
+            out.update(router.worker_url(host.spec, svc.port) for svc in host.spec.serves)
+    return frozenset(out)
+
+
+def _plan(host: Checked, cluster: ClusterView | None, verdict: Standing, out: frozenset[str]) -> HostPlan:
+    """The host's plan, whole: its pools without the workers ``out`` names, then its desired state."""
+    spec = router.without(host.spec, out)
+    facts = HostFacts(spec, host.report, cluster, host.restoring, verdict.held)
+    desired = UNTOUCHED if verdict.errors else evaluate.desired(facts)
     return HostPlan(
-        host.spec,
+        spec,
         host.report,
         cluster,
         host.restoring,
-        held,
-        errors=errors,
-        warnings=warnings,
+        verdict.held,
+        errors=verdict.errors,
+        warnings=verdict.warnings,
         desired=desired,
         reached=host.reached,
-        health=wrong,
+        health=verdict.health,
     )
 
 
@@ -149,6 +180,8 @@ def plan_inventory(
         if spec.cluster is not None:
             clusters.setdefault(spec.cluster.name, []).append(name)
     needed = set(active) & set(planned)
+    for name in sorted(needed):  # a router's pools are decided on every member's facts of this run
+        needed |= {w.host for pool in planned[name][0].pools for w in pool.workers}
     for names in clusters.values():
         if needed & set(names):
             needed |= set(names)
@@ -165,13 +198,14 @@ def plan_inventory(
             checked[name] = _checked(spec, findings, report, restore)
     # The fleet's agreement (firmware, driver, partitions) is judged against every host read in this run.
     majority = gpuhealth.majority(c.report for c in checked.values() if c.reached and not c.errors)
-    plans = {}
+    views, standing = {}, {}
     for name, host in checked.items():
         cluster = host.spec.cluster
         members = {n: checked.get(n) for n in clusters[cluster.name]} if cluster is not None else {}
-        view, errors = join_cluster(host, members)
-        plans[name] = _plan(host, view, errors, majority, ask, now)
-    return plans
+        views[name], errors = join_cluster(host, members)
+        standing[name] = _judge(host, errors, majority, ask, now)
+    out = leave_out(checked, standing)
+    return {name: _plan(host, views[name], standing[name], out) for name, host in checked.items()}
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,9 @@ def test_weights_are_staged_before_the_instances_start(target: Target) -> None:
     for want in target.plan.desired.weights:
         complete = target.sh(f"head -n1 {shlex.quote(want.source + '/' + WEIGHTS_COMPLETE)}").strip()
         assert complete.split()[0] == want.revision, f"{want.source} holds {complete!r}, not revision {want.revision}"
-        assert target.sh(f"head -n1 {shlex.quote(want.local + '/' + WEIGHTS_STAGED)}").strip() == complete, f"{target.name}: {want.model} is not staged"
+        assert target.sh(f"head -n1 {shlex.quote(want.local + '/' + WEIGHTS_STAGED)}").strip() == complete, (
+            f"{target.name}: {want.model} is not staged"
+        )
         commit = complete.split()[1]
         assert target.host.file(f"{want.local}/snapshots/{commit}/config.json").exists, f"{target.name}: {want.model} snapshot missing"
 
@@ -196,14 +198,18 @@ def _quarantined_workers(target: Target, pool: Pool) -> set[str]:
 
 
 def test_each_router_pool_is_the_inventory_s(target: Target) -> None:
-    """Each router answers on its port and its running pool (its own /list_workers) is every instance of its model,
-    but those quarantined on their hosts."""
+    """Each router answers on its own port and its running pool (its own /list_workers) is every instance of its model
+    that serves (the plan leaves out a host that failed preflight or could not be reached), but those quarantined on
+    their hosts; its clients' port refuses the worker API."""
     for pool in target.plan.spec.pools:
-        listed = target.sh(f"curl -s -m 10 http://127.0.0.1:{pool.port}/list_workers")
+        listed = target.sh(f"curl -s -m 10 http://127.0.0.1:{pool.admin_port}/list_workers")
         try:
             live = sorted(json.loads(listed)["urls"])
         except (ValueError, KeyError, TypeError):
-            pytest.fail(f"{target.name}: the router {pool.unit} on :{pool.port} does not answer /list_workers: {listed[:300]!r}")
+            pytest.fail(f"{target.name}: the router {pool.unit} on :{pool.admin_port} does not answer /list_workers: {listed[:300]!r}")
+        for method, route in (("GET", "/list_workers"), ("POST", "/add_worker?url=http://192.0.2.1:1"), ("GET", "/workers")):
+            code = target.sh(f"curl -s -o /dev/null -w '%{{http_code}}' -m 10 -X {method} 'http://127.0.0.1:{pool.port}{route}'")
+            assert code == "404", f"{target.name}: the clients' port {pool.port} answers {method} {route} with {code}, not 404"
         assert live == sorted({w.url for w in pool.workers} - _quarantined_workers(target, pool)), (
             f"{target.name}: {pool.unit}'s pool is {live}, the inventory's {pool.worker_list.split()}"
         )
@@ -243,7 +249,9 @@ def test_a_managed_token_is_the_control_machines_and_root_alone_reads_it(target:
     assert wrong is None, f"hf_token_source: {wrong}"
     mode = target.sh(f"stat -c '%a %U:%G' {shlex.quote(v.hf_token_path)}").strip()
     assert mode == "600 root:root", f"{target.name}: {v.hf_token_path} is {mode}, not 600 root:root"
-    assert target.sh(f"cat {shlex.quote(v.hf_token_path)}").strip() == token, f"{target.name}: {v.hf_token_path} is not the token of {v.hf_token_source}"
+    assert target.sh(f"cat {shlex.quote(v.hf_token_path)}").strip() == token, (
+        f"{target.name}: {v.hf_token_path} is not the token of {v.hf_token_source}"
+    )
 
 
 def test_api_key_never_leaves_its_file(target: Target) -> None:

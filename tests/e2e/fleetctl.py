@@ -229,9 +229,18 @@ def router_url(fleet: dict[str, Any], port: int = ROUTER_PORT) -> str:
     return f"http://{next(h['address'] for h in fleet['hosts'] if h['name'] == 'sim-gpu-1')}:{port}"
 
 
-def pool(url: str) -> list[str]:
-    """The workers of the router at ``url``, as its own /list_workers says."""
-    with urllib.request.urlopen(f"{url}/list_workers", timeout=10) as reply:
+# The router itself on sim-gpu-1 (router_admin_port): its worker API, which its clients' port (ROUTER_PORT) answers
+# with 404; inventories/local.py admits the machine to it through router_admin_from.
+ADMIN_PORT = 31000
+
+
+def admin_url(fleet: dict[str, Any], port: int = ADMIN_PORT) -> str:
+    return router_url(fleet, port)
+
+
+def pool(fleet: dict[str, Any]) -> list[str]:
+    """The workers of sim-gpu-1's router, as its own /list_workers says."""
+    with urllib.request.urlopen(f"{admin_url(fleet)}/list_workers", timeout=10) as reply:
         return sorted(json.loads(reply.read())["urls"])
 
 

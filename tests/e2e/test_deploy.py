@@ -54,7 +54,10 @@ def test_verify_module_reports_the_host_that_failed_preflight(second: Run) -> No
 def test_endpoint_serves_a_completion(second: Run, fleet: dict[str, Any]) -> None:
     body = json.dumps({"model": "openai/gpt-oss-120b", "prompt": "MI300X says", "max_tokens": 4})
     reply = ssh(
-        fleet, "sim-gpu-1", f"curl -s -X POST -H 'Content-Type: application/json' -d '{body}' http://127.0.0.1:18001/v1/completions"
+        fleet,
+        "sim-gpu-1",
+        f"curl -s -X POST -H 'Content-Type: application/json' -H 'Authorization: Bearer {fleet['api_key']}' -d '{body}' "
+        "http://127.0.0.1:18001/v1/completions",
     )
     assert json.loads(reply)["choices"][0]["text"].strip()
 

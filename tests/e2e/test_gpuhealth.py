@@ -50,14 +50,14 @@ def test_an_uncorrectable_ecc_gpu_is_quarantined_under_load_admitted_once_cleare
 ) -> None:
     address = next(h["address"] for h in fleet["hosts"] if h["name"] == HOST)
     oss = f"http://{address}:8001"
-    until(lambda: oss in pool(router_url(fleet)), 60)
+    until(lambda: oss in pool(fleet), 60)
 
     # (1) Two uncorrectable errors in GPU 4's memory under steady load. Between deploys, the host's watch reads the
     # same evidence (every watch_gpu_interval, 30 s): it drains vllm-oss out of the router and stops it; vllm-llama-a
     # on GPUs 0-3 serves on, and no client request fails.
     faults(fleet, {"gpus": {"4": {"uncorrectable": 2, "block": "UMC"}}})
     with Load(router_url(fleet), key=fleet["api_key"]) as load:
-        out = until(lambda: oss not in pool(router_url(fleet)), 60)
+        out = until(lambda: oss not in pool(fleet), 60)
         left = time.monotonic()
         until(lambda: active(fleet, "vllm-oss") == "inactive", 60)
         time.sleep(3)
@@ -79,7 +79,7 @@ def test_an_uncorrectable_ecc_gpu_is_quarantined_under_load_admitted_once_cleare
     held = rows[(HOST, "vllm-oss")]
     assert held["status"] == "quarantined" and "GPU 4: 2 uncorrectable ECC error(s) (blocks: UMC 2)" in held["why"], held
     assert load.failed() == [] and load.served(True) + load.served(False) >= 20, (load.failed()[:5], len(load.done))
-    assert oss not in pool(router_url(fleet))
+    assert oss not in pool(fleet)
     assert active(fleet, "vllm-oss") == "inactive" and active(fleet, "vllm-llama-a") == "active"
     record = json.loads(ssh(fleet, HOST, f"cat {QUARANTINE}"))
     assert list(record["units"]) == ["vllm-oss"] and "[gpu-ecc-uncorrectable]" in record["units"]["vllm-oss"][0]
@@ -107,19 +107,19 @@ def test_an_uncorrectable_ecc_gpu_is_quarantined_under_load_admitted_once_cleare
     back = deploy(inventory=baseline)
     assert back.results["failed_hosts"] == ["sim-nogpu"], back.stderr[-3000:]
     assert "quarantined" not in back.status(HOST)
-    until(lambda: oss in pool(router_url(fleet)), 60)
+    until(lambda: oss in pool(fleet), 60)
     assert active(fleet, "vllm-oss") == "active"
     assert len(json.loads(ssh(fleet, HOST, f"cat {QUARANTINE}"))["readmitted"]) == 1
 
     # (4) An operator holds GPU 4 out whatever its evidence, and admits it back.
     taken = cli("quarantine", baseline, HOST, "--gpu", "4", "--reason", "RMA ticket 41", "-y")
     assert taken.returncode == 0, taken.stderr[-3000:]
-    assert oss not in pool(router_url(fleet)) and active(fleet, "vllm-oss") == "inactive"
+    assert oss not in pool(fleet) and active(fleet, "vllm-oss") == "inactive"
     assert "RMA ticket 41 (by an operator)" in json.loads(ssh(fleet, HOST, f"cat {QUARANTINE}"))["units"]["vllm-oss"][0]
     quiet(deploy(inventory=baseline))  # a plain deploy keeps the operator's quarantine
     admitted = cli("admit", baseline, HOST, "-y")
     assert admitted.returncode == 0, admitted.stderr[-3000:]
-    until(lambda: oss in pool(router_url(fleet)), 60)
+    until(lambda: oss in pool(fleet), 60)
 
     # (5) Firmware and an XGMI bit rate that drift from the fleet: named with both values (warnings on this inventory).
     faults(fleet, {"gpus": {"0": {"firmware": "00159999"}, "1": {"xgmi_rate": 16}}})

@@ -40,15 +40,15 @@ def test_a_hung_instance_leaves_the_pool_restarts_and_returns_and_one_that_alway
     assert ("sim-gpu-1", "Watch config") in changed and not [op for _, op in changed if op.startswith("Roll:")], changed
     address = next(h["address"] for h in fleet["hosts"] if h["name"] == "sim-gpu-1")
     url = f"http://{address}:8081"
-    until(lambda: url in pool(router_url(fleet)) and watch_state(fleet)["state"] == "in", 60)
+    until(lambda: url in pool(fleet) and watch_state(fleet)["state"] == "in", 60)
 
     # (1) One hang under load: out within the stall window and a reading, restarted, back after its gate.
     with Load(router_url(fleet), key=fleet["api_key"]) as load:
         time.sleep(3)
         hang(url, fleet["api_key"])
-        out = until(lambda: url not in pool(router_url(fleet)), 60)
+        out = until(lambda: url not in pool(fleet), 60)
         left = time.monotonic()
-        until(lambda: url in pool(router_url(fleet)), 120)
+        until(lambda: url in pool(fleet), 120)
         time.sleep(3)
     assert out <= 8 + 2 * 1 + 5, out  # the stall window, two readings, and the router call
     # Requests sent to it between the hang and its leaving fail; none sent after it left does.
@@ -61,13 +61,13 @@ def test_a_hung_instance_leaves_the_pool_restarts_and_returns_and_one_that_alway
 
     # (2) It hangs again after every restart: the second restart spends the budget of two, the next stall leaves it out.
     hang(url, fleet["api_key"])
-    until(lambda: url not in pool(router_url(fleet)), 60)
-    until(lambda: url in pool(router_url(fleet)), 120)
+    until(lambda: url not in pool(fleet), 60)
+    until(lambda: url in pool(fleet), 120)
     hang(url, fleet["api_key"])
     with Load(router_url(fleet), key=fleet["api_key"]) as load:
         until(lambda: watch_state(fleet)["state"] == "left-out", 60)
         time.sleep(5)
-    assert url not in pool(router_url(fleet))
+    assert url not in pool(fleet)
     assert watch_state(fleet)["restarts"] == 2
     journal = ssh(fleet, "sim-gpu-1", "journalctl -u instinct-fleet-watch -p err --no-pager -o cat")
     assert f"{UNIT} is left out of its router pools" in journal, journal
@@ -80,11 +80,11 @@ def test_a_hung_instance_leaves_the_pool_restarts_and_returns_and_one_that_alway
     assert again.results["failed_hosts"] == ["sim-gpu-1", "sim-nogpu"], again.stderr[-3000:]
     assert "the watch holds it out of its router pools" in again.why("sim-gpu-1"), again.roll
     assert not [op for host, op in again.changed_ops() if host == "sim-gpu-1" and "Router pool" in op], again.changed_ops()
-    assert url not in pool(router_url(fleet))
+    assert url not in pool(fleet)
 
     # (3) The operator fixes it (here: a restart) and re-admits it, then deploys again (the failed deploy's roll marker
     # pauses the watch until a deploy finishes there): the deploy passes, the watch gates it and puts it back.
     ssh(fleet, "sim-gpu-1", f"systemctl restart {UNIT} && rm /var/lib/instinct-fleet/watch/{UNIT}.out")
     fixed = deploy(inventory=watched)
     assert fixed.results["failed_hosts"] == ["sim-nogpu"], fixed.stderr[-3000:]
-    until(lambda: url in pool(router_url(fleet)) and watch_state(fleet)["state"] == "in", 120)
+    until(lambda: url in pool(fleet) and watch_state(fleet)["state"] == "in", 120)

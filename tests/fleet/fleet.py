@@ -828,7 +828,7 @@ def sample() -> None:
     fleet = json.loads((STATE / "fleet.json").read_text())
     # inventories/local.py guards sim-gpu-2's instances with this key; an instance without one ignores it.
     key = ["-H", f"Authorization: Bearer {fleet['api_key']}"]
-    shown = 'Authorization: Bearer $API_KEY'  # printed instead of the key: API_KEY=$(jq -r .api_key .fleet/fleet.json)
+    shown = "Authorization: Bearer $API_KEY"  # printed instead of the key: API_KEY=$(jq -r .api_key .fleet/fleet.json)
     print("The API key is in .fleet/fleet.json (root's alone): API_KEY=$(jq -r .api_key .fleet/fleet.json)")
     for host in fleet["hosts"]:
         url = f"http://127.0.0.1:{host['api_port'] + PORT_OFFSET}"  # published on the machine
@@ -841,7 +841,7 @@ def sample() -> None:
         body = json.dumps({"model": model, "prompt": "The MI300X has 192 GB of", "max_tokens": 12})
         reply = out("curl", "-s", "-m", "10", *key, "-H", "Content-Type: application/json", "-d", body, f"{url}/v1/completions")
         print(f"{host['name']}: {url}  model {model}")
-        print(f"  curl {url}/v1/completions -H "{shown}" -H 'Content-Type: application/json' -d '{body}'")
+        print(f"  curl {url}/v1/completions -H \"{shown}\" -H 'Content-Type: application/json' -d '{body}'")
         print(f"  -> {json.loads(reply)['choices'][0]['text'].strip()!r}")
     # inventories/local.py puts vLLM's router on sim-gpu-1, gpt-oss-120b's pool on its port 30000: the
     # machine reaches the host's container address (the router's port is not published).
@@ -868,7 +868,7 @@ def sample() -> None:
         print(f"router: nothing answers on {url} (see the deploy output above)")
         return
     print(f"router (vllm-router on sim-gpu-1, every gpt-oss-120b instance of the fleet behind it): {url}")
-    print(f"  curl {url}/v1/completions -H "{shown}" -H 'Content-Type: application/json' -d '{body}'")
+    print(f"  curl {url}/v1/completions -H \"{shown}\" -H 'Content-Type: application/json' -d '{body}'")
     print(f"  -> {text!r}")
 
 

@@ -346,3 +346,13 @@ def refused_before_contact(tmp_path: Path, cases: list[tuple[dict[str, Any], str
 def test_every_bad_value_is_refused_by_the_cli_before_any_contact(tmp_path: Path) -> None:
     """All of BAD at once, one host each, through `instinct-fleet deploy`: each host named with its key and rule."""
     refused_before_contact(tmp_path, BAD)
+
+
+@pytest.mark.parametrize("recipe", ["gpt-oss-120b", "llama-3.1-70b"])
+def test_an_instance_with_no_gpu_gets_findings_never_an_internal_error(recipe: str) -> None:
+    """The watch's stall rule divided by a prefill rate made from the instance's GPUs: with none, float division by
+    zero ended plan and deploy (issue 61). It now leaves such an instance to the rule that refuses it."""
+    from instinct_fleet.model.inventory import plan_hosts
+
+    ((_, findings),) = plan_hosts([HostData("h", (), {"vllm_recipe": recipe, "vllm_instances": [{"name": "main", "gpus": []}]})])
+    assert [(f.rule, f.severity) for f in findings] == [("parallel-size", "error")]

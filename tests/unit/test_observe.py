@@ -283,12 +283,16 @@ def test_prometheus_allow_from_opens_the_scraped_ports_and_closes_the_exporter_t
     assert rules is not None
     port = plan.spec.services[0].port
     assert "elements = { 10.9.0.0/24 }" in rules
-    # The instances' ports, the watch's (its /state and /metrics) and the exporter's: the scrapers reach all three.
-    scraped = ", ".join(map(str, sorted({port, 5000, plan.spec.vars.watch_port})))
-    assert f"tcp dport {{ {scraped} }} ip saddr @scrapers_v4 accept" in rules
-    assert 'tcp dport 5000 counter drop comment "metrics exporter: prometheus_allow_from only"' in rules
-    assert rules.index("@scrapers_v4 accept") < rules.index("tcp dport 5000 counter drop")
-    assert firewall.firewall(pf.plan({"metrics_exporter": True}, report)) is None  # nothing asks for a firewall
+    # The exporter's port: the scrapers alone. The instances' and the watch's (its /state and /metrics): anyone, as
+    # vllm_allow_from is not set (the scrapers among them).
+    assert "tcp dport { 5000 } ip saddr @scrapers_v4 accept" in rules
+    assert 'tcp dport { 5000 } counter drop comment "metrics exporter: prometheus_allow_from only"' in rules
+    assert rules.index("tcp dport { 5000 } ip saddr @scrapers_v4 accept") < rules.index("tcp dport { 5000 } counter drop")
+    served = ", ".join(map(str, sorted({port, plan.spec.vars.watch_port})))
+    assert f'tcp dport {{ {served} }} accept comment "vLLM: anyone"' in rules
+    # Without prometheus_allow_from the exporter is open to anyone, and the firewall still denies every other port.
+    alone = firewall.firewall(pf.plan({"metrics_exporter": True}, report))
+    assert alone is not None and 'tcp dport { 5000 } accept comment "metrics exporter: anyone"' in alone and "policy drop;" in alone
 
 
 def weights_output(source: str, complete: str, staged: str) -> str:

@@ -162,7 +162,7 @@ def test_plan_reports_warnings_packages_and_stale_units() -> None:
     report = preflight.parse_report(mi300x_host(docker="", hf_token=""))
     plan_ = plan({"vllm_instances": [{"name": "main"}]}, report)
     assert plan_.ok
-    assert content.missing_packages(plan_) == ["docker.io", "linux-tools-common", "linux-tools-generic"]
+    assert content.missing_packages(plan_) == ["docker.io", "nftables", "linux-tools-common", "linux-tools-generic"]
     assert plan_.stale_units == ["ray-worker", "vllm-old"]  # this host left its cluster too
     assert {w.rule for w in plan_.warnings} == {"host-reboot-required", "host-hf-token"}
     assert any("reboot required" in w.message for w in plan_.warnings)
@@ -228,10 +228,10 @@ def test_cluster_member_without_the_nic_fails_with_its_interfaces() -> None:
 
 
 def test_script_probes_the_configured_token_path_and_what_the_deploy_manages() -> None:
-    host, _ = resolve_host("h1", {"hf_cache_dir": "/data/hf cache"})
+    host, _ = resolve_host("h1", {"hf_cache_dir": "/data/hf-cache"})
     text = probe.script("/secrets/hf token", evaluate.probe(host))
     assert "test -r '/secrets/hf token'" in text
-    assert "stat -c '%a|%U|%G|%F|%n'" in text and "'/data/hf cache'" in text and "/etc/systemd/system/vllm-main.service" in text
+    assert "stat -c '%a|%U|%G|%F|%n'" in text and "/data/hf-cache" in text and "/etc/systemd/system/vllm-main.service" in text
     assert health.serving(8080, "openai/gpt-oss-120b", None) in text
 
 

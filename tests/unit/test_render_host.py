@@ -118,7 +118,9 @@ def test_firewall_ruleset_names_members_ray_ports_and_allow_list() -> None:
     assert text.index("ip saddr @cluster_members accept") < text.index("counter drop")
     assert text.splitlines()[1:3] == ["table inet instinct_fleet", "flush table inet instinct_fleet"]
     open_ports = firewall.firewall_ruleset([], [], [8000], None)
-    assert "dport" not in open_ports  # no allow-list: the vLLM port stays open
+    # No allow-list: the vLLM port is open to anyone; SSH too; every other port falls to the policy.
+    assert 'tcp dport { 8000 } accept comment "vLLM: anyone"' in open_ports and "policy drop;" in open_ports
+    assert 'tcp dport { 22 } accept comment "SSH: anyone"' in open_ports and "counter drop" not in open_ports
 
 
 # A stand-in for `ray start --block` as it behaves when its raylet exits 0: the raylet (a copy of sleep, so

@@ -88,7 +88,7 @@ def test_what_validation_accepts_the_pinned_router_parses(router_args: ModuleTyp
     (pool,) = spec.pools
     argv = router.argv(spec, pool)
     args = parse(router_args, [*argv, "--worker-urls", *(w.url for w in pool.workers)])
-    assert args.port == pool.port and args.prometheus_port == pool.metrics_port and args.worker_urls == ["http://10.1.0.1:8080"]
+    assert args.port == pool.admin_port and args.prometheus_port == pool.metrics_port and args.worker_urls == ["http://10.1.0.1:8080"]
     assert args.policy == spec.vars.router_policy and args.health_check_interval_secs == spec.vars.router_health_check_interval
 
 
@@ -122,8 +122,8 @@ def test_a_pool_is_every_instance_of_its_model_and_each_serving_host_knows_its_r
     assert [w.url for w in r1.pools[1].workers] == ["http://10.1.0.2:8000", "http://10.1.0.2:8001"]
     assert [w.url for w in r1.pools[0].workers] == ["http://[fd00::3]:9000"]
     assert {(m.unit, m.api) for m in specs["a"][0].memberships} == {
-        ("vllm-one", "http://10.1.0.1:30001"),
-        ("vllm-two", "http://10.1.0.1:30001"),
+        ("vllm-one", "http://10.1.0.1:31001"),
+        ("vllm-two", "http://10.1.0.1:31001"),
     }
     assert r1.pools[1].worker_list == "http://10.1.0.2:8000\nhttp://10.1.0.2:8001\n"
     assert [str(f) for _, fs in specs.values() for f in fs if f.severity == "error"] == []
@@ -133,7 +133,9 @@ def test_a_pool_whose_instances_disagree_on_an_api_key_is_refused_and_one_that_a
     key = {"vllm_api_key_path": "/etc/instinct-fleet/api-key"}
     hosts = [HostData("r1", (), {"router": True, **key}), HostData("b", (), {"scrape_address": "10.1.0.2"})]
     findings = [f for _, fs in plan_hosts(hosts) for f in fs if f.rule == "router-api-key"]
-    assert [(f.host, f.key) for f in findings] == [("r1", "router_models")] and "(r1) and without (b)" in findings[0].message
+    assert [(f.host, f.key, f.severity) for f in findings] == [("r1", "router_models", "error")] and "(r1) and without (b)" in findings[
+        0
+    ].message
     hosts[1] = HostData("b", (), {"scrape_address": "10.1.0.2", **key})
     assert not [f for _, fs in plan_hosts(hosts) for f in fs if f.rule == "router-api-key"]
 
@@ -237,7 +239,7 @@ def test_the_roll_takes_a_unit_out_of_its_pools_before_it_stops_and_back_after_i
     assert "Roll: back into the router pools" not in names
     assert names.index("Roll: back to generation 1") < names.index("Roll: back into the router pools after the rollback")
     left = next(o for o in ops if o.name == "Roll: out of the router pools").kwargs["members"]
-    assert [(m.router, m.api, m.url) for m in left] == [("r1", "http://10.0.0.9:30000", "http://h1:8080")]
+    assert [(m.router, m.api, m.url) for m in left] == [("r1", "http://10.0.0.9:31000", "http://h1:8080")]
     # Nothing changed: no call to any router.
     assert not [n for n in emitted(monkeypatch, "services", plan(data, sim, peers=peers)) if "router" in n]
 
@@ -266,7 +268,7 @@ def test_status_shows_each_router_s_pool_against_the_inventory() -> None:
 
     spec, _ = router_host()
     (pool,) = spec.pools
-    assert f"http://127.0.0.1:{pool.port}/workers" in status.script(spec)
+    assert f"http://127.0.0.1:{pool.admin_port}/workers" in status.script(spec)
     mark = status.MARK
     workers = {"workers": [{"url": "http://10.1.0.1:8080", "is_healthy": False}, {"url": "http://10.9.9.9:8000", "is_healthy": True}]}
     text = f"{mark}roll\n{mark}router {pool.unit}\nactive\n{json.dumps(workers)}\n"
@@ -274,6 +276,21 @@ def test_status_shows_each_router_s_pool_against_the_inventory() -> None:
     assert row.pool == "1 of 1 healthy" and row.instance == OSS
     assert row.problem() == f"{row.unit}'s pool is not the inventory's (not in the inventory http://10.9.9.9:8000): deploy to converge it"
     assert "pool 1 of 1 healthy ! not in the inventory http://10.9.9.9:8000" in status.table([row])
+    # A worker missing from the running pool is drift only while it answers from the router host: a deploy leaves out
+    # one that does not serve (its host failed preflight), and the router would send it nothing.
+    empty = json.dumps({"workers": []})
+    (gone,) = [
+        r
+        for r in status.parse(spec, f"{mark}router {pool.unit}\nactive\n{empty}\nanswers http://10.1.0.1:8080 000\n")
+        if r.unit == paths.service(pool.unit)
+    ]
+    assert gone.pool == "0 of 1 healthy" and gone.problem() is None
+    (lost,) = [
+        r
+        for r in status.parse(spec, f"{mark}router {pool.unit}\nactive\n{empty}\nanswers http://10.1.0.1:8080 200\n")
+        if r.unit == paths.service(pool.unit)
+    ]
+    assert lost.problem() == f"{lost.unit}'s pool is not the inventory's (missing http://10.1.0.1:8080): deploy to converge it"
     (down,) = [r for r in status.parse(spec, f"{mark}router {pool.unit}\nfailed\n\n") if r.unit == paths.service(pool.unit)]
     assert down.health == "no answer" and down.problem() == f"{down.unit} is failed"
 
@@ -287,7 +304,7 @@ def test_a_pool_that_is_gone_has_its_unit_stopped_and_its_files_removed(monkeypa
     unit = paths.router_unit(30000)
     assert unit in sim.active and paths.unit_path(unit) in sim.files
     # Moved to another port: the old pool's unit goes, the new one comes; then nothing is left to do.
-    moved = {"router": True, "router_port": 31000, "router_metrics_port": 29100}
+    moved = {"router": True, "router_port": 31000, "router_metrics_port": 29100, "router_admin_port": 32000}
     ops = only(monkeypatch, moved, sim)["router"]
     assert f"Stop {unit} (no longer a pool of this host)" in ops
     assert f"Remove {paths.unit_path(unit)}" in ops and f"Remove {paths.router_workers(30000)}" in ops
@@ -301,7 +318,9 @@ def test_a_pool_that_is_gone_has_its_unit_stopped_and_its_files_removed(monkeypa
     assert paths.router_unit(31000) not in sim.active and only(monkeypatch, {}, sim) == {}
 
 
-def test_router_allow_from_keeps_the_router_ports_to_it_and_the_serving_hosts_and_nft_loads_it(tmp_path: Path) -> None:
+def test_the_worker_api_is_kept_to_the_serving_hosts_and_router_allow_from_to_the_clients_and_nft_loads_it(tmp_path: Path) -> None:
+    """The router's own port (its worker API) admits the host, its pools' serving hosts and router_admin_from, whether
+    or not router_allow_from is set; router_allow_from keeps the clients' and metrics ports."""
     from instinct_fleet.converge.hostfacts import HostFacts
     from instinct_fleet.converge.preflight import parse_report
     from tests.unit.consumers import nft_check
@@ -310,7 +329,13 @@ def test_router_allow_from_keeps_the_router_ports_to_it_and_the_serving_hosts_an
         HostData(
             "r1",
             (),
-            {"router": True, "scrape_address": "10.1.0.1", "router_allow_from": ["192.168.0.0/16"], "prometheus_allow_from": ["10.9.0.5"]},
+            {
+                "router": True,
+                "scrape_address": "10.1.0.1",
+                "router_allow_from": ["192.168.0.0/16"],
+                "prometheus_allow_from": ["10.9.0.5"],
+                "router_admin_from": ["10.8.0.7"],
+            },
         ),
         HostData("b", (), {"scrape_address": "10.1.0.2"}),
         HostData("c", (), {"scrape_address": "c.example"}),
@@ -318,15 +343,34 @@ def test_router_allow_from_keeps_the_router_ports_to_it_and_the_serving_hosts_an
     planned = {str(s.host): (s, f) for s, f in plan_hosts(hosts)}
     spec, findings = planned["r1"]
     (reach,) = [f for f in findings if f.rule == "router-reach"]
-    assert reach.key == "router_allow_from" and "c is reached at a name (http://c.example:8080)" in reach.message
-    assert router.allowed(spec) == ("10.1.0.1", "10.1.0.2", "192.168.0.0/16")
+    assert reach.severity == "error" and "c is reached at a name (http://c.example:8080)" in reach.message
+    assert router.allowed(spec) == ("192.168.0.0/16",)
+    assert router.admin_allowed(spec) == ("10.1.0.1", "10.1.0.2", "10.8.0.7")
     ruleset = firewall.firewall(HostFacts(spec, parse_report(""), None, None))
     assert ruleset is not None
     (tmp_path / "firewall.nft").write_text(ruleset)
     assert nft_check(tmp_path / "firewall.nft") == ""
-    assert 'tcp dport { 29000, 30000 } counter drop comment "router: router_allow_from and the serving hosts only"' in ruleset
-    assert "tcp dport { 29000 } ip saddr @scrapers_v4 accept" in ruleset
-    assert router.allowed(plan_hosts([HostData("r1", (), {"router": True})])[0][0]) is None
+    assert 'tcp dport { 30000 } counter drop comment "router clients: router_allow_from only"' in ruleset
+    assert 'tcp dport { 29000 } counter drop comment "router metrics: router_allow_from and prometheus_allow_from only"' in ruleset
+    assert (
+        "tcp dport { 29000 } ip saddr @scrapers_v4 accept" in ruleset and "tcp dport { 30000 } ip saddr @scrapers_v4 accept" not in ruleset
+    )
+    admin = [line.strip() for line in ruleset.splitlines() if line.strip().startswith("tcp dport { 31000 }")]
+    assert admin == [
+        "tcp dport { 31000 } fib saddr type local accept",
+        "tcp dport { 31000 } ip saddr @router_admin_v4 accept",
+        "tcp dport { 31000 } ip6 saddr @router_admin_v6 accept",
+        'tcp dport { 31000 } counter drop comment "router worker API: its pools\' serving hosts and router_admin_from only"',
+    ]
+    assert "elements = { 10.1.0.1/32, 10.1.0.2/32, 10.8.0.7/32 }" in ruleset
+    # No router_allow_from: clients from anywhere, the worker API still closed to them.
+    alone = plan_hosts([HostData("r1", (), {"router": True, "scrape_address": "10.1.0.1"})])[0][0]
+    assert router.allowed(alone) is None
+    open_ruleset = firewall.firewall(HostFacts(alone, parse_report(""), None, None))
+    assert open_ruleset is not None and 'tcp dport { 30000 } accept comment "router clients: anyone"' in open_ruleset
+    assert 'tcp dport { 31000 } counter drop comment "router worker API' in open_ruleset
+    (tmp_path / "open.nft").write_text(open_ruleset)
+    assert nft_check(tmp_path / "open.nft") == ""
 
 
 def test_two_instances_at_one_url_are_refused() -> None:
@@ -358,3 +402,43 @@ def test_the_unpacked_members_are_used_only_while_they_match_the_checked_wheel(m
     (kept / routerwheel.SUMS).unlink()
     (kept / "vllm_router/version.py").write_text("half")
     assert unpack(VERSION, wheel)["vllm_router/version.py"] == first["vllm_router/version.py"]
+
+
+def test_a_pool_lists_only_instances_that_serve_in_this_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host that failed preflight or could not be reached is in no pool: its port may be anyone's on that host (an
+    unprivileged user there who opens it would get the clients' requests and keys). Its facts are read with the router
+    host's even when the run is limited to the router, so a pool is never decided on an older run's outcome."""
+    import dataclasses
+
+    from instinct_fleet.converge import evaluate, preflight
+    from instinct_fleet.roll.plan import plan_inventory
+
+    fake_members(monkeypatch)
+    sim = SimHost()
+    hosts = [
+        HostData("r1", (), {"router": True, "scrape_address": "10.0.0.1", "vllm_instances": []}),
+        HostData("good", (), {"scrape_address": "10.0.0.2"}),
+        HostData("nogpu", (), {"scrape_address": "10.0.0.3"}),
+        HostData("down", (), {"scrape_address": "10.0.0.4"}),
+    ]
+    asked: list[str] = []
+
+    def read(specs: dict[str, Any]) -> dict[str, preflight.HostReport | None]:
+        asked.extend(specs)
+        reports: dict[str, preflight.HostReport | None] = {}
+        for name, spec in specs.items():
+            gpus = {"amd_smi_static": "", "render_nodes": "", "render_by_path": "", "kfd": ""} if name == "nogpu" else {}
+            text = sim.read(dataclasses.replace(evaluate.probe(spec)), **gpus)
+            reports[name] = None if name == "down" else preflight.parse_report(text)
+        return reports
+
+    plans = plan_inventory(hosts, {"r1"}, read)
+    assert sorted(asked) == ["down", "good", "nogpu", "r1"]
+    assert not plans["good"].errors and plans["nogpu"].errors and not plans["down"].reached
+    (pool,) = plans["r1"].spec.pools
+    assert pool.worker_list == "http://10.0.0.2:8080\n"
+    workers = next(f for f in plans["r1"].desired.files if f.path == paths.router_workers(pool.port))
+    assert workers.content == b"http://10.0.0.2:8080\n"
+    # The inventory's pool is unchanged: a host back in order is back in the pool at the next run.
+    (whole,) = next(s for s, _ in plan_hosts(hosts) if str(s.host) == "r1").pools
+    assert len(whole.workers) == 3

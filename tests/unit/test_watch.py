@@ -118,7 +118,7 @@ def test_the_config_gives_each_instance_its_gate_and_pools_and_the_routers_a_wat
     assert config["state_dir"] == paths.WATCH_STATE and config["roll_marker"] == paths.ROLL_MARKER
     (one,) = config["instances"]
     assert one["unit"] == "vllm-one" and one["port"] == 8000 and one["generates"] is True
-    assert one["routers"] == [{"router": "r1", "api": "http://10.1.0.1:30000", "url": "http://10.1.0.2:8000"}]
+    assert one["routers"] == [{"router": "r1", "api": "http://10.1.0.1:31000", "url": "http://10.1.0.2:8000"}]
     assert r1.pools[0].watch_list == "http://10.1.0.2:8000 http://10.1.0.2:9401/state\n"
     # A host without the watch: the router's list leaves its workers out, and nothing is declared for it there.
     off = specs(watch=False)
