@@ -82,6 +82,7 @@ def _joined(ports: Iterable[int]) -> str:
 def openings(
     vllm_ports: list[int],
     allow_from: tuple[str, ...] | None,
+    routers: tuple[str, ...] | None = None,
     scrapers: tuple[str, ...] | None = None,
     exporter_port: int | None = None,
     router_ports: tuple[list[int], list[int]] = ([], []),
@@ -101,7 +102,9 @@ def openings(
     if exporter_port:
         found.append(Opening("metrics exporter", str(exporter_port), None if scrapers is None else ("scrapers",), "prometheus_allow_from"))
     scraped, also = (("scrapers",), " and prometheus_allow_from") if scrapers is not None else ((), "")
-    if vllm_ports:
+    if vllm_ports and allow_from is None and routers is not None:  # keyed, behind routers: vLLM checks the key on /v1 only
+        found.append(Opening("vLLM", _joined(vllm_ports), ("routers", *scraped), "its routers (vllm_api_key_path)" + also))
+    elif vllm_ports:
         sources = None if allow_from is None else ("vllm_allowed", *scraped)
         found.append(Opening("vLLM", _joined(vllm_ports), sources, "vllm_allow_from" + also))
     clients, metrics = router_ports
@@ -125,6 +128,7 @@ def firewall_ruleset(
     router_allowed: tuple[str, ...] | None = None,
     admin_ports: list[int] | None = None,
     admin_allowed: tuple[str, ...] = (),
+    routers: tuple[str, ...] | None = None,
     ssh_ports: tuple[int, ...] = (22,),
     ssh_allowed: tuple[str, ...] | None = None,
 ) -> str:
@@ -139,7 +143,9 @@ def firewall_ruleset(
     - the routers themselves (``admin_ports``: their worker API): only the host's own addresses and ``admin_allowed``
       (the pools' serving hosts and ``router_admin_from``), always.
     - the exporter's port: the scrapers (``prometheus_allow_from``), else anyone.
-    - vLLM ports and the watch's: ``vllm_allow_from`` and the scrapers (their ``/metrics``), else anyone.
+    - vLLM ports and the watch's: ``vllm_allow_from`` and the scrapers (their ``/metrics``); else, on a host whose
+      instances take a key (``vllm_api_key_path``) and stand behind routers, those routers (``routers``) and the
+      scrapers, as vLLM checks the key on its /v1 routes only; else anyone.
     - ``router_ports`` (client ports, metrics ports): ``router_allowed`` (``router_allow_from``; the metrics ports
       the scrapers too), else anyone.
     - any other port, one a process opens at run time included: nobody.
@@ -157,8 +163,16 @@ def firewall_ruleset(
         *([f"        elements = {{ {', '.join(v4)} }}"] if v4 else []),
         "    }",
     ]
-    opened = openings(vllm_ports, allow_from, scrapers, exporter_port, router_ports, router_allowed, admin_ports, ssh_ports, ssh_allowed)
-    named = {"ssh_allowed": ssh_allowed, "router_admin": admin_allowed, "scrapers": scrapers, "vllm_allowed": allow_from}
+    opened = openings(
+        vllm_ports, allow_from, routers, scrapers, exporter_port, router_ports, router_allowed, admin_ports, ssh_ports, ssh_allowed
+    )
+    named = {
+        "ssh_allowed": ssh_allowed,
+        "router_admin": admin_allowed,
+        "scrapers": scrapers,
+        "vllm_allowed": allow_from,
+        "routers": routers,
+    }
     named["router_allowed"] = router_allowed
     for name in dict.fromkeys(n for o in opened for n in o.sources or ()):
         lines += _address_sets(name, named[name] or ())
@@ -190,6 +204,7 @@ def _served(spec: HostSpec, ssh_port: int) -> dict[str, Any]:
     return {
         "vllm_ports": ports,
         "allow_from": None if v.vllm_allow_from is None else tuple(v.vllm_allow_from),
+        "routers": router.keyed_routers(spec),
         "scrapers": None if v.prometheus_allow_from is None else tuple(v.prometheus_allow_from),
         "exporter_port": v.metrics_exporter_port if v.metrics_exporter else None,
         "router_ports": ([p.port for p in spec.pools], [p.metrics_port for p in spec.pools]),

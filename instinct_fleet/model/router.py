@@ -195,6 +195,16 @@ def admin_allowed(spec: HostSpec) -> tuple[str, ...]:
     return tuple(sorted({*spec.vars.router_admin_from, *workers}))
 
 
+def keyed_routers(spec: HostSpec) -> tuple[str, ...] | None:
+    """The routers alone may reach a serving host whose instances take a key and stand in pools, when it sets no
+    ``vllm_allow_from``: vLLM checks the key on its /v1 routes only, and /tokenize, /pooling, /score, /invocations and
+    the rest of its routes answer anyone. Their addresses; None when the rule does not apply (no key, no pool, or
+    ``vllm_allow_from`` says who)."""
+    if spec.vars.vllm_api_key_path is None or spec.vars.vllm_allow_from is not None or not spec.memberships:
+        return None
+    return tuple(sorted({ip for m in spec.memberships if (ip := _ip(m.api)) is not None}))
+
+
 def reach_findings(specs: list[HostSpec]) -> list[Finding]:
     """Firewalls that would cut a pool: a router host whose firewall cannot admit a serving host reached at a name to
     its worker API (its drain calls would be refused), and a serving host whose vllm_allow_from leaves out its router."""
@@ -210,6 +220,13 @@ def reach_findings(specs: list[HostSpec]) -> list[Finding]:
                     )
                     found.append(finding("router-reach", spec.host, "router_models", why))
                 serving = by_host.get(w.host)
+                keyed = serving is not None and serving.vars.firewall and keyed_routers(serving) is not None
+                if keyed and _ip(_url(spec, 1)) is None and w.host != str(spec.host):
+                    why = (
+                        f"the router on {spec.host} is reached at a name ({spec.reach}), which the firewall of {w.host} cannot admit: "
+                        "its instances take a key and answer their routers alone; set the router's scrape_address to its IP, or vllm_allow_from"
+                    )
+                    found.append(finding("router-reach", w.host, "vllm_allow_from", why))
                 allow = serving.vars.vllm_allow_from if serving is not None and serving.vars.firewall else None
                 ip = _ip(f"http://{paths.host_port(spec.reach, 1)}")
                 if allow is None:

@@ -94,6 +94,11 @@ def test_from_a_host_in_no_pool_the_router_s_worker_api_and_its_pool_are_out_of_
         assert attempt(fleet, f"{curl} http://{one}:8099/") == "000"
     finally:
         ssh(fleet, "sim-gpu-1", "systemctl stop run-time-port || true")
+    # A keyed instance's routes that vLLM answers without the key (/tokenize): out of reach, but for who may.
+    two = address(fleet, "sim-gpu-2")
+    tokenize = f"curl -s -o /dev/null -w '%{{http_code}}' -m 5 -H 'Content-Type: application/json' -d '{{\"prompt\": \"hi\"}}' http://{two}:8001/tokenize"
+    assert attempt(fleet, tokenize) == "000"
+    assert ssh(fleet, "sim-gpu-1", tokenize + "; true") != "000"  # sim-gpu-1 may (vllm_allow_from): the same call passes the firewall
     # Through the router without the key: every instance of the pool takes the key (router-api-key), so each refuses.
     body = json.dumps({"model": "openai/gpt-oss-120b", "prompt": "hi", "max_tokens": 2})
     keyless = f"curl -s -o /dev/null -w '%{{http_code}}' -m 30 -H 'Content-Type: application/json' -d '{body}' http://{one}:{ROUTER_PORT}/v1/completions"

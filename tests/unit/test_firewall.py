@@ -26,6 +26,11 @@ CASES: dict[str, list[HostData]] = {
         HostData("r", (), {"router": True, "scrape_address": "10.0.0.1", "router_admin_from": ["10.8.0.0/24"]}),
         HostData("b", (), {"scrape_address": "10.0.0.2"}),
     ],
+    # sim-gpu-2 of the demo without its vllm_allow_from: keyed, its instance in the router's pool.
+    "keyed": [
+        HostData("r", (), {"router": True, "scrape_address": "10.0.0.1", "vllm_instances": []}),
+        HostData("k", (), {"scrape_address": "10.0.0.2", "vllm_api_key_path": "/etc/instinct-fleet/api-key"}),
+    ],
     "narrowed": [
         HostData(
             "h",
@@ -50,7 +55,7 @@ def ruleset_of(case: str, host: str, report_text: str = "") -> tuple[str, list[s
     return text, firewall.exposure(spec)
 
 
-@pytest.mark.parametrize(("case", "host"), [("plain", "h"), ("router", "r"), ("router", "b"), ("narrowed", "h")])
+@pytest.mark.parametrize(("case", "host"), [("plain", "h"), ("router", "r"), ("router", "b"), ("keyed", "k"), ("narrowed", "h")])
 def test_what_plan_states_is_what_the_ruleset_opens_and_nft_loads_it(case: str, host: str, tmp_path: Path) -> None:
     text, said = ruleset_of(case, host)
     (tmp_path / "fw.nft").write_text(text)
@@ -98,3 +103,23 @@ def test_a_firewall_switched_off_is_said_so(capsys: pytest.CaptureFixture[str]) 
 
     planned: list[tuple[Any, list[Any]]] = [(spec, [])]
     assert _exposure_lines(planned) == ["Firewall of h: off (firewall = False): every port is open to anyone"]
+
+
+def test_a_keyed_instance_behind_routers_answers_its_routers_alone() -> None:
+    """vLLM checks the key on its /v1 routes only (/tokenize, /pooling, /score, /invocations answer anyone), so a keyed
+    host in a pool with no vllm_allow_from opens its vLLM ports to its routers (and the scrapers) alone."""
+    text, said = ruleset_of("keyed", "k")
+    assert "vLLM (port 8080, 9401): its routers (vllm_api_key_path)" in said
+    assert "tcp dport { 8080, 9401 } ip saddr @routers_v4 accept" in text and "elements = { 10.0.0.1/32 }" in text
+    # A router reached at a name cannot be admitted: refused before any host.
+    hosts = [HostData("r", (), {"router": True, "vllm_instances": []}), *CASES["keyed"][1:]]
+    reach = [f for _, fs in plan_hosts(hosts) for f in fs if f.rule == "router-reach"]
+    assert [(f.host, f.key, f.severity) for f in reach] == [("k", "vllm_allow_from", "error")] and "reached at a name (r)" in reach[
+        0
+    ].message
+    # Without a key, or with vllm_allow_from, the rule does not apply.
+    plain = [
+        HostData("r", (), {"router": True, "scrape_address": "10.0.0.1", "vllm_instances": []}),
+        HostData("k", (), {"scrape_address": "10.0.0.2"}),
+    ]
+    assert "vLLM (port 8080, 9401): anyone" in firewall.exposure(next(s for s, _ in plan_hosts(plain) if str(s.host) == "k"))
