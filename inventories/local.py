@@ -48,10 +48,10 @@ def host_data(name: str, **data: object) -> tuple[str, dict[str, object]]:
 
 gateway = fleet["registry"].split(":")[0]  # the machine itself, as the hosts see it
 
-# Who reaches the GPU hosts' vLLM ports: the machine (the tests' client, Prometheus, make demo), the router on
+# Who reaches the GPU hosts' vLLM ports (a leading underscore: pyinfra reads every other list here as a group of hosts): the machine (the tests' client, Prometheus, make demo), the router on
 # sim-gpu-1 and sim-gpu-2 (a bench client in the tests). Without it, their keyed instances in the router's pool
 # would answer the router alone: vLLM checks the key on /v1 only, and its other routes answer anyone.
-gpu_clients = [gateway, by_name["sim-gpu-1"]["address"], by_name["sim-gpu-2"]["address"]]
+_gpu_clients = [gateway, by_name["sim-gpu-1"]["address"], by_name["sim-gpu-2"]["address"]]
 
 # Both single-node hosts stage their weights from the fleet's shared store (a directory every
 # host mounts, as an NFS share would be): one host downloads each model there, both copy it.
@@ -77,7 +77,7 @@ sim_gpu = [
         # keyed and keyless instances is refused, router-api-key), so a client without it is refused everywhere.
         vllm_api_key_path="/etc/instinct-fleet/api-key",
         **weights,
-        vllm_allow_from=gpu_clients,
+        vllm_allow_from=_gpu_clients,
     ),
     # A TP 4 Llama 3.1 70B instance and a gpt-oss-120b one beside it, offline: they start only
     # if the weights were staged into the host's Hugging Face cache first.
@@ -92,7 +92,7 @@ sim_gpu = [
         # /v1 answers only with the key in this root-only file (the fleet writes it, as an operator would).
         vllm_api_key_path="/etc/instinct-fleet/api-key",
         **weights,
-        vllm_allow_from=gpu_clients,
+        vllm_allow_from=_gpu_clients,
     ),
 ]
 
