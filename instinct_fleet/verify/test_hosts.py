@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
+import re
 import shlex
 
 import pytest
@@ -306,5 +309,28 @@ def test_firewall_table_is_live(target: Target) -> None:
     live = target.sh(f"nft list table {paths.FIREWALL_TABLE}")
     for ip in target.plan.cluster.member_ips if target.plan.cluster else ():
         assert ip in live, f"cluster member {ip} is not in the live cluster_members set"
-    for entry in target.plan.spec.vars.vllm_allow_from or ():
-        assert entry.split("/")[0] in live, f"{entry} is not in the live vllm_allowed set"
+    allowed = live_set(live, "vllm_allowed")
+    for entry in target.plan.spec.vars.vllm_allow_from or () if target.plan.serves else ():  # a Ray worker serves no port
+        network = ipaddress.ip_network(entry, strict=False)
+        assert any(network.version == n.version and network.subnet_of(n) for n in allowed), (  # type: ignore[arg-type]
+            f"{entry} is not in the live vllm_allowed set ({', '.join(map(str, allowed))})"
+        )
+
+
+def live_set(listing: str, name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The networks of the sets ``<name>_v4`` and ``<name>_v6`` as ``nft list table`` prints them: the deploy merges
+    neighbouring addresses into one prefix (10.0.0.4 and 10.0.0.5 into 10.0.0.4/31, as nft requires of an interval
+    set), and nft wraps long sets over lines."""
+    found: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    inside = False
+    for line in listing.splitlines():
+        words = line.split()
+        if words[:1] == ["set"] and len(words) > 1:
+            inside = words[1] in (f"{name}_v4", f"{name}_v6")
+        elif words == ["}"]:
+            inside = False
+        elif inside:
+            for token in re.split(r"[\s,{}=]+", line):
+                with contextlib.suppress(ValueError):
+                    found.append(ipaddress.ip_network(token, strict=False))
+    return found

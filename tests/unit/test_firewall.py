@@ -123,3 +123,33 @@ def test_a_keyed_instance_behind_routers_answers_its_routers_alone() -> None:
         HostData("k", (), {"scrape_address": "10.0.0.2"}),
     ]
     assert "vLLM (port 8080, 9401): anyone" in firewall.exposure(next(s for s, _ in plan_hosts(plain) if str(s.host) == "k"))
+
+
+def test_verify_reads_the_allow_list_back_as_nft_lists_it(tmp_path: Path) -> None:
+    """nft merges neighbouring addresses (172.17.0.4 and .5 into 172.17.0.4/31) and wraps long sets: verify's reading of
+    the live table (verify.test_hosts.live_set) is checked on nft's own listing, loaded in a namespace of its own."""
+    import subprocess
+
+    from instinct_fleet.verify.test_hosts import live_set
+    from tests.unit.consumers import IP, NFT
+
+    allow = ("172.17.0.1", "172.17.0.2", "172.17.0.4", "172.17.0.5", "fd00::/64", *(f"10.1.{i}.9" for i in range(40)))
+    text = firewall.firewall_ruleset([], [], [8000], allow, scrapers=("10.9.0.5",))
+    (tmp_path / "fw.nft").write_text(text)
+    netns = "instinct-fleet-live-set"
+    subprocess.run([IP, "netns", "add", netns], check=True)
+    try:
+        subprocess.run([IP, "netns", "exec", netns, NFT, "-f", str(tmp_path / "fw.nft")], check=True)
+        listing = subprocess.run(
+            [IP, "netns", "exec", netns, NFT, "list", "table", "inet", "instinct_fleet"], capture_output=True, text=True, check=True
+        ).stdout
+    finally:
+        subprocess.run([IP, "netns", "delete", netns], check=True)
+    assert "172.17.0.4/31" in listing and "172.17.0.5" not in listing  # what the old check looked for is not there
+    networks = live_set(listing, "vllm_allowed")
+    import ipaddress
+
+    for entry in allow:
+        network = ipaddress.ip_network(entry, strict=False)
+        assert any(network.version == n.version and network.subnet_of(n) for n in networks), entry  # type: ignore[arg-type]
+    assert not any(ipaddress.ip_address("10.9.0.5") in n for n in networks)  # another set's element is not this one's
