@@ -168,8 +168,8 @@ def plan_inventory(
     """Plans for the ``active`` hosts and the members of their clusters (a member needs its peers' addresses).
 
     Specs and cross-host validation come from every host of the inventory; facts
-    come from ``read_reports``, called once with the specs of the hosts needed
-    (None for a host that cannot be reached). ``ask``: an operator's quarantine or admit; ``now``: the run's time,
+    come from ``read_reports``, called once with the specs of the hosts needed and of their routers' pool members
+    (judged to decide the pools, never planned; None for a host that cannot be reached). ``ask``: an operator's quarantine or admit; ``now``: the run's time,
     which the quarantine record's re-admissions are counted from.
     """
     ask = ask or gpuhealth.Ask()
@@ -179,15 +179,19 @@ def plan_inventory(
     for name, (spec, _) in planned.items():
         if spec.cluster is not None:
             clusters.setdefault(spec.cluster.name, []).append(name)
-    needed = set(active) & set(planned)
-    for name in sorted(needed):  # a router's pools are decided on every member's facts of this run
-        needed |= {w.host for pool in planned[name][0].pools for w in pool.workers}
-    for names in clusters.values():
-        if needed & set(names):
-            needed |= set(names)
-    reports = read_reports({name: planned[name][0] for name in sorted(needed)})
+
+    def with_clusters(names: set[str]) -> set[str]:
+        for members in clusters.values():
+            if names & set(members):
+                names = names | set(members)
+        return names
+
+    needed = with_clusters(set(active) & set(planned))
+    # A router's pools are decided on every member's facts of this run: they are read and judged, not planned.
+    judged = with_clusters(needed | {w.host for name in needed for pool in planned[name][0].pools for w in pool.workers})
+    reports = read_reports({name: planned[name][0] for name in sorted(judged)})
     checked: dict[str, Checked] = {}
-    for name in sorted(needed):
+    for name in sorted(judged):
         spec, findings = planned[name]
         report = reports.get(name)
         if report is None:
@@ -205,7 +209,7 @@ def plan_inventory(
         views[name], errors = join_cluster(host, members)
         standing[name] = _judge(host, errors, majority, ask, now)
     out = leave_out(checked, standing)
-    return {name: _plan(host, views[name], standing[name], out) for name, host in checked.items()}
+    return {name: _plan(host, views[name], standing[name], out) for name, host in checked.items() if name in needed}
 
 
 @dataclass(frozen=True)

@@ -433,8 +433,11 @@ def test_a_pool_lists_only_instances_that_serve_in_this_run(monkeypatch: pytest.
         return reports
 
     plans = plan_inventory(hosts, {"r1"}, read)
-    assert sorted(asked) == ["down", "good", "nogpu", "r1"]
-    assert not plans["good"].errors and plans["nogpu"].errors and not plans["down"].reached
+    # The members are read and judged, not planned: a run limited to the router rolls nothing else.
+    assert sorted(asked) == ["down", "good", "nogpu", "r1"] and set(plans) == {"r1"}
+    whole = plan_inventory(hosts, {"r1", "good", "nogpu", "down"}, read)
+    assert not whole["good"].errors and whole["nogpu"].errors and not whole["down"].reached
+    assert whole["r1"].desired == plans["r1"].desired
     (pool,) = plans["r1"].spec.pools
     assert pool.worker_list == "http://10.0.0.2:8080\n"
     workers = next(f for f in plans["r1"].desired.files if f.path == paths.router_workers(pool.port))
