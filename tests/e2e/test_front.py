@@ -100,9 +100,14 @@ def test_from_a_host_in_no_pool_the_router_s_worker_api_and_its_pool_are_out_of_
     assert attempt(fleet, tokenize) == "000"
     assert ssh(fleet, "sim-gpu-1", tokenize + "; true") != "000"  # sim-gpu-1 may (vllm_allow_from): the same call passes the firewall
     # Through the router without the key: every instance of the pool takes the key (router-api-key), so each refuses.
-    body = json.dumps({"model": "openai/gpt-oss-120b", "prompt": "hi", "max_tokens": 2})
-    keyless = f"curl -s -o /dev/null -w '%{{http_code}}' -m 30 -H 'Content-Type: application/json' -d '{body}' http://{one}:{ROUTER_PORT}/v1/completions"
-    assert [attempt(fleet, keyless) for _ in range(5)] == ["401"] * 5
+    # A prompt of its own per request: the cache-aware router spreads new prefixes over the pool, where one prompt
+    # would reach the same instance every time.
+    answers = []
+    for n in range(12):
+        body = json.dumps({"model": "openai/gpt-oss-120b", "prompt": f"{n} keyless {n * 7919}", "max_tokens": 2})
+        keyless = f"curl -s -o /dev/null -w '%{{http_code}}' -m 30 -H 'Content-Type: application/json' -d '{body}' http://{one}:{ROUTER_PORT}/v1/completions"
+        answers.append(attempt(fleet, keyless))
+    assert answers == ["401"] * 12, answers
     # An OpenAI route with the key answers through the front, from anywhere (router_allow_from is not set).
     answered = attempt(
         fleet,
