@@ -172,8 +172,8 @@ def firewall_ruleset(
         "scrapers": scrapers,
         "vllm_allowed": allow_from,
         "routers": routers,
+        "router_allowed": router_allowed,
     }
-    named["router_allowed"] = router_allowed
     for name in dict.fromkeys(n for o in opened for n in o.sources or ()):
         lines += _address_sets(name, named[name] or ())
     lines += [
