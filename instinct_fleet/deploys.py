@@ -196,8 +196,15 @@ def routers() -> None:
     plan = plan_for(host)
     apply.converge(plan, "router")
     for pool in plan.spec.pools:  # the preflight fact ran the sync script's --check on each running router
-        drift = plan.report.router_drift.get(pool.port)
-        if drift and not plan.drifted(paths.router_workers(pool.port)):  # a new worker list syncs as it is written
+        drift = plan.report.router_drift.get(pool.port, ())
+        joining = [f"{url} joins after its gate" for url in sorted(pool.joining)]
+        if joining:
+            # A worker whose unit was not running at preflight is taken out of the running pool, wherever it is (a
+            # router this stage (re)started read it from its file); its own roll adds it back after its gate.
+            apply.step(
+                steps.PoolSync(managed.sync_command(pool, wait=True), f"Router pool of {pool.model}: {'; '.join([*drift, *joining])}")
+            )
+        elif drift and not plan.drifted(paths.router_workers(pool.port)):  # a new worker list syncs as it is written
             apply.step(steps.PoolSync(managed.sync_command(pool), f"Router pool of {pool.model}: {'; '.join(drift)}"))
 
 

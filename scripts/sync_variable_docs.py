@@ -1,4 +1,4 @@
-"""Rewrite the README's Variables, Validation rules and vLLM start-up checks tables and group_data/all.py from the code.
+"""Rewrite the README's Variables, Validation rules, vLLM start-up checks and keyless routes tables and group_data/all.py from the code.
 
 tests/unit/test_docs.py fails when they drift apart; run this after adding or changing a
 variable or a rule: ``python scripts/sync_variable_docs.py``. The README is the user guide, so
@@ -116,6 +116,16 @@ def startup_table() -> str:
     return "\n".join(lines)
 
 
+def keyless_table() -> str:
+    """Per shipped vLLM version: the prefixes its key guards and every route it serves without the key, read from its
+    source (vllmsource/routes.py)."""
+    lines = ["| vLLM | the key guards | answers without the key (whoever reaches the port) |", "| --- | --- | --- |"]
+    for version in knowledge.supported_versions():
+        t = knowledge.load(version)
+        lines.append(f"| {version} | {', '.join(f'`{p}`' for p in t.guarded_prefixes)} | {', '.join(f'`{r}`' for r in t.keyless_routes)} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     readme = ROOT / "README.md"
     text = readme.read_text()
@@ -130,7 +140,11 @@ def main() -> None:
     startup = re.compile(r"^\| kind \| read from \|.*\|\n(?:^\|.*\|\n)+", re.M)
     if not startup.search(text):
         raise SystemExit("README.md has no start-up checks table to replace")
-    readme.write_text(startup.sub(lambda _: startup_table() + "\n", text, count=1))
+    text = startup.sub(lambda _: startup_table() + "\n", text, count=1)
+    keyless = re.compile(r"^\| vLLM \| the key guards \|.*\|\n(?:^\|.*\|\n)+", re.M)
+    if not keyless.search(text):
+        raise SystemExit("README.md has no table of the routes vLLM serves without the key")
+    readme.write_text(keyless.sub(lambda _: keyless_table() + "\n", text, count=1))
     all_py = ROOT / "group_data" / "all.py"
     all_py.write_text(group_data_all(commented=False))
     # The project's one formatter owns the layout of Python files, generated or not.

@@ -20,6 +20,7 @@ stage named in the entry converges it (README, Adding a managed thing).
 from __future__ import annotations
 
 import posixpath
+import shlex
 from collections.abc import Callable
 
 from instinct_fleet.converge import content, firewall, routerwheel, system, templating
@@ -404,9 +405,14 @@ def router_entries(spec: HostSpec) -> list[Entry]:
     return entries
 
 
-def sync_command(pool: Pool) -> str:
-    """The sync script (router-sync.py) that converges a running router's pool to its worker list."""
-    return f"{paths.PYTHON3} {paths.ROUTER_SYNC} {pool.admin_port} {paths.router_workers(pool.port)} {paths.router_watches(pool.port)}"
+def sync_command(pool: Pool, wait: bool = False) -> str:
+    """The sync script (router-sync.py) that converges a running router's pool to its worker list, never adding (and
+    taking out) the workers that join after their own gate (``Pool.joining``); ``wait``: for a router the stage has just
+    (re)started, which read every worker of its file."""
+    q = shlex.quote
+    joining = "".join(f" --joining {q(url)}" for url in sorted(pool.joining))
+    waits = " --wait" if wait else ""
+    return f"{paths.PYTHON3} {paths.ROUTER_SYNC} {pool.admin_port} {paths.router_workers(pool.port)} {paths.router_watches(pool.port)}{joining}{waits}"
 
 
 def _pool_entries(spec: HostSpec, pool: Pool) -> list[Entry]:

@@ -19,7 +19,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from instinct_fleet.model.vllmsource import checks, envs, flags, metrics, platform
+from instinct_fleet.model.vllmsource import checks, envs, flags, metrics, platform, routes
 
 
 def extract(wheel: Path) -> dict[str, object]:
@@ -75,6 +75,9 @@ def extract(wheel: Path) -> dict[str, object]:
             "metrics": metrics.prometheus_metrics(modules),
             "histogram_buckets": metrics.histogram_buckets(modules),
             "finish_reasons": metrics.finish_reasons(modules.get("vllm/v1/engine/__init__.py", "")),
+            # What the HTTP server answers, and the prefixes --api-key guards: the rest answers without the key.
+            "guarded_prefixes": routes.guarded_prefixes(modules),
+            "routes": routes.routes(modules),
         }
 
 

@@ -12,7 +12,7 @@ import difflib
 import json
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -187,6 +187,18 @@ class VllmKnowledge:
     # vllm:request_success; both empty for a project's table extracted before they were read
     histograms: dict[str, Histogram]
     finish_reasons: tuple[str, ...]
+    # The path prefixes --api-key guards, and every route the HTTP server declares (path -> its methods), read from the
+    # source (vllmsource/routes.py); both empty for a project's table extracted before they were read.
+    guarded_prefixes: tuple[str, ...] = ()
+    routes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def keyless_routes(self) -> tuple[str, ...]:
+        """The routes that answer without the API key, whoever reaches the port: every route outside the guarded
+        prefixes (``/health``, ``/metrics``, ``/tokenize``, ``/pause``...); empty when the table does not know."""
+        if not self.guarded_prefixes:
+            return ()
+        return tuple(sorted(path for path in self.routes if not path.startswith(self.guarded_prefixes)))
 
     def canonical_flag(self, name: str) -> str | None:
         """Return the long flag name (without dashes) for ``name``, or None if unknown.
@@ -331,7 +343,17 @@ def from_json(data: dict[str, Any]) -> VllmKnowledge:
         metrics=dict(data.get("metrics", {})),  # a project's table extracted before metrics were read has none
         histograms={name: Histogram(tuple(h["buckets"]), h.get("family")) for name, h in data.get("histogram_buckets", {}).items()},
         finish_reasons=tuple(data.get("finish_reasons", ())),
+        guarded_prefixes=tuple(data.get("guarded_prefixes", ())),
+        routes=_routes(data.get("routes", ())),
     )
+
+
+def _routes(listed: Any) -> dict[str, tuple[str, ...]]:
+    """The table's routes, one entry per path with every method it answers (a path declared per verb is one path)."""
+    found: dict[str, set[str]] = {}
+    for route in listed:
+        found.setdefault(route["path"], set()).update(route["methods"])
+    return {path: tuple(sorted(methods)) for path, methods in sorted(found.items())}
 
 
 def _scheduler_defaults(data: dict[str, Any]) -> SchedulerDefaults | None:

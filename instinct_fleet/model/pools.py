@@ -32,6 +32,10 @@ class Pool:
     metrics_port: int
     workers: tuple[Worker, ...]
     admin_port: int
+    # Listed workers whose unit was not running at this run's preflight: the sync never adds one (and takes one out
+    # that the router holds), its own host's roll adds it after its health gate. Nothing of ours holds its port until
+    # then, so whatever answers there (an unprivileged user's listener on a host whose deploy failed) is not ours.
+    joining: frozenset[str] = frozenset()
 
     @property
     def unit(self) -> str:

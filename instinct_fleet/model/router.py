@@ -114,12 +114,20 @@ def worker_url(spec: HostSpec, port: int) -> str:
     return _url(spec, port)
 
 
-def without(spec: HostSpec, out: frozenset[str]) -> HostSpec:
+def without(spec: HostSpec, out: frozenset[str], joining: frozenset[str] = frozenset()) -> HostSpec:
     """This router host's spec with its pools less the workers ``out`` names (instances that must not serve in this
-    run); the same spec when none of its pools lists one."""
-    if not any(w.url in out for pool in spec.pools for w in pool.workers):
+    run), and with the listed workers that are ``joining`` (their unit was not running at preflight: only their own
+    roll adds them, after its gate); the same spec when neither touches its pools."""
+    if not any(w.url in out or w.url in joining for pool in spec.pools for w in pool.workers):
         return spec
-    pools = tuple(dataclasses.replace(p, workers=tuple(w for w in p.workers if w.url not in out)) for p in spec.pools)
+    pools = tuple(
+        dataclasses.replace(
+            p,
+            workers=tuple(w for w in p.workers if w.url not in out),
+            joining=frozenset(w.url for w in p.workers if w.url in joining and w.url not in out),
+        )
+        for p in spec.pools
+    )
     return dataclasses.replace(spec, pools=pools)
 
 
@@ -168,7 +176,7 @@ def attach(specs: list[HostSpec]) -> tuple[list[HostSpec], list[Finding]]:
     attached = [dataclasses.replace(s, pools=pools.get(str(s.host), ()), memberships=tuple(members.get(str(s.host), ()))) for s in specs]
     for spec in attached:
         found += option_findings(spec)
-    return attached, found + api_key_findings(attached) + reach_findings(attached)
+    return attached, found + api_key_findings(attached) + keyless_findings(attached) + reach_findings(attached)
 
 
 def _ip(url: str) -> str | None:
@@ -287,6 +295,38 @@ def option_findings(spec: HostSpec) -> list[Finding]:
             found.append(finding("router-flag", spec.host, key, f"vllm-router {v.router_version} has no such option"))
         elif (problem := table.options[name].problem(value)) is not None:
             found.append(finding("router-flag", spec.host, key, problem))
+    return found
+
+
+NOTABLE_KEYLESS = ("/tokenize", "/invocations", "/pooling", "/score", "/pause", "/scale_elastic_ep", "/collective_rpc")
+
+
+def keyless_findings(specs: list[HostSpec]) -> list[Finding]:
+    """A keyed host whose vLLM port is open beyond its routers: the routes vLLM serves without the key (read from the
+    pinned version's source, ``VllmKnowledge.keyless_routes``) answer whoever the firewall lets in. Only its routers
+    are let in when it stands in a pool and sets no ``vllm_allow_from`` (:func:`keyed_routers`)."""
+    found = []
+    for spec in specs:
+        v = spec.vars
+        if v.vllm_api_key_path is None or not spec.serves or keyed_routers(spec) is not None:
+            continue
+        table = spec.serves[0].table
+        routes = table.keyless_routes if table is not None else ()
+        if not routes:
+            continue
+        who = f"vllm_allow_from ({', '.join(v.vllm_allow_from)})" if v.vllm_allow_from is not None else "anyone"
+        if v.vllm_allow_from is None and not v.firewall:
+            who = "anyone (firewall = False)"
+        # The ones that do harm first: reading the model's tokenizer, serving it, and pausing or reshaping the engine.
+        first = [r for r in NOTABLE_KEYLESS if r in routes]
+        rest = len(routes) - len(first)
+        shown = ", ".join(first or routes[:8]) + (f" and {rest} more routes" if first and rest else "")
+        why = (
+            f"vLLM {table.version if table else ''} checks the key on {', '.join(table.guarded_prefixes) if table else '/v1'} only: "
+            f"{shown} answer {who} without it. Put the host's instances behind a router and leave vllm_allow_from unset "
+            "(the firewall then opens the port to its routers alone), or narrow vllm_allow_from to who may use them"
+        )
+        found.append(finding("api-key-keyless-routes", spec.host, "vllm_api_key_path", why))
     return found
 
 

@@ -264,6 +264,11 @@ INPUT_RULES = (
         "The router checks no key and passes the client's on as it is: in a pool of instances with and without vllm_api_key_path, a client without the key is refused by some and served by others, so the key protects nothing.",
     ),
     Rule(
+        "api-key-keyless-routes",
+        "warning",
+        "vLLM checks vllm_api_key_path's key only on the paths its source guards (/v1, then /v2, /inference, /cohere); /tokenize, /pause, /scale_elastic_ep and every other route it serves answer anyone who reaches the port. A keyed host in a pool with vllm_allow_from unset is open to its routers alone; any other keyed host is warned, with the routes of its pinned version.",
+    ),
+    Rule(
         "router-reach",
         "error",
         "A firewall between a router and its pool cuts it: the router must pass each serving host's vllm_allow_from, and the router host's firewall must admit each serving host, by its IP, to the worker API (the roll drains through it).",

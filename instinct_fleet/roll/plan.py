@@ -19,7 +19,7 @@ from instinct_fleet.converge.evaluate import UNTOUCHED
 from instinct_fleet.converge.hostfacts import ClusterView, HostFacts
 from instinct_fleet.converge.hostplan import HostPlan
 from instinct_fleet.converge.preflight import HostReport
-from instinct_fleet.model import router
+from instinct_fleet.model import paths, router
 from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.inventory import HostData, plan_hosts
 from instinct_fleet.model.rules import Finding, finding
@@ -134,9 +134,30 @@ def leave_out(checked: dict[str, Checked], standing: dict[str, Standing]) -> fro
     return frozenset(out)
 
 
-def _plan(host: Checked, cluster: ClusterView | None, verdict: Standing, out: frozenset[str]) -> HostPlan:
-    """The host's plan, whole: its pools without the workers ``out`` names, then its desired state."""
-    spec = router.without(host.spec, out)
+def joining(checked: dict[str, Checked], standing: dict[str, Standing]) -> frozenset[str]:
+    """The worker URLs whose unit was not running on its host at this run's preflight (a host that failed halfway
+    through its last deploy, a unit that crashed or was stopped by hand): nothing of ours holds the port, so the pool
+    sync must not add what answers there. The host's own roll starts the unit and adds it after its health gate. A
+    quarantined unit is not one of them: it is stopped on purpose, and the sync already leaves it out (its watch
+    holds it out), so a quarantine changes nothing on a router host at every run."""
+
+    def held(name: str, unit: str) -> bool:
+        quarantine = standing[name].held
+        return quarantine is not None and unit in quarantine.units
+
+    return frozenset(
+        router.worker_url(host.spec, svc.port)
+        for name, host in checked.items()
+        if host.reached
+        for svc in host.spec.serves
+        if (unit := paths.vllm_unit(svc.name)) not in host.report.active_units and not held(name, unit)
+    )
+
+
+def _plan(host: Checked, cluster: ClusterView | None, verdict: Standing, out: frozenset[str], waiting: frozenset[str]) -> HostPlan:
+    """The host's plan, whole: its pools without the workers ``out`` names and with those ``waiting`` to join after their
+    gate, then its desired state."""
+    spec = router.without(host.spec, out, waiting)
     facts = HostFacts(spec, host.report, cluster, host.restoring, verdict.held)
     desired = UNTOUCHED if verdict.errors else evaluate.desired(facts)
     return HostPlan(
@@ -208,8 +229,8 @@ def plan_inventory(
         members = {n: checked.get(n) for n in clusters[cluster.name]} if cluster is not None else {}
         views[name], errors = join_cluster(host, members)
         standing[name] = _judge(host, errors, majority, ask, now)
-    out = leave_out(checked, standing)
-    return {name: _plan(host, views[name], standing[name], out) for name, host in checked.items() if name in needed}
+    out, waiting = leave_out(checked, standing), joining(checked, standing)
+    return {name: _plan(host, views[name], standing[name], out, waiting) for name, host in checked.items() if name in needed}
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,24 @@ UNITS = {
 }
 
 
+SECRETS = {"the Hugging Face token": simulated.HF_TOKEN, "the API key": simulated.API_KEY}
+
+
+def unleaked(argv: Any, *outputs: str) -> None:
+    """No output of the tool holds a secret of the fleet: every end-to-end call of the CLI passes its output here."""
+    for name, secret in SECRETS.items():
+        for output in outputs:
+            assert secret not in output, f"`{' '.join(map(str, argv))}` printed {name}"
+
+
+def run_cli(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """The instinct-fleet CLI as a user runs it, from the repository; its output never holds a secret (:func:`unleaked`)."""
+    command = [*CLI, *argv]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    unleaked(command, done.stdout, done.stderr)
+    return done
+
+
 @dataclass
 class Run:
     rc: int
@@ -59,8 +77,8 @@ def deploy(*extra: str, inventory: str = INVENTORY, results: bool = True, comman
     """``instinct-fleet deploy --json`` (or ``command``: rollback); ``results=False`` when pyinfra is expected
     to stop with no host left."""
     started = time.monotonic()
-    argv = [*CLI, command, inventory, "--project-dir", str(ROOT), "--json", "-y", *extra]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    argv = [command, inventory, "--project-dir", str(ROOT), "--json", "-y", *extra]
+    done = run_cli(*argv, timeout=3600)
     try:
         payload = json.loads(done.stdout)
     except json.JSONDecodeError:
@@ -70,8 +88,7 @@ def deploy(*extra: str, inventory: str = INVENTORY, results: bool = True, comman
 
 
 def verify(limit: str, inventory: str = INVENTORY) -> subprocess.CompletedProcess[str]:
-    argv = [*CLI, "verify", inventory, "--project-dir", str(ROOT), "--limit", limit, "--", "-q", "-x"]
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    return run_cli("verify", inventory, "--project-dir", str(ROOT), "--limit", limit, "--", "-q", "-x")
 
 
 def ssh(fleet: dict[str, Any], host: str, command: str) -> str:
@@ -209,6 +226,7 @@ def streamed_deploy(inventory_path: str, when: str, fault: Fault) -> tuple[int, 
                     subprocess.run(fault, check=True, capture_output=True)
                 pending = False
         rc = proc.wait(timeout=600)
+    unleaked(argv, "".join(lines))
     return rc, "".join(lines), time.monotonic() - started
 
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleetctl import CLI, FIGURES, INVENTORY, ROOT, Run, deploy, ssh
+from fleetctl import FIGURES, INVENTORY, Run, deploy, run_cli, ssh
 
 from instinct_fleet.model import paths
 
@@ -20,7 +20,7 @@ INSTANCES = {("sim-gpu-1", "main"), ("sim-gpu-1", "batch"), ("sim-gpu-2", "llama
 
 
 def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *argv], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return run_cli(*argv)
 
 
 def test_bench_runs_the_seed_profile_on_every_instance_and_report_reads_it(converged: Run, tmp_path: Path) -> None:

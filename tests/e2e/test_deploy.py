@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetctl import CLI, FIGURES, ROOT, SERVING, Run, deploy, ssh, started_at, verify
+from fleetctl import FIGURES, ROOT, SERVING, Run, deploy, run_cli, ssh, started_at, verify
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +80,7 @@ def test_bad_input_fails_before_any_connection(tmp_path: Path) -> None:
     (tmp_path / "inventories" / "bad.py").write_text(
         "hosts = [('mi300x-x01', {'ssh_hostname': '127.0.0.1', 'ssh_port': 1, 'vllm_args': {'tensor-paralel-size': 2}})]\n"
     )
-    done = subprocess.run([*CLI, "deploy", str(tmp_path / "inventories" / "bad.py")], cwd=ROOT, capture_output=True, text=True)
+    done = run_cli("deploy", str(tmp_path / "inventories" / "bad.py"))
     assert done.returncode == 1
     assert "mi300x-x01" in done.stderr and "tensor-paralel-size" in done.stderr and "flag-unknown" in done.stderr
     assert "no host was contacted" in done.stderr

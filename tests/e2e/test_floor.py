@@ -11,7 +11,7 @@ import re
 import subprocess
 from typing import Any
 
-from fleetctl import ROOT, deploy
+from fleetctl import ROOT, deploy, unleaked
 
 FLEET_SHARE = 0  # a short module beside test_deploy (conftest.py)
 
@@ -29,6 +29,7 @@ def test_the_pyinfra_floor_runs_the_documented_deploy_and_changes_nothing(conver
     done = subprocess.run(
         [str(FLOOR_PYTHON), "-m", "pyinfra", "-y", "inventories/local.py", "deploy.py", "--json"], cwd=ROOT, capture_output=True, text=True
     )
+    unleaked(done.args, done.stdout, done.stderr)
     results = json.loads(done.stdout[done.stdout.index("{") :])
     results = results.get("results", results)
     assert results["failed_hosts"] == ["sim-nogpu"], done.stderr[-3000:]

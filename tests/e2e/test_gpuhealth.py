@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from fleetctl import BASELINE, CLI, ROOT, Load, deploy, inventory, pool, quiet, router_url, ssh, until
+from fleetctl import BASELINE, ROOT, Load, deploy, inventory, pool, quiet, router_url, run_cli, ssh, until
 
 FLEET_SHARE = 1  # beside test_roll (conftest.py)
 FAULTS = "/etc/instinct-fleet-standin/faults.json"  # what the stand-in amd-smi reads (tests/fleet/standin/amd-smi)
@@ -32,7 +32,7 @@ def faults(fleet: dict[str, Any], value: dict[str, Any] | None) -> None:
 
 
 def cli(command: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, command, "--project-dir", str(ROOT), *argv], cwd=ROOT, capture_output=True, text=True)
+    return run_cli(command, "--project-dir", str(ROOT), *argv)
 
 
 def active(fleet: dict[str, Any], unit: str) -> str:

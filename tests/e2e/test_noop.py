@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fleetctl import FIGURES, ROOT, deploy, quiet, verify
+from fleetctl import FIGURES, ROOT, deploy, quiet, unleaked, verify
 
 from instinct_fleet.model.inventory import load_inventory
 
@@ -27,6 +27,7 @@ def test_a_no_op_re_tune_reads_one_fact_and_runs_at_most_three_commands_per_host
         [sys.executable, "-m", "pyinfra", "-y", "inventories/local.py", "deploy.py", "--debug"], cwd=ROOT, capture_output=True, text=True
     )
     log = done.stdout + done.stderr
+    unleaked(done.args, log)  # pyinfra's --debug log holds every command it ran, and no secret
     facts = Counter(re.findall(r"\[(sim-[\w-]+)\]\s+Loaded fact \S*HostReport", log))
     assert facts == dict.fromkeys(HOSTS, 1), facts
     commands = Counter(re.findall(r"Running command on (sim-[\w-]+):", log))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from fleetctl import CLI, FIGURES, INVENTORY, ROOT, Run, deploy, inventory, ssh, until
+from fleetctl import FIGURES, INVENTORY, ROOT, Run, deploy, inventory, run_cli, ssh, until
 
 from instinct_fleet.commands import picture
 from instinct_fleet.model import paths
@@ -33,7 +33,7 @@ LLAMA = "/var/lib/instinct-fleet/huggingface/hub/models--meta-llama--Llama-3.1-7
 
 
 def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *argv], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return run_cli(*argv)
 
 
 def test_lost_weights_are_copied_again_from_the_fleet_store_not_downloaded(converged: Run, fleet: dict[str, Any]) -> None:

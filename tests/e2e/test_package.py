@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetctl import INVENTORY, ROOT, Run, simulated
+from fleetctl import INVENTORY, ROOT, Run, simulated, unleaked
 
 FLEET_SHARE = 2  # beside test_roll_gates, before it (conftest.py)
 
@@ -56,6 +56,7 @@ def test_an_init_project_with_the_installed_wheel_finds_the_fleet_converged_byte
     shutil.copy(ROOT / INVENTORY, project / INVENTORY)
     (project / ".fleet").symlink_to(simulated.SHARED)
     done = subprocess.run([cli, "deploy", INVENTORY, "-y", "--json"], cwd=project, capture_output=True, text=True, env=_env(), timeout=900)
+    unleaked(done.args, done.stdout, done.stderr)
     payload = json.loads(done.stdout)
     run = Run(done.returncode, payload["results"], done.stderr, payload["roll"])
     assert run.results["failed_hosts"] == ["sim-nogpu"], done.stderr[-3000:]
@@ -65,6 +66,7 @@ def test_an_init_project_with_the_installed_wheel_finds_the_fleet_converged_byte
     verified = subprocess.run(
         [cli, "verify", INVENTORY, "--limit", "sim-gpu-1", "--", "-q"], cwd=project, capture_output=True, text=True, env=_env(), timeout=600
     )
+    unleaked(verified.args, verified.stdout, verified.stderr)
     assert verified.returncode == 0 and " passed" in verified.stdout, verified.stdout[-3000:] + verified.stderr[-2000:]
 
 

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from fleetctl import (
     BASELINE,
-    CLI,
     FIGURES,
     FLAG,
     ROOT,
@@ -30,6 +28,7 @@ from fleetctl import (
     inventory,
     quiet,
     router_url,
+    run_cli,
     serving_files,
     ssh,
     streamed_deploy,
@@ -132,7 +131,7 @@ def test_a_canary_that_regresses_loses_requests_or_answers_wrong_is_rolled_back_
     stored = sorted((ROOT / "results").glob("*-canary-*"))[-4:]
     assert [p.name.rsplit("-", 1)[-1] for p in stored] == ["before", "after", "before", "after"]
     assert len(list((stored[-1] / "sim-gpu-1" / "main").glob("canary-c4*.json"))) == 3
-    report = subprocess.run([*CLI, "report", str(stored[-1])], cwd=ROOT, capture_output=True, text=True)
+    report = run_cli("report", str(stored[-1]))
     assert report.returncode == 0 and report.stdout.startswith("profile") and "canary" in report.stdout, report.stderr[-2000:]
     assert "3 runs)" in (stored[-1] / "report.md").read_text()
     FIGURES.append(

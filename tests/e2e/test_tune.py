@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleetctl import CLI, FIGURES, ROOT, Probe, Run, deploy, inventory, quiet, serving_files, verify
+from fleetctl import CLI, FIGURES, ROOT, Probe, Run, deploy, inventory, quiet, run_cli, serving_files, unleaked, verify
 
 FLEET_SHARE = 1  # beside test_roll
 FLEET_LAST = True  # it leaves the fleet on the staging inventory (conftest.py)
@@ -112,6 +112,7 @@ def test_a_sweep_runs_in_parallel_restores_on_interrupt_resumes_and_finds_the_fr
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=300)
+    unleaked(argv, stdout, stderr)
     assert proc.returncode == 130, stdout[-3000:] + stderr[-3000:]
     assert f"interrupted; every host is back on its deployed configuration. Resume with --resume {out}" in stderr, stdout[-3000:] + stderr
     assert "SIGINT: restoring every host" in stdout and "Traceback" not in stderr, stderr
@@ -121,9 +122,7 @@ def test_a_sweep_runs_in_parallel_restores_on_interrupt_resumes_and_finds_the_fr
     measured_first = {(t["host"], json.dumps(t["settings"], sort_keys=True)) for t in trials(out) if t["status"] in ("measured", "failed")}
 
     with Probe(fleet, hz=5, units=units(fleet)) as probe:
-        resumed = subprocess.run(
-            [*CLI, "tune", inv, "--project-dir", str(ROOT), "--resume", str(out)], cwd=ROOT, capture_output=True, text=True
-        )
+        resumed = run_cli("tune", inv, "--project-dir", str(ROOT), "--resume", str(out))
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     ran_again = resumed.stdout.count(": started")
     assert ran_again == 10 - len(measured_first), resumed.stdout  # 8 points and 2 baselines, less what ran before
@@ -183,9 +182,7 @@ def test_a_sweep_runs_in_parallel_restores_on_interrupt_resumes_and_finds_the_fr
     # Points equal within noise, each measured with the defaults (a warm-up, then 3 runs): no point beats the
     # deployed configuration, tune.md says so with its evidence, and no best.py is written.
     equal = tmp_path / "equal"
-    same = subprocess.run(
-        [*CLI, "tune", inv, "--project-dir", str(ROOT), *EQUAL, "--output", str(equal)], cwd=ROOT, capture_output=True, text=True
-    )
+    same = run_cli("tune", inv, "--project-dir", str(ROOT), *EQUAL, "--output", str(equal))
     assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-3000:]
     measured = [t for t in trials(equal) if t["status"] == "measured"]
     assert len(measured) == 4 and all(len(t["runs"]) == 3 for t in measured), trials(equal)

@@ -9,13 +9,12 @@ changes, so no roll, and it leaves the fleet serving.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from fleetctl import BASELINE, CLI, ROOT, Load, deploy, hang, inventory, pool, router_url, ssh, until
+from fleetctl import BASELINE, Load, deploy, hang, inventory, pool, router_url, run_cli, ssh, until
 
 FLEET_SHARE = 0
 
@@ -72,7 +71,7 @@ def test_a_hung_instance_leaves_the_pool_restarts_and_returns_and_one_that_alway
     journal = ssh(fleet, "sim-gpu-1", "journalctl -u instinct-fleet-watch -p err --no-pager -o cat")
     assert f"{UNIT} is left out of its router pools" in journal, journal
     # status says so, with what to do; the deploy's pool sync does not put it back, nor does its roll.
-    status = subprocess.run([*CLI, "status", watched, "--json"], cwd=ROOT, capture_output=True, text=True)
+    status = run_cli("status", watched, "--json")
     rows = [r for r in json.loads(status.stdout) if r["host"] == "sim-gpu-1" and r["instance"] == "batch"]
     assert rows and rows[0]["watch"] == "left-out" and not rows[0]["ok"], status.stdout[-2000:]
     # The deploy's health stage fails the host on the hung instance, and says the watch holds it out.

@@ -80,6 +80,8 @@ class Declared:
         self.directories = tuple(e.path.rstrip("/") + "/" for e in files if e.directory)
         self.globs = (*paths.SERVING_FILES, *paths.ROUTER_GLOBS)
         self.commands = {a.command for e in entries for a in getattr(e, "then", ()) if isinstance(a, Run)}
+        # The routers stage's own sync after it converged (a pool with joining workers waits for a router it started).
+        self.commands |= {managed.sync_command(p, wait=w) for p in host_plan.spec.pools for w in (False, True)}
 
     def admits(self, path: str) -> bool:
         return (

@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+from instinct_fleet.model import knowledge
 from instinct_fleet.model.defaults import DEFAULTS, VARIABLES
 from instinct_fleet.model.knowledge import without_lines
 from instinct_fleet.model.rules import RULES
@@ -101,3 +102,16 @@ def test_readme_start_up_table_is_counted_from_the_shipped_tables() -> None:
         "| checks between settings, each anchored to the line that raises it, with the conditions that lead there |" in table
         and table.count("\n") == 10
     )
+
+
+def test_readme_lists_the_routes_each_shipped_vllm_serves_without_the_key() -> None:
+    """What the README says is open on a keyed port is what each shipped table read from that version's source."""
+    spec = importlib.util.spec_from_file_location("sync_variable_docs", ROOT / "scripts" / "sync_variable_docs.py")
+    assert spec is not None and spec.loader is not None
+    sync = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sync)
+    table = sync.keyless_table()
+    assert table in (ROOT / "README.md").read_text()
+    for version in knowledge.supported_versions():
+        row = next(line for line in table.splitlines() if line.startswith(f"| {version} |"))
+        assert "`/tokenize`" in row and "`/health`" in row and "`/v1/completions`" not in row, row

@@ -212,6 +212,11 @@ def test_a_router_host_gets_its_files_units_and_pool_and_a_second_run_changes_no
     # With a new worker list as well (another host serves the model now), the list's own sync does it, once.
     grown = emitted(monkeypatch, "router", plan(data, sim, peers={"h2": {"scrape_address": "10.0.0.7"}}, **drift))
     assert [o for o in grown if o.startswith("Router pool of")] == [f"Router pool of {OSS}: synced to its new worker list"]
+    # Its instance's unit stopped (a deploy failed halfway): taken out of the running pool, whatever answers its port;
+    # the roll adds it back after its gate.
+    sim.active.discard(paths.vllm_unit("main"))
+    assert only(monkeypatch, data, sim)["router"] == [f"Router pool of {OSS}: http://h1:8080 joins after its gate"]
+    sim.active.add(paths.vllm_unit("main"))
     # Drift: a member removed by hand is put back, and the router restarted for it.
     del sim.files[f"{release}/vllm_router/router.py"]
     again = only(monkeypatch, data, sim)["router"]
@@ -445,3 +450,49 @@ def test_a_pool_lists_only_instances_that_serve_in_this_run(monkeypatch: pytest.
     # The inventory's pool is unchanged: a host back in order is back in the pool at the next run.
     (whole,) = next(s for s, _ in plan_hosts(hosts) if str(s.host) == "r1").pools
     assert len(whole.workers) == 3
+
+
+def test_a_worker_whose_unit_is_not_running_joins_only_after_its_own_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host that passed preflight but whose unit is not running (its last deploy failed halfway, or the unit was
+    stopped) holds nothing of ours at its port: the router stage's sync takes it out of the running pool and never
+    adds it, whatever answers there; its roll adds it after its gate. A running unit is added as before, and a
+    quarantined one (stopped on purpose, left out by its watch) is not made to sync at every run."""
+    from instinct_fleet.converge import gpuhealth, preflight
+    from instinct_fleet.converge.evaluate import probe
+    from instinct_fleet.roll.plan import plan_inventory
+
+    fake_members(monkeypatch)
+    hosts = [
+        HostData("r1", (), {"router": True, "scrape_address": "10.0.0.1", "vllm_instances": []}),
+        HostData("up", (), {"scrape_address": "10.0.0.2"}),
+        HostData("stopped", (), {"scrape_address": "10.0.0.3"}),
+        HostData("held", (), {"scrape_address": "10.0.0.4"}),
+    ]
+    unit = paths.vllm_unit("main")
+    sims = {"r1": SimHost(), "up": SimHost(active={unit}), "stopped": SimHost(), "held": SimHost()}
+
+    def read(specs: dict[str, Any]) -> dict[str, preflight.HostReport | None]:
+        return {name: preflight.parse_report(sims[name].read(probe(spec))) for name, spec in specs.items()}
+
+    ask = gpuhealth.Ask(quarantine={"held": (None, "operator")})
+    plans = plan_inventory(hosts, {"r1"}, read, ask=ask)
+    (pool,) = plans["r1"].spec.pools
+    assert pool.joining == {"http://10.0.0.3:8080"}
+    # The worker file is the inventory's pool, whatever runs: it does not change from one run to the next.
+    assert pool.worker_list == "http://10.0.0.2:8080\nhttp://10.0.0.3:8080\nhttp://10.0.0.4:8080\n"
+    ops = emitted(monkeypatch, "router", plans["r1"])
+    synced = [o for o in ops if o.startswith("Router pool of")]
+    # The new list syncs before the router (re)starts; then, the router up, the worker that joins is taken out of it.
+    assert synced == [
+        f"Router pool of {OSS}: synced to its new worker list",
+        f"Router pool of {OSS}: http://10.0.0.3:8080 joins after its gate",
+    ]
+    assert ops.index(synced[1]) > ops.index(f"Restart {paths.router_unit(30000)} for its new configuration")
+    from instinct_fleet.converge import managed
+
+    assert managed.sync_command(pool).endswith(" --joining http://10.0.0.3:8080")
+    assert managed.sync_command(pool, wait=True).endswith(" --joining http://10.0.0.3:8080 --wait")
+    # Once every unit runs (the roll started it), nothing joins and the command is the plain sync.
+    sims["stopped"].active.add(unit)
+    (pool,) = plan_inventory(hosts, {"r1"}, read, ask=ask)["r1"].spec.pools
+    assert pool.joining == frozenset() and "--joining" not in managed.sync_command(pool)

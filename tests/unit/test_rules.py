@@ -295,7 +295,8 @@ def test_every_rule_has_a_case() -> None:
     # router-wheel (the controller's copy of the wheel) and router-api-key (across hosts): tests/unit/test_router.py.
     # group-data-unread (a project's file, not a host): tests/unit/test_findings.py.
     # watch-metrics (a table without metrics): tests/unit/test_watch.py.
-    others = {"inventory-conflict", "router-wheel", "router-api-key", "group-data-unread", "watch-metrics"}
+    # api-key-keyless-routes (a keyed host and its routers): tests/unit/test_keyless_routes.py.
+    others = {"inventory-conflict", "router-wheel", "router-api-key", "group-data-unread", "watch-metrics", "api-key-keyless-routes"}
     # gpu-* rules judge the preflight fact's amd-smi evidence, quarantine-* the operator's asks and the record's count:
     # tests/unit/test_gpuhealth.py has a case for each (test_every_gpu_rule_and_quarantine_rule_has_a_case).
     evidence = {r.id for r in GPU_RULES} | {r for r in RULES if r.startswith("quarantine-")}

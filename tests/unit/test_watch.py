@@ -396,6 +396,7 @@ class _Api(BaseHTTPRequestHandler):
 
     calls: ClassVar[list[str]] = []
     out: ClassVar[list[int]] = []
+    live: ClassVar[list[str]] = []  # the router's pool, as /list_workers answers it
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -408,7 +409,7 @@ class _Api(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
-        self._reply({"urls": []} if self.path == "/list_workers" else {"out": self.out} if self.path == "/state" else {})
+        self._reply({"urls": self.live} if self.path == "/list_workers" else {"out": self.out} if self.path == "/state" else {})
 
     def do_POST(self) -> None:
         self.calls.append(self.path)
@@ -439,6 +440,59 @@ def test_the_pool_sync_adds_no_worker_its_watch_holds_out(tmp_path: Path) -> Non
         _Api.out = [port]
         assert subprocess.run([*sync, "--check"], capture_output=True, text=True).stdout == f"add {first}\nadd {second}\n"
     finally:
+        server.shutdown()
+
+
+def test_the_pool_sync_never_adds_a_joining_worker_and_takes_it_out_of_the_router(tmp_path: Path) -> None:
+    """A worker whose unit was not running at preflight (its host failed halfway through its last deploy) may answer
+    /health from someone else's listener: the sync neither adds it nor leaves it in the pool; its roll adds it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        mine, theirs, listed = f"http://127.0.0.1:{port}", f"http://localhost:{port}", f"http://[::1]:{port}"
+        workers, watches = tmp_path / "w", tmp_path / "watch"
+        workers.write_text(f"{mine}\n{theirs}\n{listed}\n")
+        _Api.out, _Api.live = [], [listed]
+        sync = [sys.executable, str(ROOT / "instinct_fleet" / "templates" / "router-sync.py"), str(port), str(workers), str(watches)]
+        sync += ["--joining", theirs, "--joining", listed]
+        check = subprocess.run([*sync, "--check"], capture_output=True, text=True)
+        assert (check.returncode, check.stdout) == (1, f"remove {listed}\nadd {mine}\n")
+        _Api.calls.clear()
+        assert subprocess.run(sync, capture_output=True, text=True).returncode == 0
+        assert sorted(c.split("?")[0] for c in _Api.calls) == ["/add_worker", "/remove_worker"]
+        assert "127.0.0.1" in next(c for c in _Api.calls if c.startswith("/add")) and "%3A%3A1" in _Api.calls[0] + _Api.calls[1]
+    finally:
+        _Api.live = []
+        server.shutdown()
+
+
+def test_the_pool_sync_waits_for_a_router_that_is_starting_when_asked_and_only_then(tmp_path: Path) -> None:
+    """After the router stage (re)started a router, it read every worker of its file: the sync waits for its API to
+    take out the joining ones. Without --wait, a router that is not running is left to its file at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    workers, watches = tmp_path / "w", tmp_path / "watch"
+    joining = f"http://localhost:{port}"
+    workers.write_text(f"{joining}\n")
+    sync = [sys.executable, str(ROOT / "instinct_fleet" / "templates" / "router-sync.py"), str(port), str(workers), str(watches)]
+    sync += ["--joining", joining]
+    started = time.monotonic()
+    assert "is not running" in subprocess.run(sync, capture_output=True, text=True, timeout=30).stdout
+    assert time.monotonic() - started < 10
+    waiting = subprocess.Popen([*sync, "--wait"], stdout=subprocess.PIPE, text=True)
+    time.sleep(2)
+    _Api.live, _Api.out = [joining], []
+    _Api.calls.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out, _ = waiting.communicate(timeout=30)
+        assert waiting.returncode == 0 and out == f"remove {joining}\n"
+        assert [c.split("?")[0] for c in _Api.calls] == ["/remove_worker"]
+    finally:
+        _Api.live = []
         server.shutdown()
 
 
