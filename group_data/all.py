@@ -14,8 +14,13 @@ vllm_recipe = "gpt-oss-120b"
 vllm_image = "vllm/vllm-openai-rocm:v0.22.0"
 
 # vLLM version inside `vllm_image`; selects the table of env vars and flags that validation
-# checks against.
+# checks against. Unset, the image's tag decides it (`rocm/vllm:rocm7.0.0_vllm_0.11.1_20251103`
+# is 0.11.1); set, it must agree with the tag.
 vllm_version = "0.22.0"
+
+# Deploy a `vllm_version` that has no table (`instinct-fleet vllm-facts` makes one): its flags
+# and env vars go unchecked, and `plan` warns instead of refusing.
+vllm_version_unvalidated = False
 
 # Model to serve; `None` keeps the recipe's model.
 vllm_model = None
@@ -390,8 +395,10 @@ rolling_keep_generations = 3
 
 # A bench profile (built-in or from `bench_profiles`) that makes a re-tune's first restart batch
 # one canary serving unit (the smallest, first by name), benchmarked before it stops and after
-# its gate; `None`: no canary. One value for the whole fleet.
-canary_profile = None
+# its gate, and asked the accuracy probe (`canary_accuracy`). The built-in `canary` (16 prompts
+# of 512 tokens, 64 out, 4 at a time) is sized down to an instance's `--max-model-len`. `None`:
+# no canary, a warning in `plan`. One value for the whole fleet.
+canary_profile = "canary"
 
 # Percent by which the canary's output throughput may fall, or its median TPOT or median TTFT
 # rise, before it can count as a regression; it counts only when the change is also beyond

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import difflib
 import fnmatch
 import importlib.util
 import json
@@ -20,17 +21,20 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from instinct_fleet import scaffold
+import yaml
+
+from instinct_fleet import __version__, scaffold
 from instinct_fleet.commands import boards, monitoring, picture, slo, status, sweeps, trials, tunereport
 from instinct_fleet.converge import evaluate, firewall, gpuhealth
 from instinct_fleet.live import bench, interrupts, remote
-from instinct_fleet.model import ansible, defaults, knowledge, origins, paths, workload
+from instinct_fleet.model import ansible, defaults, knowledge, origins, paths, render, workload
 from instinct_fleet.model.catalog import Catalog, CatalogError, write_facts
 from instinct_fleet.model.defaults import DEFAULTS, default_image
 from instinct_fleet.model.inventory import (
@@ -46,7 +50,7 @@ from instinct_fleet.model.inventory import (
     with_cluster_peers,
 )
 from instinct_fleet.model.recipes import SHIPPED, Recipe
-from instinct_fleet.model.render import render_args, service_json
+from instinct_fleet.model.render import service_json
 from instinct_fleet.model.rules import Finding, distinct, grouped, refused, tally
 from instinct_fleet.model.spec import HostSpec, ServiceSpec, resolve_host, unknown_recipe_message
 from instinct_fleet.model.validate import validate_host
@@ -86,14 +90,18 @@ def _parse_args(items: Sequence[str], table: knowledge.VllmKnowledge | None) -> 
     return args
 
 
+# What the unit's env file holds besides the instance's own settings, and why (shown by plan --explain).
+_MANAGED_ENV = {
+    "VLLM_CACHE_ROOT": "compile_cache_dir: vLLM's torch.compile and Triton caches, per image",
+    "AITER_JIT_DIR": "compile_cache_dir: AITER's JIT modules, per image",
+    "PYTORCH_TUNABLEOP_FILENAME": "compile_cache_dir: TunableOp's results, per image and device",
+}
+HF_TOKEN_LINE = f"HF_TOKEN_PATH={paths.TOKEN_IN_CONTAINER}"
+
+
 def _served(planned: list[tuple[HostSpec, list[Finding]]]) -> list[tuple[HostSpec, ServiceSpec, dict[str, str]]]:
     """(host, instance, its env) for every instance a host runs; Ray workers run their head's ranks instead."""
-    served = []
-    for spec, _ in planned:
-        cluster = spec.cluster
-        for svc in spec.serves:
-            served.append((spec, svc, {**svc.env, **(cluster.rccl_env() if cluster else {})}))
-    return served
+    return [(spec, svc, render.unit_env(spec, svc)) for spec, _ in planned for svc in spec.serves]
 
 
 def _clusters(planned: list[tuple[HostSpec, list[Finding]]]) -> list[dict[str, Any]]:
@@ -136,7 +144,10 @@ def _report(
     served = _served(planned)
     if as_json:
         out = {
-            "services": [{**service_json(svc), "env": env} for _, svc, env in served],
+            "services": [
+                {**service_json(svc), "env": env, "argv": ["vllm", *render.serve_command(svc, spec.vars.rolling_drain_timeout)]}
+                for spec, svc, env in served
+            ],
             "clusters": _clusters(planned),
             "tables": tables or {},
             "firewall": {str(spec.host): firewall.exposure(spec) for spec, _ in planned},
@@ -147,18 +158,27 @@ def _report(
             out["gpu_health"] = {host: _verdict_json(v) for host, v in gpus.items()}
         print(json.dumps(out, indent=2))
     else:
-        for _, svc, env in served:
+        for spec, svc, env in served:
             where = f"{svc.host} " if svc.host else ""
             print(f"{where}vllm-{svc.name}: {svc.model} on GPUs {list(svc.gpus)}, port {svc.port}, image {svc.image}")
             print("  env:")
+            network = spec.cluster.rccl_env() if spec.cluster is not None else {}
             for name, value in env.items():
-                print(f"    {name}={value}" + (f"    # {svc.reasons.get(name, '')}" if explain else ""))
+                why = (
+                    svc.reasons.get(name)
+                    or _MANAGED_ENV.get(name)
+                    or ("the cluster's network: cluster_nic, nccl_*" if name in network else "")
+                )
+                print(f"    {name}={value}" + (f"    # {why}" if explain else ""))
+            print(f"    {HF_TOKEN_LINE}    # where the host has a Hugging Face token (hf_token_source, or one preflight finds)")
             if svc.nodes > 1:
                 print("    VLLM_HOST_IP=<each node's address on cluster_nic, read at deploy>")
-            print(f"  vllm serve {svc.model} {' '.join(render_args(svc))}")
+            print(f"  vllm {' '.join(render.serve_command(svc, spec.vars.rolling_drain_timeout))}")
             if explain:
                 for flag in svc.args:
                     print(f"    --{flag}: {svc.reasons.get(f'--{flag}', '')}")
+                if render.drain_args(svc, spec.vars.rolling_drain_timeout):
+                    print("    --shutdown-timeout: rolling_drain_timeout: a stopping instance finishes its requests first")
         for cluster in _clusters(planned):
             workers = ", ".join(map(str, cluster["workers"])) or "none"
             print(f"Ray cluster {cluster['name']}: head {cluster['head']}, workers {workers}")
@@ -168,7 +188,12 @@ def _report(
         for line in _exposure_lines(planned):
             print(line)
         for version, source in (tables or {}).items():
-            print(f"vLLM {version}: validated against the table {source}")
+            said = (
+                f"validated against the table {source}"
+                if source != "none"
+                else f"not validated: no table (instinct-fleet vllm-facts {version})"
+            )
+            print(f"vLLM {version}: {said}")
         for line in _verdict_lines(gpus or {}):
             print(line)
         for line in grouped(findings):
@@ -603,68 +628,80 @@ def cmd_verify(opts: argparse.Namespace) -> int:
 
 
 def cmd_targets(opts: argparse.Namespace) -> int:
-    """Prometheus file_sd JSON for the vLLM endpoints of the chosen hosts (validated first, nothing contacted)."""
+    """Prometheus file_sd targets for the vLLM endpoints of the chosen hosts (validated first, nothing contacted), and
+    with --alerts, --alertmanager and --grafana the files Prometheus, Alertmanager and Grafana read. Every output is
+    made and every path checked before anything is written: a mistake in a later argument writes nothing."""
     planned = _plan_limited(opts)
     if refused((f for _, fs in planned for f in fs), "no targets written"):
         return EXIT_INVALID
-    groups = monitoring.file_sd([spec for spec, _ in planned])
+    specs = [spec for spec, _ in planned]
+    groups = monitoring.file_sd(specs)
     if not groups:  # an empty file would leave Prometheus scraping nothing, without a word
         raise UsageError("the chosen hosts serve no vLLM instance, metrics exporter or router: no target to write")
-    text = json.dumps(groups, indent=2) + "\n"
-    specs = [spec for spec, _ in planned]
     if opts.alertmanager and specs[0].vars.alert_webhook_url is None:
         raise UsageError("--alertmanager: set alert_webhook_url (in group_data/all.py) to the URL Alertmanager delivers to")
+    if opts.grafana_path and not opts.grafana:
+        raise UsageError("--grafana-path is where Grafana reads the boards --grafana DIR writes: give --grafana too")
+    writes: list[tuple[Path, object]] = []  # (file, value), each checked before any is written
+    unfired: list[str] = []
     if opts.alerts:
-        _write_alerts(opts.alerts, specs)
+        rules, unfired = slo.rule_file(specs)
+        writes.append((_output(opts.alerts, "--alerts", "Prometheus's rule_files"), rules))
     if opts.alertmanager:
-        _write_json(opts.alertmanager, "--alertmanager", "Alertmanager's --config.file", slo.alertmanager_config(specs[0].vars))
+        writes.append(
+            (_output(opts.alertmanager, "--alertmanager", "Alertmanager's --config.file"), slo.alertmanager_config(specs[0].vars))
+        )
     if opts.grafana:
-        _write_boards(opts.grafana, specs)
+        writes += _boards(opts.grafana, opts.grafana_path, specs)
     if opts.output:
-        out = Path(opts.output)
-        if out.is_dir():
-            raise UsageError(f"-o {opts.output!r} is a directory; name the file Prometheus reads, such as {out / 'instinct-fleet.json'}")
-        if not out.parent.is_dir():
-            raise UsageError(f"-o {opts.output!r}: the directory {str(out.parent)!r} does not exist")
-        out.write_text(text)
-    else:
-        print(text, end="")
+        writes.append((_output(opts.output, "-o", "Prometheus's file_sd_configs"), groups))
+    for path, value in writes:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_serialised(path, value))
+    for line in unfired:
+        print(f"warning: {line}: that alert cannot fire there", file=sys.stderr)
+    if opts.grafana:
+        print(
+            f"wrote the boards and instinct-fleet-provisioning.yaml (copy it into /etc/grafana/provisioning/dashboards/) to {opts.grafana}",
+            file=sys.stderr,
+        )
+    if not opts.output:
+        print(json.dumps(groups, indent=2))
     return 0
 
 
-def _write_alerts(target: str, specs: list[HostSpec]) -> None:
-    """The fleet's Prometheus rule file (commands/slo.py: GPU health, SLOs, the fleet's own alerts), JSON, which is YAML;
-    what cannot fire or be written is said, once per alert."""
-    rules, unfired = slo.rule_file(specs)
-    _write_json(target, "--alerts", "Prometheus's rule_files", rules)
-    for line in unfired:
-        print(f"warning: {line}: that alert cannot fire there", file=sys.stderr)
+def _output(target: str, option: str, reader: str) -> Path:
+    """The file an option names: not a directory; its missing directories are made when it is written."""
+    out = Path(target)
+    if out.is_dir():
+        raise UsageError(f"{option} {target!r} is a directory; name the file {reader} reads, such as {out / 'instinct-fleet.yml'}")
+    if any(p.exists() and not p.is_dir() for p in out.parents):
+        raise UsageError(f"{option} {target!r}: {next(p for p in out.parents if p.exists() and not p.is_dir())} is a file, not a directory")
+    return out
 
 
-def _write_boards(directory: str, specs: list[HostSpec]) -> None:
-    """The Grafana boards (commands/boards.py) and the provisioning file that loads them from ``directory``."""
+def _serialised(path: Path, value: object) -> str:
+    """YAML where the file's name says YAML (Prometheus's rules, Alertmanager's config, Grafana's provisioning),
+    JSON otherwise (file_sd targets, the boards)."""
+    if path.suffix in (".yml", ".yaml"):
+        return yaml.safe_dump(value, sort_keys=False, allow_unicode=True, width=1_000_000)
+    return json.dumps(value, indent=2) + "\n"
+
+
+def _boards(directory: str, mounted: str | None, specs: list[HostSpec]) -> list[tuple[Path, object]]:
+    """The Grafana boards (commands/boards.py) and the provisioning file that loads them from where Grafana sees them
+    (``mounted``, as a container mounts the directory; default: the directory itself)."""
     where = Path(directory)
-    if not where.is_dir():
-        raise UsageError(f"--grafana {directory!r}: name an existing directory, which Grafana's dashboard provider reads")
+    if where.exists() and not where.is_dir():
+        raise UsageError(f"--grafana {directory!r} is a file: name the directory Grafana's dashboard provider reads")
+    if mounted is not None and not mounted.startswith("/"):
+        raise UsageError(f"--grafana-path {mounted!r}: give the absolute path at which Grafana reads {directory}")
     try:
-        written = {"instinct-fleet.json": boards.fleet_board(specs), "instinct-fleet-instance.json": boards.instance_board(specs)}
+        boards_ = {"instinct-fleet.json": boards.fleet_board(specs), "instinct-fleet-instance.json": boards.instance_board(specs)}
     except boards.BoardError as exc:
         raise UsageError(f"--grafana: {exc}") from exc
-    for name, board in written.items():
-        (where / name).write_text(json.dumps(board, indent=2) + "\n")
-    provider = boards.provisioning(str(where.resolve()))
-    (where / "instinct-fleet-provisioning.yaml").write_text(json.dumps(provider, indent=2) + "\n")
-    print(
-        f"wrote {', '.join(written)} and instinct-fleet-provisioning.yaml (copy it into /etc/grafana/provisioning/dashboards/) to {where}",
-        file=sys.stderr,
-    )
-
-
-def _write_json(target: str, option: str, reader: str, value: object) -> None:
-    out = Path(target)
-    if out.is_dir() or not out.parent.is_dir():
-        raise UsageError(f"{option} {target!r}: name a file in an existing directory, which {reader} lists")
-    out.write_text(json.dumps(value, indent=2) + "\n")
+    provider = boards.provisioning(mounted or str(where.resolve()))
+    return [*((where / name, board) for name, board in boards_.items()), (where / "instinct-fleet-provisioning.yaml", provider)]
 
 
 def _valid_specs(opts: argparse.Namespace, doing: str) -> list[HostSpec] | None:
@@ -912,8 +949,17 @@ def cmd_vllm_facts(opts: argparse.Namespace) -> int:
     """Extract a vLLM version's table (env vars, flags, start-up checks) from its own source into the project."""
     from instinct_fleet.model import extract
 
+    given = opts.version
+    opts.version = given[1:] if re.fullmatch(r"v\d.*", given) else given  # a git tag (v0.22.0) names the version 0.22.0
+    if not VERSION.fullmatch(opts.version):
+        raise UsageError(f"{given!r} is not a vLLM version: give one as vLLM numbers its releases (0.22.0, 0.12.0rc1, 0.6.3.post1)")
+    if opts.show:
+        return _show_table(opts)
     if opts.version in knowledge.supported_versions():
-        raise UsageError(f"vLLM {opts.version} is shipped with instinct-fleet and tested: nothing to extract")
+        raise UsageError(
+            f"vLLM {opts.version} is shipped with instinct-fleet and tested: nothing to extract "
+            f"(`instinct-fleet vllm-facts {opts.version} --show` prints its table)"
+        )
     if opts.wheel and opts.from_host:
         raise UsageError("give --wheel or --from-host, not both: the table comes from one source")
     if bool(opts.from_host) != bool(opts.inventory):
@@ -944,6 +990,28 @@ def cmd_vllm_facts(opts: argparse.Namespace) -> int:
         f"wrote {path}: {len(env)} env vars, {len(flags)} flags of vLLM {opts.version}. Validation now knows it: set "
         f"vllm_version = {opts.version!r}; `instinct-fleet plan` says which table it used. instinct-fleet is tested with "
         f"{', '.join(knowledge.supported_versions())} only."
+    )
+    return EXIT_OK
+
+
+# A release's version as vLLM's wheels name it (PEP 440's release, pre, post and local parts as vLLM uses them).
+VERSION = re.compile(r"\d+(?:\.\d+)+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?(?:\+[A-Za-z0-9.]+)?")
+
+
+def _show_table(opts: argparse.Namespace) -> int:
+    """Print the table validation reads for a version, shipped or the project's, and where it comes from."""
+    catalog = _catalog(_project_dir(opts)) if opts.inventory else _own_catalog(opts)
+    table = catalog.table(opts.version)
+    if table is None:
+        raise UsageError(
+            f"no table for vLLM {opts.version} (there are tables for {', '.join(catalog.versions())}): "
+            f"`instinct-fleet vllm-facts {opts.version}` extracts one"
+        )
+    path = catalog.facts.get(opts.version) or resources.files("instinct_fleet.model").joinpath("knowledge", f"vllm-{opts.version}.json")
+    print(path.read_text(), end="")
+    print(
+        f"vLLM {opts.version}: {len(table.env_vars)} env vars, {len(table.flags)} flags, {catalog.table_source(opts.version)}",
+        file=sys.stderr,
     )
     return EXIT_OK
 
@@ -1014,9 +1082,43 @@ def _fleet_picture(opts: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a suggestion for a misspelt subcommand (Python 3.11's argparse offers none)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        wrong = re.match(r"argument \w+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if wrong:
+            choices = re.findall(r"'([^']*)'", wrong.group(2))
+            close = difflib.get_close_matches(wrong.group(1), choices, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (one of {', '.join(choices)})"
+            message = f"no command {wrong.group(1)!r}{hint}"
+        super().error(message)
+
+
+def _unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """The first option of ``argv`` that its subcommand does not take (argparse would first complain of a missing
+    argument, or take it for the pyinfra arguments), with the closest it takes; None when every option is known."""
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = next((a for a in argv if not a.startswith("-")), None)
+    sub = subparsers.choices.get(command) if command else None
+    if sub is None:
+        return None
+    known = [o for a in sub._actions for o in a.option_strings]
+    for given in argv:
+        name = given.split("=", 1)[0]
+        if not name.startswith("--") or given.startswith("--arg=") or name in known:
+            continue
+        if [o for o in known if o.startswith(name)]:  # argparse's own abbreviations: it decides them
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        return f"{command} takes no option {name}" + (f"; did you mean {close[0]}?" if close else f" (`instinct-fleet {command} --help`)")
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="instinct-fleet", description="Tuned vLLM serving on AMD Instinct fleets.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="instinct-fleet", description="Tuned vLLM serving on AMD Instinct fleets.")
+    parser.add_argument("--version", action="version", version=f"instinct-fleet {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     recipes = sub.add_parser("recipes", help="list the built-in recipes and the project's own (recipes/*.toml), each with its owner")
     recipes.set_defaults(func=cmd_recipes)
@@ -1128,6 +1230,11 @@ def build_parser() -> argparse.ArgumentParser:
     targets.add_argument(
         "--grafana", metavar="DIR", help="also write the Grafana boards (fleet, instance) and their provisioning file to DIR"
     )
+    targets.add_argument(
+        "--grafana-path",
+        metavar="PATH",
+        help="where Grafana reads DIR (a container's mount, such as /var/lib/grafana/dashboards/instinct-fleet): the provisioning file names it",
+    )
     targets.set_defaults(func=cmd_targets)
     status_p.add_argument("--json", action="store_true", help="machine-readable output")
     status_p.set_defaults(func=cmd_status)
@@ -1188,6 +1295,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     facts.add_argument("--inventory", help="the inventory --from-host is a host of (its project stores the table)")
     facts.add_argument(
+        "--show", action="store_true", help="print the table validation reads for VERSION (shipped or the project's); extract nothing"
+    )
+    facts.add_argument(
         "--project-dir", help="the project to store the table in (default: the inventory's, else the one around the current directory)"
     )
     facts.set_defaults(func=cmd_vllm_facts)
@@ -1222,6 +1332,12 @@ def _ansible_inventory(opts: argparse.Namespace) -> Iterator[None]:
         ansible.read(given)
     except ansible.AnsibleInventoryError as exc:
         raise UsageError(str(exc)) from exc
+    for path in ansible.vaulted_files(given):
+        print(
+            f"instinct-fleet: note: {path} is vault-encrypted: its variables are Ansible's alone (instinct-fleet reads none; "
+            "keep instinct-fleet's variables in plain files)",
+            file=sys.stderr,
+        )
     with tempfile.TemporaryDirectory(prefix="instinct-fleet-ansible-") as scratch:
         shim = Path(scratch) / f"{Path(given).stem.replace('.', '_') or 'hosts'}.py"
         shim.write_text(origins.ansible_shim(Path(given).resolve()))
@@ -1242,6 +1358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             joined[-1] = f"--arg={item}"
         else:
             joined.append(item)
+    unknown = _unknown_options(parser, joined)
+    if unknown is not None:
+        parser.error(unknown)
     opts = parser.parse_args(joined)
     opts.passthrough = passthrough
     if passthrough and opts.command not in ("deploy", "verify", "rollback", "warm", "quarantine", "admit"):

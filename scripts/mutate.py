@@ -187,6 +187,64 @@ MUTATIONS: tuple[Mutation, ...] = (
         "runs < 1 and spec.vars.canary_inconclusive",
         ("tests/unit/test_rules.py",),
     ),
+    # A user's first hour (issue 61).
+    Mutation(
+        "canary: off by default again",
+        "instinct_fleet/model/defaults.py",
+        'default="canary",\n        description="A bench profile',
+        'default=None,\n        description="A bench profile',
+        ("tests/unit/test_stages.py::test_the_default_canary_measures_a_retune_and_a_first_deploy_says_it_has_nothing_to_compare",),
+    ),
+    Mutation(
+        "canary: the built-in profile not sized to the instance",
+        "instinct_fleet/model/workload.py",
+        "    if name == CANARY and CANARY not in spec.vars.bench_profiles:\n",
+        "    if False:\n",
+        ("tests/unit/test_canary.py::test_the_built_in_canary_fits_every_instance",),
+    ),
+    Mutation(
+        "image: the tag no longer decides an unset vllm_version",
+        "instinct_fleet/model/spec.py",
+        '            values["vllm_version"] = named  # the image\'s tag decides the version it runs\n',
+        "            pass\n",
+        ("tests/unit/test_rules.py::test_the_image_decides_the_version_and_a_version_without_a_table_is_refused_unless_asked",),
+    ),
+    Mutation(
+        "inventory: a replaced mapping's dropped keys not said",
+        "instinct_fleet/model/inventory.py",
+        "*shadow_findings(host, spec), ",
+        "",
+        ("tests/unit/test_cli.py::test_a_mapping_replaced_at_a_narrower_level_is_said_with_both_files",),
+    ),
+    Mutation(
+        "plan: its argv made apart from the unit's, without the drain flag",
+        "instinct_fleet/cli.py",
+        '"argv": ["vllm", *render.serve_command(svc, spec.vars.rolling_drain_timeout)]',
+        '"argv": ["vllm", "serve", svc.model, *render.render_args(svc)]',
+        ("tests/unit/test_plan_is_the_unit.py",),
+    ),
+    Mutation(
+        "edges: a local file's path the system refuses raises",
+        "instinct_fleet/model/validate.py",
+        '        return None if path.is_file() else "does not exist on this machine"\n    except OSError as exc:',
+        '        return None if path.is_file() else "does not exist on this machine"\n    except ValueError as exc:',
+        ("tests/unit/test_edges.py",),
+    ),
+    Mutation(
+        "ansible: a team's own Jinja refused again",
+        "instinct_fleet/model/ansible.py",
+        "    if key not in CONNECTION and not _ours(key):\n        return\n",
+        "",
+        ("tests/unit/test_ansible.py::test_an_ordinary_team_inventory_is_read_as_ansible_reads_it",),
+    ),
+    Mutation(
+        "targets: a later argument's mistake found after writing",
+        "instinct_fleet/cli.py",
+        '        writes.append((_output(opts.alerts, "--alerts", "Prometheus\'s rule_files"), rules))',
+        '        (out := _output(opts.alerts, "--alerts", "Prometheus\'s rule_files")).parent.mkdir(parents=True, exist_ok=True)\n'
+        "        out.write_text(json.dumps(rules))",
+        ("tests/unit/test_boards.py::test_targets_writes_the_boards_and_a_provisioning_file_that_points_at_them",),
+    ),
 )
 
 

@@ -36,13 +36,6 @@ class Container:
     infiniband: bool = False
 
 
-def drain_args(svc: ServiceSpec, drain_timeout: int) -> list[str]:
-    """``--shutdown-timeout`` where the pinned vLLM has it and the instance does not set it: SIGTERM then drains."""
-    if "shutdown-timeout" in svc.args or not render.has_flag(svc, "shutdown-timeout"):
-        return []
-    return ["--shutdown-timeout", str(drain_timeout)]
-
-
 def vllm_container(
     svc: ServiceSpec,
     devices: list[str],
@@ -51,7 +44,7 @@ def vllm_container(
     infiniband: bool = False,
     api_key_path: str | None = None,
 ) -> Container:
-    command = ["serve", svc.model, *render.render_args(svc), *drain_args(svc, drain_timeout)]
+    command = render.serve_command(svc, drain_timeout)
     entrypoint, command, key_mounts = render.with_api_key("vllm", command, api_key_path)
     return Container(
         paths.vllm_unit(svc.name),

@@ -31,6 +31,18 @@ SKIP = _Skip()
 Made = bytes | None | _Skip  # bytes: the file's content; None: must be absent; SKIP: not managed here
 
 
+@dataclass(frozen=True)
+class Off:
+    """The ``make`` of a file whose feature is off on this host, from its spec alone: nothing is written, and the file
+    an earlier deploy left at ``left`` (None: none can be left) is removed. ``plan --explain`` lists only what is on."""
+
+    why: str
+    left: str | None = None
+
+    def __call__(self, r: Rendered) -> Made:
+        return None if self.left is not None and self.left in r.facts.report.stats else SKIP
+
+
 class Rendered:
     """A host's rendered content, each piece made once per evaluation of the table."""
 
@@ -82,6 +94,7 @@ class UnitEntry:
     name: str
     stage: Stage
     want: Callable[[Rendered], Unit | None]
+    off: str | None = None  # why the unit is off on this host, from its spec: stopped and disabled where a deploy left it
 
 
 @dataclass(frozen=True)

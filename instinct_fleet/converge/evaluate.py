@@ -16,6 +16,7 @@ from instinct_fleet.converge import managed
 from instinct_fleet.converge.entries import (
     FileEntry,
     ImageEntry,
+    Off,
     Rendered,
     SysctlEntry,
     TableEntry,
@@ -58,9 +59,15 @@ def _then(actions: tuple[Action, ...]) -> str:
 
 
 def explain(spec: HostSpec) -> list[str]:
-    """One line per entry, for ``instinct-fleet plan --explain``."""
+    """One line per entry the host manages, for ``instinct-fleet plan --explain``; then the ones whose feature is off
+    here (:class:`Off`), which a deploy removes or stops only where an earlier one left them."""
     lines = []
-    for e in managed.declare(spec):
+    entries = managed.declare(spec)
+    off = [(e.path, e.make.why) for e in entries if isinstance(e, FileEntry) and isinstance(e.make, Off) and e.make.left is not None]
+    off += [(paths.service(e.name), e.off) for e in entries if isinstance(e, UnitEntry) and e.off is not None]
+    for e in entries:
+        if (isinstance(e, FileEntry) and isinstance(e.make, Off)) or (isinstance(e, UnitEntry) and e.off is not None):
+            continue
         if isinstance(e, FileEntry):
             what = "dir " if e.directory else "file"
             lines.append(f"{what} {e.path}  {e.mode or '-'} {e.owner}:{e.group}  stage {e.stage}{_then(e.then)}")
@@ -76,6 +83,8 @@ def explain(spec: HostSpec) -> list[str]:
             lines.append(f"weights {e.weights.model}@{e.weights.revision} -> {e.weights.local}  stage {e.weights.stage}")
         else:
             lines.append(f"image {e.ref}  stage {e.stage}{_then(e.then)}")
+    for what, why in off:
+        lines.append(f"off ({why}): {what}, removed or stopped where an earlier deploy left it")
     return lines
 
 

@@ -76,8 +76,5 @@ class HostFacts:
 
     def env(self, svc: ServiceSpec) -> dict[str, str]:
         """The container env: the instance's, its image's compile cache, plus RCCL settings and VLLM_HOST_IP on a cluster node."""
-        cluster = self.spec.cluster
-        env = {**svc.env, **render.compile_cache_env(self.spec.compile_cache(svc), svc)}
-        if cluster is None or self.cluster is None:
-            return env
-        return {**env, **cluster.rccl_env(), "VLLM_HOST_IP": self.cluster.node_ip}
+        env = render.unit_env(self.spec, svc, cluster=self.cluster is not None)
+        return env if self.spec.cluster is None or self.cluster is None else {**env, "VLLM_HOST_IP": self.cluster.node_ip}

@@ -30,6 +30,7 @@ from instinct_fleet.converge.entries import (
     FileEntry,
     ImageEntry,
     Made,
+    Off,
     Rendered,
     SysctlEntry,
     TableEntry,
@@ -92,13 +93,14 @@ def _running(unit: str) -> Callable[[Rendered], Unit | None]:
     return want
 
 
-def _when(condition: bool, make: Callable[[Rendered], Made]) -> Callable[[Rendered], Made]:
-    return make if condition else (lambda _r: SKIP)
+def _when(condition: bool, make: Callable[[Rendered], Made], off: str) -> Callable[[Rendered], Made]:
+    """Managed while ``condition`` holds; else (``off`` says why) not managed on this host at all."""
+    return make if condition else Off(off)
 
 
-def _removed_when_off(on: bool, path: str, make: Callable[[Rendered], Made]) -> Callable[[Rendered], Made]:
-    """Written while ``on``; switched off, removed if an earlier deploy left it, else not managed."""
-    return make if on else (lambda r: None if path in r.facts.report.stats else SKIP)
+def _removed_when_off(on: bool, path: str, make: Callable[[Rendered], Made], off: str) -> Callable[[Rendered], Made]:
+    """Written while ``on``; switched off (``off`` says why), removed if an earlier deploy left it, else not managed."""
+    return make if on else Off(off, path)
 
 
 def _unit_while(on: bool, name: str, stage: Stage, off: str) -> UnitEntry:
@@ -112,6 +114,7 @@ def _unit_while(on: bool, name: str, stage: Stage, off: str) -> UnitEntry:
             if on
             else (Unit(name, stage, enabled=False, running=False, why=off) if unit_file in r.facts.report.stats else None)
         ),
+        off=None if on else off,
     )
 
 
@@ -141,29 +144,42 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             paths.GRUB_DROP_IN,
             "tuning",
             f"GRUB drop-in: {' '.join(paths.KERNEL_ARGS)}",
-            _when(v.tune_kernel_cmdline, lambda _r: system.grub_drop_in().encode()),
+            _when(v.tune_kernel_cmdline, lambda _r: system.grub_drop_in().encode(), "tune_kernel_cmdline is off"),
             then=grub_then,
         ),
         FileEntry(
             paths.SYSCTL_FILE,
             "tuning",
             "NUMA balancing off at boot",
-            _when(v.tune_numa_balancing, lambda r: system.sysctl_file().encode() if r.facts.report.numa_balancing is not None else SKIP),
+            _when(
+                v.tune_numa_balancing,
+                lambda r: system.sysctl_file().encode() if r.facts.report.numa_balancing is not None else SKIP,
+                "tune_numa_balancing is off",
+            ),
         ),
         FileEntry(
             paths.REBOOT_MARKER,
             "tuning",
             "Report: reboot required",
-            _when(v.tune_kernel_cmdline and not v.tune_reboot, lambda r: b"" if r.facts.report.missing_kernel_args else SKIP),
+            _when(
+                v.tune_kernel_cmdline and not v.tune_reboot,
+                lambda r: b"" if r.facts.report.missing_kernel_args else SKIP,
+                "tune_kernel_cmdline is off, or tune_reboot reboots instead",
+            ),
         ),
         FileEntry(
             paths.unit_path(paths.CPU_IDLE_UNIT),
             "tuning",
             "CPU idle unit",
-            _when(v.tune_cpu_idle, lambda _r: system.cpu_idle_unit().encode()),
+            _when(v.tune_cpu_idle, lambda _r: system.cpu_idle_unit().encode(), "tune_cpu_idle is off"),
             then=(Restart(paths.CPU_IDLE_UNIT),),
         ),
-        UnitEntry(paths.CPU_IDLE_UNIT, "tuning", lambda _r: Unit(paths.CPU_IDLE_UNIT, "tuning", running=None) if v.tune_cpu_idle else None),
+        UnitEntry(
+            paths.CPU_IDLE_UNIT,
+            "tuning",
+            lambda _r: Unit(paths.CPU_IDLE_UNIT, "tuning", running=None) if v.tune_cpu_idle else None,
+            off=None if v.tune_cpu_idle else "tune_cpu_idle is off",
+        ),
         UserEntry(service_user(spec)),
         # Stage 3, container runtime: dockerd's settings restart it, so a serving host changes them in its roll batch.
         FileEntry(
@@ -189,11 +205,20 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             paths.CREDENTIALS,
             "runtime",
             "Registry credentials",
-            lambda _r: SKIP if v.docker_credentials_file is None else _local(spec, v.docker_credentials_file),
+            Off("no docker_credentials_file")
+            if (credentials := v.docker_credentials_file) is None
+            else lambda _r: _local(spec, credentials),
             mode="600",
             secret=True,
         ),
-        FileEntry(v.hf_token_path, "runtime", "Hugging Face token (hf_token_source)", lambda _r: _token(spec), mode="600", secret=True),
+        FileEntry(
+            v.hf_token_path,
+            "runtime",
+            "Hugging Face token (hf_token_source)",
+            Off("no hf_token_source: the operator places the token") if v.hf_token_source is None else lambda _r: _token(spec),
+            mode="600",
+            secret=True,
+        ),
         # Compile caches: the root, the directory of each image this host serves, the script that readies one
         # before a unit starts (its image id, stale build locks, older images' caches), and the one that packs a
         # cache and merges a checked copy of one (the roll's spreading, instinct_fleet/roll/spread.py).
@@ -218,13 +243,18 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
         *(WeightsEntry(w) for w in weights_of(spec)),
         # Stage 5, Ray cluster.
         FileEntry(
-            paths.RAY_TMP, "cluster", "Shared Ray session directory", _when(cluster is not None, lambda _r: b""), mode=None, directory=True
+            paths.RAY_TMP,
+            "cluster",
+            "Shared Ray session directory",
+            _when(cluster is not None, lambda _r: b"", "no ray_cluster"),
+            mode=None,
+            directory=True,
         ),
         FileEntry(
             paths.RAY_READY_SCRIPT,
             "cluster",
             "Ray readiness script",
-            _when(cluster is not None, lambda _r: templating.template_bytes("ray-ready.py")),
+            _when(cluster is not None, lambda _r: templating.template_bytes("ray-ready.py"), "no ray_cluster"),
         ),
         # Stage 6, firewall.
         FileEntry(
@@ -264,7 +294,9 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
             exporter_unit,
             "exporter",
             f"Metrics exporter {exporter_unit}",
-            _removed_when_off(v.metrics_exporter, exporter_unit, lambda r: system.exporter_unit(r.facts).encode()),
+            _removed_when_off(
+                v.metrics_exporter, exporter_unit, lambda r: system.exporter_unit(r.facts).encode(), "metrics_exporter is off"
+            ),
             then=(Restart(paths.EXPORTER_UNIT),),
         ),
         FileEntry(
@@ -275,6 +307,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
                 v.metrics_exporter,
                 paths.EXPORTER_CONFIG,
                 lambda _r: system.exporter_config(v.metrics_exporter_port, v.metrics_exporter_fields).encode(),
+                "metrics_exporter is off",
             ),
             then=(Restart(paths.EXPORTER_UNIT),),
         ),
@@ -321,12 +354,14 @@ def watch_entries(spec: HostSpec) -> list[Entry]:
     restart = (Restart(paths.WATCH_UNIT),)
     unit_file = paths.unit_path(paths.WATCH_UNIT)
 
+    why = "watch is off" if spec.serves else "the host serves no instance"
+
     def off(path: str, make: Callable[[Rendered], Made]) -> Callable[[Rendered], Made]:
-        return _removed_when_off(on, path, make)
+        return _removed_when_off(on, path, make, why)
 
     return [
-        FileEntry(paths.WATCH_DIR, "services", "Watch directory", _when(on, lambda _r: b""), mode="755", directory=True),
-        FileEntry(paths.WATCH_STATE, "services", "Watch state directory", _when(on, lambda _r: b""), mode="700", directory=True),
+        FileEntry(paths.WATCH_DIR, "services", "Watch directory", _when(on, lambda _r: b"", why), mode="755", directory=True),
+        FileEntry(paths.WATCH_STATE, "services", "Watch state directory", _when(on, lambda _r: b"", why), mode="700", directory=True),
         FileEntry(
             paths.WATCH_RULE,
             "services",
@@ -362,7 +397,7 @@ def watch_entries(spec: HostSpec) -> list[Entry]:
             off(unit_file, lambda _r: system.watch_unit(spec.vars.watch_port).encode()),
             then=restart,
         ),
-        _unit_while(on, paths.WATCH_UNIT, "services", "watch is off"),
+        _unit_while(on, paths.WATCH_UNIT, "services", why),
     ]
 
 

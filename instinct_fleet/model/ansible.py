@@ -14,9 +14,11 @@ A later layer replaces a key whole (Ansible's default ``hash_behaviour = replace
 become pyinfra's (:data:`CONNECTION`); instinct-fleet's own variables are taken as they are and validated like any
 other input; any other key is kept as host data and listed in ``_ansible_vars`` so that validation leaves it alone.
 
-Refused before any connection, with the file, the line and the key: a Jinja expression (not evaluated here), a
-vault-encrypted value, a group that is its own ancestor, a host name pyinfra cannot use, a file that is not an
-inventory, and an executable (dynamic) inventory, with the command that turns it into JSON.
+Refused before any connection, with the file, the line and the key: in a variable instinct-fleet reads, a Jinja
+expression (not evaluated here) or a vault-encrypted value (the team's other variables keep theirs, as
+``ansible-inventory`` shows them); a group that is its own ancestor, a host name pyinfra cannot use, a file that is
+not an inventory, and an executable (dynamic) inventory, with the command that turns it into JSON. A vars file
+encrypted whole is skipped and named (:func:`vaulted_files`); INI's strings for yes-or-no variables are booleans.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ class AnsibleHost:
         where = {}
         for key, value in self.vars.items():
             name = CONNECTION.get(key, key)
-            data[name] = value
+            data[name] = _boolean(value) if name in BOOLEANS else value
             where[name] = str(self.where[key])
             if key not in CONNECTION and not _ours(key):
                 foreign.append(key)
@@ -123,6 +125,19 @@ class AnsibleHost:
             data[FOREIGN] = sorted(foreign)
         data[WHERE] = where
         return data
+
+
+# instinct-fleet's yes-or-no variables. An INI inventory's values are strings (`metrics_exporter=false`, every value of
+# a [group:vars] section); Ansible's modules read such a string as a boolean (module_utils/parsing/convert_bool.py).
+BOOLEANS = {name for name, value in DEFAULTS.items() if isinstance(value, bool)}
+_TRUE, _FALSE = ("y", "yes", "on", "1", "true", "t"), ("n", "no", "off", "0", "false", "f")
+
+
+def _boolean(value: Any) -> Any:
+    """A string Ansible's ``boolean()`` reads as one, as that boolean; any other value as it is (validation judges it)."""
+    if isinstance(value, str) and value.lower() in (*_TRUE, *_FALSE):
+        return value.lower() in _TRUE
+    return value
 
 
 def _ours(key: str) -> bool:
@@ -200,9 +215,13 @@ def expand(pattern: str, where: Where) -> list[str]:
 
 
 def checked(key: str, value: Any, where: Where) -> None:
-    """A value this reader can take as it is: no Jinja (it is not evaluated here), no vault."""
+    """A value this reader can take as it is: no Jinja (it is not evaluated here), no vault, in a variable instinct-fleet
+    reads (its own, a connection's). Every other variable is the team's own and is left as it is, templates and vaulted
+    values included: Ansible reads it, instinct-fleet never does."""
     if not isinstance(key, str) or not key:
         raise AnsibleInventoryError(f"{where}: {key!r} is not a variable name")
+    if key not in CONNECTION and not _ours(key):
+        return
     for text in _strings(value):
         if _JINJA.search(text):
             raise AnsibleInventoryError(
@@ -231,8 +250,10 @@ class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader; ``!vault`` is refused by name (its tag is unknown to the safe loader)."""
 
 
-def _vault(loader: _Loader, node: yaml.Node) -> Any:
-    raise AnsibleInventoryError(f"{loader.name}:{node.start_mark.line + 1}: a vault-encrypted value (!vault); decrypt it first")
+def _vault(loader: _Loader, node: yaml.ScalarNode) -> dict[str, str]:
+    """A ``!vault`` value as ``ansible-inventory --list`` gives it (its ciphertext under ``__ansible_vault``), which
+    :func:`checked` refuses, naming its key, in a variable instinct-fleet reads."""
+    return {"__ansible_vault": str(loader.construct_scalar(node))}
 
 
 def _unsafe(loader: _Loader, node: yaml.ScalarNode) -> str:
@@ -394,7 +415,26 @@ def _var_files(directory: Path, name: str) -> list[Path]:
     return found
 
 
+VAULT_HEADER = "$ANSIBLE_VAULT;"
+
+
+def _vaulted(path: Path) -> bool:
+    """A vars file encrypted whole (``ansible-vault encrypt group_vars/all/vault.yml``)."""
+    with path.open("rb") as handle:
+        return handle.read(len(VAULT_HEADER)) == VAULT_HEADER.encode()
+
+
+def vaulted_files(source: str | os.PathLike[str]) -> list[Path]:
+    """The group_vars and host_vars files beside the inventory that are encrypted whole: Ansible decrypts them with the
+    team's vault password; instinct-fleet reads none of their variables, and says so (the CLI)."""
+    root = Path(source).parent
+    found = [p for d in ("group_vars", "host_vars") if (root / d).is_dir() for p in sorted((root / d).rglob("*")) if p.is_file()]
+    return [p for p in found if _vaulted(p)]
+
+
 def _vars_file(path: Path) -> list[tuple[str, Any, Where]]:
+    if _vaulted(path):  # its variables are Ansible's alone: vaulted_files names the file
+        return []
     root = _yaml(path)  # JSON is YAML
     return [(key, _value(node, path), where) for key, node, where in _mapping(root, path, "a vars file")]
 

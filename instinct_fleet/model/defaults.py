@@ -74,8 +74,8 @@ TAG_SCHEMES = (
 
 def tag_version(image: str) -> str | None:
     """The vLLM version an image's tag names, or None when it names none (a digest, a nightly, a commit)."""
-    tag = image_tag(image)
-    if tag is None or tag == "@digest":
+    tag = image_tag(image.split("@", 1)[0])  # a digest's tag, when the reference keeps one (repo:tag@sha256:...)
+    if tag is None:
         return None
     for scheme in TAG_SCHEMES:
         match = scheme.search(tag)
@@ -452,7 +452,11 @@ class FleetVars(_Strict):
     )
     vllm_version: StrictStr = Field(
         default=DEFAULT_VLLM_VERSION,
-        description="vLLM version inside `vllm_image`; selects the table of env vars and flags that validation checks against.",
+        description="vLLM version inside `vllm_image`; selects the table of env vars and flags that validation checks against. Unset, the image's tag decides it (`rocm/vllm:rocm7.0.0_vllm_0.11.1_20251103` is 0.11.1); set, it must agree with the tag.",
+    )
+    vllm_version_unvalidated: StrictBool = Field(
+        default=False,
+        description="Deploy a `vllm_version` that has no table (`instinct-fleet vllm-facts` makes one): its flags and env vars go unchecked, and `plan` warns instead of refusing.",
     )
     vllm_model: Model | None = Field(
         default=None,
@@ -787,8 +791,8 @@ class FleetVars(_Strict):
         description="Generations (the serving unit and env files a host ran) each host keeps under /var/lib/instinct-fleet/generations, besides the last healthy one; `instinct-fleet rollback` and `rolling_on_failure` go back to them.",
     )
     canary_profile: StrictStr | None = Field(
-        default=None,
-        description="A bench profile (built-in or from `bench_profiles`) that makes a re-tune's first restart batch one canary serving unit (the smallest, first by name), benchmarked before it stops and after its gate; `None`: no canary. One value for the whole fleet.",
+        default="canary",
+        description="A bench profile (built-in or from `bench_profiles`) that makes a re-tune's first restart batch one canary serving unit (the smallest, first by name), benchmarked before it stops and after its gate, and asked the accuracy probe (`canary_accuracy`). The built-in `canary` (16 prompts of 512 tokens, 64 out, 4 at a time) is sized down to an instance's `--max-model-len`. `None`: no canary, a warning in `plan`. One value for the whole fleet.",
     )
     canary_max_regression: Annotated[float, Field(ge=0)] = Field(
         default=10,

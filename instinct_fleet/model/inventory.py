@@ -24,9 +24,9 @@ from instinct_fleet.model import router
 from instinct_fleet.model.catalog import Catalog
 from instinct_fleet.model.crosscheck import port_map
 from instinct_fleet.model.defaults import DEFAULTS
-from instinct_fleet.model.origins import Sources, origins, sibling_groups
+from instinct_fleet.model.origins import Sources, origins, shadowed, sibling_groups
 from instinct_fleet.model.rules import Finding, distinct, finding
-from instinct_fleet.model.spec import HostSpec, resolve_host
+from instinct_fleet.model.spec import HostSpec, canonical_arg, resolve_host
 from instinct_fleet.model.validate import validate_clusters, validate_host, validate_rolling, validate_slo_fleet
 
 
@@ -48,6 +48,8 @@ class HostData:
     data: dict[str, Any]
     conflicts: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)  # variable -> where the inventory set it (model/origins.py)
+    # mapping variable -> the broader layers whose keys the value in force drops: (where, {key: value}) (origins.shadowed)
+    shadowed: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = field(default_factory=dict)
 
 
 def record_groups() -> None:
@@ -100,8 +102,9 @@ def hosts_of(inventory: Any, sources: Sources) -> list[HostData]:
     hosts = []
     for h in inventory:
         groups, data = tuple(h.groups), {k: v for k, v in h.data.dict().items() if k != RUN_MODE_KEY}
+        where = origins(inventory, h.name, groups, data, sources)
         hosts.append(
-            HostData(h.name, groups, data, _conflicts(inventory, h.name, groups), origins(inventory, h.name, groups, data, sources))
+            HostData(h.name, groups, data, _conflicts(inventory, h.name, groups), where, shadowed(inventory, h.name, groups, data, sources))
         )
     return hosts
 
@@ -247,14 +250,50 @@ def conflict_findings(host: HostData) -> list[Finding]:
     ]
 
 
+PARALLEL = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
+
+
+def shadow_findings(host: HostData, spec: HostSpec) -> list[Finding]:
+    """A mapping a more specific layer replaced, dropping keys a broader one set: a warning naming both files and the
+    keys; an error when a dropped parallel size is not the one in force, since it changes which GPUs an instance gets."""
+    found = []
+    table = spec.services[0].table if spec.services else None
+    for variable, layers in sorted(host.shadowed.items()):
+        for where, lost in layers:
+            keys = ", ".join(lost)
+            said = (
+                f"replaces the whole mapping set in {where}, dropping {keys}: pyinfra takes a mapping from the most specific "
+                f"level that sets it and never merges it (as Ansible by default); repeat {keys} beside the others"
+            )
+            changed = [
+                name
+                for raw, value in lost.items()
+                if variable == "vllm_args"
+                and (name := canonical_arg(raw, table)) in PARALLEL
+                and any(str(svc.args.get(name)) != str(value) for svc in spec.services)
+            ]
+            if changed:
+                found.append(
+                    finding(
+                        "mapping-replaced-parallel",
+                        host.name,
+                        variable,
+                        f"{said}; {', '.join(changed)} decides how many GPUs each instance takes, and the value in force is not the dropped one",
+                    )
+                )
+            else:
+                found.append(finding("mapping-replaced", host.name, variable, said))
+    return found
+
+
 def plan_hosts(hosts: list[HostData], catalog: Catalog | None = None) -> list[tuple[HostSpec, list[Finding]]]:
     """Resolve and validate every host with the project's ``catalog`` (default: the package's recipes and tables); one
     host's errors never hide another's. Each finding names where its value was set."""
     catalog = catalog or Catalog()
     planned = []
     for host in hosts:
-        spec, findings = resolve_host(host.name, host.data, catalog)
-        findings = [*conflict_findings(host), *findings, *validate_host(spec)]
+        spec, findings = resolve_host(host.name, host.data, catalog, host.origins)
+        findings = [*conflict_findings(host), *shadow_findings(host, spec), *findings, *validate_host(spec)]
         planned.append((spec, findings))
     specs, routing = router.attach([spec for spec, _ in planned])
     across = [
@@ -298,10 +337,13 @@ def variable_of(spec: HostSpec, key: str, written: Collection[str]) -> str | Non
 def located(spec: HostSpec, where: dict[str, str], f: Finding) -> Finding:
     """The finding with the file and line that set its value, when the inventory set it (a default has none)."""
     variable = variable_of(spec, f.key, where)
-    if variable is None or variable not in where:
-        return f
-    named = "" if f.key.startswith(variable) else f"{variable}, "
-    return dataclasses.replace(f, origin=f"{named}set in {where[variable]}")
+    said = (
+        []
+        if variable is None or variable not in where
+        else [f"{'' if f.key.startswith(variable) else f'{variable}, '}set in {where[variable]}"]
+    )
+    said += [f"{other} set in {where[other]}" for other in f.also if other in where]  # a default is set nowhere
+    return dataclasses.replace(f, origin="; ".join(said)) if said else f
 
 
 def with_cluster_peers(planned: list[tuple[HostSpec, list[Finding]]], chosen: set[str]) -> set[str]:

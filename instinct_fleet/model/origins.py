@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -153,22 +153,55 @@ def sibling_groups(sources: Sources) -> set[str]:
     return found
 
 
+def _layers(inventory: Any, name: str, groups: tuple[str, ...], sources: Sources) -> list[tuple[Mapping[str, Any], Callable[[str], str]]]:
+    """A host's data layers as pyinfra merges them, most specific first: its own data, its groups (the later one first),
+    ``all``; each with where it sets a key."""
+    layers: list[tuple[Mapping[str, Any], Callable[[str], str]]] = [
+        (inventory.get_host_data(name), lambda key: f"host data in {sources.in_inventory(name)}")
+    ]
+
+    def in_group(group: str) -> Callable[[str], str]:
+        return lambda key: sources.group_file(group, key) or f"group {group} in {sources.in_inventory(group)}"
+
+    for group in [*reversed([g for g in groups if g != "all"]), "all"]:
+        layers.append((inventory.get_data() if group == "all" else inventory.get_group_data(group), in_group(group)))
+    return layers
+
+
 def origins(inventory: Any, name: str, groups: tuple[str, ...], data: Mapping[str, Any], sources: Sources) -> dict[str, str]:
     """For each key of a host's merged data, where it was set, walking pyinfra's layers as pyinfra merges them."""
-    own = inventory.get_host_data(name)
-    ansible = own.get("_ansible_where") or {}  # an Ansible inventory's (instinct_fleet/model/ansible.py): file:line per key
+    ansible = inventory.get_host_data(name).get("_ansible_where") or {}  # an Ansible inventory's (model/ansible.py): file:line per key
+    layers = _layers(inventory, name, groups, sources)
     found = {}
     for key in data:
         if key in ansible:
             path, line = ansible[key].rsplit(":", 1)
             found[key] = f"{sources.shown(Path(path))} line {line}"
             continue
-        if key in own:
-            found[key] = f"host data in {sources.in_inventory(name)}"
+        where = next((where for layer, where in layers if key in layer), None)
+        if where is not None:
+            found[key] = where(key)
+    return found
+
+
+def shadowed(
+    inventory: Any, name: str, groups: tuple[str, ...], data: Mapping[str, Any], sources: Sources
+) -> dict[str, tuple[tuple[str, dict[str, Any]], ...]]:
+    """For each mapping variable of a host, the broader layers whose keys the value in force drops: pyinfra (like
+    Ansible's default ``hash_behaviour``) takes a mapping whole from the most specific layer that sets it, so a group's
+    ``vllm_args`` silently discards every flag ``all.py`` set. Each entry: where the dropped keys were set, and they with
+    their values."""
+    layers = _layers(inventory, name, groups, sources)
+    found = {}
+    for key, value in data.items():
+        if not isinstance(value, Mapping):
             continue
-        for group in [*reversed([g for g in groups if g != "all"]), "all"]:
-            group_data = inventory.get_data() if group == "all" else inventory.get_group_data(group)
-            if key in group_data:
-                found[key] = sources.group_file(group, key) or f"group {group} in {sources.in_inventory(group)}"
-                break
+        setting = [(where, layer[key]) for layer, where in layers if key in layer]
+        dropped = tuple(
+            (where(key), lost)
+            for where, broader in setting[1:]
+            if isinstance(broader, Mapping) and (lost := {str(k): v for k, v in broader.items() if k not in value})
+        )
+        if dropped:
+            found[key] = dropped
     return found

@@ -14,7 +14,7 @@ from typing import Any
 from instinct_fleet.model import knowledge, paths
 from instinct_fleet.model.launch import TRUE
 from instinct_fleet.model.recipes import ArgValue
-from instinct_fleet.model.spec import ClusterSpec, ServiceSpec
+from instinct_fleet.model.spec import ClusterSpec, HostSpec, ServiceSpec
 
 
 def _format(value: ArgValue) -> str:
@@ -77,6 +77,26 @@ def served_model(svc: ServiceSpec) -> str:
     """The name /v1/models lists: --served-model-name when set, else the model."""
     name = svc.args.get("served-model-name")
     return str(name).split()[0] if isinstance(name, str) and name.strip() else svc.model
+
+
+def drain_args(svc: ServiceSpec, drain_timeout: int) -> list[str]:
+    """``--shutdown-timeout`` where the pinned vLLM has it and the instance does not set it: SIGTERM then drains."""
+    if "shutdown-timeout" in svc.args or not has_flag(svc, "shutdown-timeout"):
+        return []
+    return ["--shutdown-timeout", str(drain_timeout)]
+
+
+def serve_command(svc: ServiceSpec, drain_timeout: int) -> list[str]:
+    """What the instance's container runs after its ``vllm`` entrypoint: the unit writes it, ``plan`` shows it."""
+    return ["serve", svc.model, *render_args(svc), *drain_args(svc, drain_timeout)]
+
+
+def unit_env(spec: HostSpec, svc: ServiceSpec, cluster: bool = True) -> dict[str, str]:
+    """The instance's container env as its env file holds it, but for what the host's facts add (the token's path
+    where it has one, VLLM_HOST_IP on a cluster node): its own, its image's compile cache, a cluster's RCCL settings
+    (``cluster``: the node's cluster facts were read). The unit writes it, ``plan`` shows it."""
+    env = {**svc.env, **compile_cache_env(spec.compile_cache(svc), svc)}
+    return {**env, **spec.cluster.rccl_env()} if cluster and spec.cluster is not None else env
 
 
 def compile_cache_env(cache: str, svc: ServiceSpec) -> dict[str, str]:

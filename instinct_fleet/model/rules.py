@@ -32,6 +32,7 @@ class Finding:
     key: str
     message: str
     origin: str | None = None  # "vllm_args, set in group_data/gpu.py line 2": the variable and the file that wrote it
+    also: tuple[str, ...] = ()  # other variables the rule compares the key with: their files are named too
 
     def __str__(self) -> str:
         return self.line([self.host] if self.host else [])

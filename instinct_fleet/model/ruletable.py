@@ -32,6 +32,16 @@ INPUT_RULES = (
         "pyinfra keeps a group_data file of a group no host is in (a misspelt name) as a group without hosts: its values reach no host, without a word.",
     ),
     Rule(
+        "mapping-replaced",
+        "warning",
+        "A more specific level (a group, the host) sets a mapping such as `vllm_args` and so drops keys a broader level set: pyinfra, like Ansible by default, replaces a mapping whole and never merges it. Repeat the keys where the mapping is replaced.",
+    ),
+    Rule(
+        "mapping-replaced-parallel",
+        "error",
+        "A replaced `vllm_args` dropped a tensor, pipeline or data parallel size that differs from the one in force: each instance would take another number of GPUs. Repeat it where `vllm_args` is replaced (the value you mean).",
+    ),
+    Rule(
         "inventory-conflict",
         "error",
         "A host listed in two groups with different values for a variable (two clusters, say) gets one of them silently from pyinfra's merge.",
@@ -46,8 +56,13 @@ INPUT_RULES = (
     Rule("image-unpinned", "error", "A `latest` or missing tag makes every run pull a different image: pin a tag or a digest."),
     Rule(
         "image-version-mismatch",
+        "error",
+        "The image tag names a vLLM version other than `vllm_version`: the checks would read one version's table while the image runs another's (a flag the image refuses would pass). Unset, `vllm_version` follows the tag.",
+    ),
+    Rule(
+        "image-version-unnamed",
         "warning",
-        "The image tag names a vLLM version other than `vllm_version`, so the checks may use the wrong table.",
+        "`vllm_image`'s tag names no vLLM version (a nightly, a commit, a bare digest) and `vllm_version` is unset: the checks read the default version's table, which may not be the image's.",
     ),
     Rule(
         "env-unknown",
@@ -178,6 +193,11 @@ INPUT_RULES = (
         "`rolling_batch`, `rolling_max_failures`, `rolling_on_failure` and the canary's settings (every `canary_*` variable: its profile, runs and verdict, and its accuracy probe) pace and judge one roll across the whole fleet, so every host must carry the same values (set them in group_data/all.py).",
     ),
     Rule(
+        "canary-off",
+        "warning",
+        "`canary_profile` is None: no re-tune is benchmarked or asked the accuracy probe before it rolls on, so a change that slows the engine or corrupts answers reaches every batch.",
+    ),
+    Rule(
         "canary-profile",
         "error",
         "`canary_profile` must name a bench profile (built-in or in `bench_profiles`) that every instance of the host can run: a random prompt plus its output must fit the instance's `--max-model-len`, as `instinct-fleet bench` requires.",
@@ -195,7 +215,7 @@ INPUT_RULES = (
     Rule(
         "watch-metrics",
         "error",
-        "The watch (on by default) reads the engine's step counters and request gauges from `/metrics`, by the names the pinned vLLM's own source gives them (its table's `metrics`); a table without them cannot tell a hung engine from an idle one.",
+        "The watch (on by default) reads the engine's step counters and request gauges from `/metrics`, by the names the pinned vLLM's own source gives them (its table's `metrics`); a table without them, or no table at all (`vllm_version_unvalidated`), cannot tell a hung engine from an idle one.",
     ),
     Rule(
         "gpu-health-thresholds",

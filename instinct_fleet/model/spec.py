@@ -9,8 +9,10 @@ forms, unknown keys); rules that relate several values are checked in
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from instinct_fleet.model import knowledge, paths
 from instinct_fleet.model.catalog import Catalog
-from instinct_fleet.model.defaults import DEFAULTS, REMOVED, BenchProfile, FleetVars, Hook, Instance, RayPorts, default_image
+from instinct_fleet.model.defaults import DEFAULTS, REMOVED, BenchProfile, FleetVars, Hook, Instance, RayPorts, default_image, tag_version
 from instinct_fleet.model.pools import Membership, Pool
 from instinct_fleet.model.recipes import ArgValue, Recipe
 from instinct_fleet.model.rules import Finding, finding
@@ -272,6 +274,20 @@ def typed_vars(host: str | None, data: Mapping[str, Any]) -> tuple[FleetVars, li
             values[name] = adapter.validate_python(DEFAULTS[name])
     if "vllm_image" not in data:  # the default image is the upstream one of the chosen version
         values["vllm_image"] = default_image(values["vllm_version"])
+    elif "vllm_version" not in data:
+        named = tag_version(values["vllm_image"])
+        if named is not None:
+            values["vllm_version"] = named  # the image's tag decides the version it runs
+        elif "vllm_image" not in {f.key for f in found}:
+            found.append(
+                finding(
+                    "image-version-unnamed",
+                    host,
+                    "vllm_image",
+                    f"{values['vllm_image']!r} names no vLLM version in its tag, so it is validated against vLLM "
+                    f"{values['vllm_version']}'s table; set vllm_version to the version the image runs",
+                )
+            )
     raw = data.get("vllm_instances", DEFAULTS["vllm_instances"])
     if not isinstance(raw, (list, tuple)):
         found.append(finding("schema", host, "vllm_instances", f"expected a list of instances, got {_short(raw)}"))
@@ -416,22 +432,48 @@ def cluster_of(v: FleetVars) -> ClusterSpec | None:
     )
 
 
-def resolve_host(host: str | None, data: Mapping[str, Any], catalog: Catalog | None = None) -> tuple[HostSpec, list[Finding]]:
+RECIPE_TP = re.compile(r"\bTP (\d+)\b")
+
+
+def held_reasons(reasons: dict[str, str], args: Mapping[str, Any]) -> dict[str, str]:
+    """The reasons, each recipe reason that speaks of a tensor-parallel size other than the one in force replaced by
+    what holds (a recipe's "more RCCL channels for TP 4 all-reduces" after TP 8 was set): a reason shown must hold."""
+    tp = args.get("tensor-parallel-size", 1)
+    held = {}
+    for key, why in reasons.items():
+        said = RECIPE_TP.search(why)
+        if why.startswith("recipe ") and key != "--tensor-parallel-size" and said and said.group(1) != str(tp):
+            why = f"{why.split(':', 1)[0]}: its reason was given for TP {said.group(1)}, and this instance runs TP {tp}"
+        held[key] = why
+    return held
+
+
+def resolve_host(
+    host: str | None, data: Mapping[str, Any], catalog: Catalog | None = None, where: Mapping[str, str] | None = None
+) -> tuple[HostSpec, list[Finding]]:
     """Turn one host's data into typed services, with the recipes and tables of ``catalog`` (default: the package's).
-    Never raises on bad input."""
+    ``where``: the file and line that set each variable (:func:`instinct_fleet.model.origins.origins`), which each env
+    var's and flag's reason names. Never raises on bad input."""
+    where = where or {}
+
+    def level(variable: str, key: str) -> str:
+        """The reason of a value from a variable: its layer, and the file that set it when the inventory did."""
+        return f"group_data: {key}" + (f", set in {where[variable]}" if variable in where else "")
+
     catalog = catalog or Catalog()
     v, instances, found = typed_vars(host, data)
     table = catalog.table(v.vllm_version)
     if table is None:
-        found.append(
-            finding(
-                "version-unsupported",
-                host,
-                "vllm_version",
-                f"no env var/flag table for vLLM {v.vllm_version!r}; there are tables for {', '.join(catalog.versions())}. "
-                f"`instinct-fleet vllm-facts {v.vllm_version}` extracts one from that vLLM's own source into the project",
-            )
+        unsupported = finding(
+            "version-unsupported",
+            host,
+            "vllm_version",
+            f"not validated: no table for vLLM {v.vllm_version} (there are tables for {', '.join(catalog.versions())}); "
+            f"`instinct-fleet vllm-facts {v.vllm_version}` extracts one from that vLLM's own source into the project, "
+            "or set vllm_version_unvalidated = True to deploy it unchecked",
         )
+        # The user's explicit opt-in: its flags and env vars go unchecked, said on every plan.
+        found.append(dataclasses.replace(unsupported, severity="warning") if v.vllm_version_unvalidated else unsupported)
     services: list[ServiceSpec] = []
     next_gpu = 0
     for index, inst in enumerate(instances):
@@ -458,12 +500,13 @@ def resolve_host(host: str | None, data: Mapping[str, Any], catalog: Catalog | N
             found.append(finding("recipe-unknown", host, source_key, unknown_recipe_message(str(recipe_name), catalog)))
             continue
         env, args, reasons = from_recipe(recipe, table)
-        layer(env, args, reasons, v.vllm_env, {}, table, "group_data: vllm_env")
-        layer(env, args, reasons, {}, v.vllm_args, table, "group_data: vllm_args")
-        layer(env, args, reasons, inst.env, inst.args, table, f"group_data: {key}")
+        layer(env, args, reasons, v.vllm_env, {}, table, level("vllm_env", "vllm_env"))
+        layer(env, args, reasons, {}, v.vllm_args, table, level("vllm_args", "vllm_args"))
+        layer(env, args, reasons, inst.env, inst.args, table, level("vllm_instances", key))
         model = inst.model or v.vllm_model or recipe.model
         model_key = f"{key}.model" if inst.model else "vllm_model"
         found += follow_model(host, model_key, recipe, model, env, args, reasons)
+        reasons = held_reasons(reasons, args)
         port = inst.port if inst.port is not None else recipe.port + index
         # A shape larger than the host is reported by validation (parallel-size), not by overflowing the GPU list.
         per_node = min(max(1, world_size(args) // v.vllm_nodes), v.gpu_count)

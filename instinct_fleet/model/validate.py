@@ -7,16 +7,18 @@ traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import re
 from collections import Counter, defaultdict
+from pathlib import Path
 
 from pydantic import BaseModel
 
 from instinct_fleet.model import knowledge, liveness, probe, secrets, startup, workload
 from instinct_fleet.model.crosscheck import member, unpinned_image, validate_crossings
-from instinct_fleet.model.defaults import default_image, duration_seconds, image_tag, tag_version
+from instinct_fleet.model.defaults import default_image, duration_seconds, tag_version
 from instinct_fleet.model.inputs import validate_inputs
 from instinct_fleet.model.knowledge import TTFT
 from instinct_fleet.model.launch import TRUE
@@ -49,14 +51,14 @@ def check_image(host: str | None, image: str, version: str) -> list[Finding]:
         return unpinned
     named = tag_version(image)
     if named is not None and named != version:
-        return [
-            finding(
-                "image-version-mismatch",
-                host,
-                "vllm_image",
-                f"tag {image_tag(image)!r} names vLLM {named} but vllm_version is {version!r}; set vllm_version to match",
-            )
-        ]
+        # Set both and different: the checks would read one version's table while the image runs another's.
+        said = finding(
+            "image-version-mismatch",
+            host,
+            "vllm_version",
+            f"is {version!r} but vllm_image {image!r} runs vLLM {named}: remove vllm_version (the image's tag decides it) or make the two agree",
+        )
+        return [dataclasses.replace(said, also=("vllm_image",))]
     return []
 
 
@@ -392,6 +394,14 @@ def _utilization(svc: ServiceSpec) -> float | None:
         return None
 
 
+def _not_a_file(path: Path) -> str | None:
+    """Why ``path`` is no file on this machine, or None (a name the system refuses, too long, is a reason too)."""
+    try:
+        return None if path.is_file() else "does not exist on this machine"
+    except OSError as exc:
+        return f"is no path on this machine: {exc.strerror}"
+
+
 def validate_local_files(spec: HostSpec) -> list[Finding]:
     """Files and secrets the deploy uploads must be readable on the control machine before any host is touched; a
     relative path is the project's, as the deploy reads it (HostSpec.local), wherever the command was started."""
@@ -399,9 +409,9 @@ def validate_local_files(spec: HostSpec) -> list[Finding]:
     wanted = [("docker_credentials_file", v.docker_credentials_file)]
     wanted += [(f"docker_registry_ca_certs.{registry}", path) for registry, path in sorted(v.docker_registry_ca_certs.items())]
     found = [
-        finding("local-file", spec.host, key, f"{path!r} does not exist on this machine ({spec.local(path)})")
+        finding("local-file", spec.host, key, f"{path!r} {problem} ({spec.local(path)})")
         for key, path in wanted
-        if path is not None and not spec.local(path).is_file()
+        if path is not None and (problem := _not_a_file(spec.local(path))) is not None
     ]
     _, wrong = secrets.hf_token(spec)
     if wrong is not None:
@@ -586,6 +596,16 @@ def validate_canary(spec: HostSpec) -> list[Finding]:
     accuracy probe (the canary's, and ``bench --accuracy``'s) can be scored (probe.read's refusals)."""
     found = []
     name = spec.vars.canary_profile
+    if name is None and spec.serves:
+        found.append(
+            finding(
+                "canary-off",
+                spec.host,
+                "canary_profile",
+                "no canary: a re-tune that slows the engine or corrupts its answers rolls through every batch unchecked; "
+                "remove canary_profile = None to have the built-in canary",
+            )
+        )
     try:
         for svc in spec.serves if name is not None else ():
             workload.jobs(spec, svc, str(name), None, None)
@@ -623,8 +643,15 @@ def validate_watch(spec: HostSpec) -> list[Finding]:
     """The watch can judge this host's instances (liveness.series of the pinned vLLM's metrics), reads them more often
     than its stall window, and its window outlasts each instance's longest engine step at the stated prefill rate."""
     v = spec.vars
-    if not v.watch or not spec.serves or spec.table is None:
+    if not v.watch or not spec.serves:
         return []
+    if spec.table is None:  # a version deployed unvalidated (vllm_version_unvalidated): its metric names are unknown
+        version = spec.vars.vllm_version
+        why = (
+            f"the watch reads the pinned vLLM's own metric names, and there is no table for vLLM {version}: extract it with "
+            f"`instinct-fleet vllm-facts {version}`, or set watch = False"
+        )
+        return [finding("watch-metrics", spec.host, "watch", why)]
     if liveness.series(spec.table.metrics) is None:
         why = (
             f"the vLLM {spec.table.version} table lists no step counter or request gauges among its metrics, so the watch "

@@ -22,6 +22,7 @@ METRIC_PERCENTILES = (50, 99)
 # at concurrency 8, 4096 tokens in and 1024 out). The seed states neither --ignore-eos nor a request rate: the
 # profile sets ignore_eos (every request yields its 1024 tokens) and no rate (vLLM's default: all at once, within
 # the concurrency). Its published figures are in instinct_fleet/live/report.py:REFERENCES, compared by profile name.
+CANARY = "canary"
 BUILTIN_PROFILES: dict[str, BenchProfile] = {
     "seed-001-gpt-oss": BenchProfile(dataset="random", input_len=4096, output_len=1024, num_prompts=80, concurrency=[8]),
     # Seed 004 compares servers on ShareGPT (004:243); the dataset file is the one vLLM's docs download.
@@ -33,6 +34,9 @@ BUILTIN_PROFILES: dict[str, BenchProfile] = {
         ignore_eos=False,
     ),
     "latency": BenchProfile(dataset="random", input_len=1024, output_len=128, num_prompts=20, concurrency=[1]),
+    # The default canary (canary_profile): short, so that every re-tune can afford it; sized down to fit an instance
+    # whose --max-model-len is shorter (canary_sized).
+    CANARY: BenchProfile(dataset="random", input_len=512, output_len=64, num_prompts=16, concurrency=[4]),
     "sweep": BenchProfile(dataset="random", input_len=1024, output_len=1024, num_prompts=1024, concurrency=[1, 8, 32, 128, 512]),
 }
 
@@ -91,6 +95,8 @@ def jobs(spec: HostSpec, svc: ServiceSpec, name: str, num_prompts: int | None, c
         raise BenchRequestError(f"--num-prompts must be 1 or more, got {num_prompts}")
     profile = known[name]
     limit = svc.args.get("max-model-len")
+    if name == CANARY and CANARY not in spec.vars.bench_profiles:
+        profile = canary_sized(profile, limit)
     if (
         profile.dataset == "random"
         and isinstance(limit, int)
@@ -102,6 +108,16 @@ def jobs(spec: HostSpec, svc: ServiceSpec, name: str, num_prompts: int | None, c
             f"--max-model-len {limit}; choose a shorter profile or add one to bench_profiles"
         )
     return [Job(spec, svc, name, profile, c, num_prompts or profile.num_prompts) for c in (concurrency or profile.concurrency)]
+
+
+def canary_sized(profile: BenchProfile, limit: object) -> BenchProfile:
+    """The built-in canary for an instance: its prompt and output within ``limit`` (the instance's --max-model-len,
+    when it gives one as a number), at most half of it for the prompt and a quarter for the output."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or profile.input_len + profile.output_len <= limit:
+        return profile
+    return profile.model_copy(
+        update={"input_len": max(1, min(profile.input_len, limit // 2)), "output_len": max(1, min(profile.output_len, limit // 4))}
+    )
 
 
 RUN_LIMIT_FACTOR = 6  # a benchmark runs for minutes: several command_timeouts, not one

@@ -309,6 +309,8 @@ class Journal:
             stopped = self.failed_batches(failed, len(self.plan.batches))
             where = ", ".join(map(str, stopped))
             return "not-rolled", f"the roll stopped after batch {where} failed; it keeps its old configuration"
+        if unit.kind == "start" and self.plan.canary_rule is not None:
+            return "started", f"batch {batch}; no canary: nothing of it served before this deploy to compare with"
         return ("started" if unit.kind == "start" else "rolled"), f"batch {batch}"
 
     def summary(self, hosts: Mapping[str, tuple[str, ...]], failed: set[str], ran: bool = True) -> list[dict[str, Any]]:

@@ -202,7 +202,8 @@ class Probe:
 FLAG = "max-num-seqs"
 # A short drain, so that test_faults' hang test's short command_timeout still lets a normal restart finish
 # (rolling_drain_timeout plus docker's 30 s stop margin must stay below it: rule timeouts).
-BASELINE = {"vllm_args": {FLAG: 160}, "rolling_drain_timeout": 5}
+# The re-tunes of the tests: the canary off, said by plan (the demo's own default canary: test_roll_gates.DEMO).
+BASELINE = {"vllm_args": {FLAG: 160}, "rolling_drain_timeout": 5, "canary_profile": None}
 
 
 Fault = list[str] | Callable[["subprocess.Popen[str]"], None]

@@ -36,6 +36,7 @@ from instinct_fleet.converge.probe import Probe
 from instinct_fleet.converge.state import Endpoint, Stage
 from instinct_fleet.model import paths
 from instinct_fleet.model.inventory import HostData
+from instinct_fleet.roll import measure
 from instinct_fleet.roll.plan import FleetPlan, plan_inventory
 from tests.unit.test_preflight import docker_section, mi300x_host
 
@@ -263,6 +264,8 @@ RECORDED = {
         "router_pools_left",
         "router_pools_joined",
     ),
+    # The canary's benchmark and probe run on the canary host through the control machine (tests/unit/test_canary.py).
+    measure: ("canary_measured",),
 }
 
 

@@ -229,10 +229,10 @@ def test_drawn_inventories_merge_as_ansible_merges_them(tmp_path_factory: pytest
             "hosts.yml:4: vllm_model: '{{ model }}' is a Jinja expression",
         ),
         (
-            {"hosts.yml": "all:\n  vars:\n    secret: !vault |\n      $ANSIBLE_VAULT;1.1;AES256\n      3334\n"},
-            "hosts.yml:3: a vault-encrypted value",
+            {"hosts.yml": "all:\n  vars:\n    hf_token_source: !vault |\n      $ANSIBLE_VAULT;1.1;AES256\n      3334\n"},
+            "hosts.yml:3: hf_token_source: a vault-encrypted value",
         ),
-        ({"hosts.ini": "[g]\nh1 token='$ANSIBLE_VAULT;1.1;AES256'\n"}, "hosts.ini:2: token: a vault-encrypted value"),
+        ({"hosts.ini": "[g]\nh1 ansible_user='$ANSIBLE_VAULT;1.1;AES256'\n"}, "hosts.ini:2: ansible_user: a vault-encrypted value"),
         ({"hosts.yml": "all:\n  children:\n    a:\n      children:\n        a:\n"}, "hosts.yml:5: group 'a' is its own child"),
         ({"hosts.ini": "[a:children]\nb\n[b:children]\na\n"}, "is its own ancestor"),
         ({"hosts.yml": "all:\n  hosts:\n    'bad host':\n"}, "hosts.yml:3: 'bad host' is not a host name pyinfra can use"),
@@ -241,7 +241,10 @@ def test_drawn_inventories_merge_as_ansible_merges_them(tmp_path_factory: pytest
             {"hosts.yml": "all:\n  host:\n    h1:\n"},
             "hosts.yml:2: group 'all' has 'host'; an Ansible group holds only hosts, vars and children",
         ),
-        ({"group_vars/all.yml": "x: '{% if a %}b{% endif %}'\n", "hosts.yml": "all:\n  hosts:\n    h1:\n"}, "all.yml:1: x:"),
+        (
+            {"group_vars/all.yml": "vllm_recipe: '{% if a %}b{% endif %}'\n", "hosts.yml": "all:\n  hosts:\n    h1:\n"},
+            "all.yml:1: vllm_recipe:",
+        ),
     ],
 )
 def test_what_is_refused_names_the_file_the_line_and_the_key(tmp_path: Path, files: dict[str, str], said: str) -> None:
@@ -315,9 +318,9 @@ def test_the_cli_takes_the_ansible_inventory_itself_and_refuses_a_bad_one_with_i
     assert done.returncode == 0, done.stderr[-2000:]
     shown = json.loads(done.stdout)
     assert len({svc["host"] for svc in shown["services"]}) == 65 and shown["errors"] == []
-    (tmp_path / "hosts.yml").write_text(YAML.replace("level: canary-host", "level: '{{ x }}'"))
+    (tmp_path / "hosts.yml").write_text(YAML.replace("level: canary-host", "vllm_model: '{{ x }}'"))
     refused = subprocess.run([*cli, "plan", str(tmp_path / "hosts.yml")], capture_output=True, text=True, cwd=tmp_path)
-    assert refused.returncode == 2 and "hosts.yml:28: level: '{{ x }}' is a Jinja expression" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "hosts.yml:28: vllm_model: '{{ x }}' is a Jinja expression" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
 
 
@@ -334,3 +337,33 @@ def test_messages_name_the_ansible_file_not_the_pyinfra_inventory_the_command_ru
     assert f"{tmp_path / 'empty.yml'} lists no host" in said["empty.yml"], said["empty.yml"]
     assert f"matches no host name or group of {tmp_path / 'hosts.yml'}" in said["status"], said["status"]
     assert not any("instinct-fleet-ansible-" in text for text in said.values())
+
+
+def test_an_ordinary_team_inventory_is_read_as_ansible_reads_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What instinct-fleet never reads is left alone, as ansible-inventory leaves it: a team's Jinja (grafana_url) and
+    vaulted values; a vars file encrypted whole is skipped and named; INI's strings for booleans are booleans, as
+    Ansible's modules read them."""
+    write(
+        tmp_path,
+        {
+            "hosts.ini": "[gpu]\ngpu-1 ansible_host=192.0.2.1 metrics_exporter=false\n[gpu:vars]\nwatch=no\n",
+            "group_vars/all/main.yml": "grafana_url: 'https://{{ grafana_host }}/d'\nteam_secret: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n  3334\n",
+            "group_vars/all/vault.yml": "$ANSIBLE_VAULT;1.1;AES256\n6162636465\n",
+        },
+    )
+    (tmp_path / "vault.yml").write_text("team_password: x\n")  # as the vaulted file reads once decrypted
+    (tmp_path / "group_vars" / "all" / "vault.yml").rename(tmp_path / "vaulted")
+    expected = ansibles(tmp_path / "hosts.ini")  # ansible-inventory cannot open the vaulted file without the password
+    (tmp_path / "vaulted").rename(tmp_path / "group_vars" / "all" / "vault.yml")
+    assert ours(tmp_path / "hosts.ini") == expected
+    assert expected["gpu-1"][1]["grafana_url"] == "https://{{ grafana_host }}/d" and expected["gpu-1"][1]["watch"] == "no"
+    (host,) = ansible.read(tmp_path / "hosts.ini").values()
+    data = host.data()
+    assert (data["metrics_exporter"], data["watch"], data["ssh_hostname"]) == (False, False, "192.0.2.1")
+    assert ansible.vaulted_files(tmp_path / "hosts.ini") == [tmp_path / "group_vars" / "all" / "vault.yml"]
+    (tmp_path / "deploy.py").write_text("")
+    code = cli_main(["plan", str(tmp_path / "hosts.ini"), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"note: {tmp_path / 'group_vars' / 'all' / 'vault.yml'} is vault-encrypted: its variables are Ansible's alone" in err
+    assert json.loads(out)["services"][0]["host"] == "gpu-1"

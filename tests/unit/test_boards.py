@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from instinct_fleet.cli import main
 from instinct_fleet.commands import boards
@@ -115,9 +116,10 @@ def test_the_boards_are_laid_out_as_grafana_reads_them() -> None:
 
 
 def test_targets_writes_the_boards_and_a_provisioning_file_that_points_at_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The directory is made; the provisioning file is YAML, as its name says, and names where Grafana reads the boards
+    (the directory, or where a container mounts it); a mistake in a later argument writes nothing at all."""
     root = Path(__file__).resolve().parents[2]
-    out = tmp_path / "boards"
-    out.mkdir()
+    out = tmp_path / "grafana" / "boards"
     code = main(["targets", str(root / "inventories" / "prod.py"), "-o", str(tmp_path / "t.json"), "--grafana", str(out)])
     assert code == 0, capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == [
@@ -125,8 +127,30 @@ def test_targets_writes_the_boards_and_a_provisioning_file_that_points_at_them(t
         "instinct-fleet-provisioning.yaml",
         "instinct-fleet.json",
     ]
-    provider = json.loads((out / "instinct-fleet-provisioning.yaml").read_text())
+    provider = yaml.safe_load((out / "instinct-fleet-provisioning.yaml").read_text())
     assert provider["apiVersion"] == 1 and provider["providers"][0]["options"]["path"] == str(out.resolve())
     assert json.loads((out / "instinct-fleet.json").read_text())["uid"] == "instinct-fleet"
-    missing = main(["targets", str(root / "inventories" / "prod.py"), "-o", str(tmp_path / "t.json"), "--grafana", str(tmp_path / "none")])
-    assert missing != 0 and "--grafana" in capsys.readouterr().err
+    mounted = "/var/lib/grafana/dashboards/instinct-fleet"
+    code = main(
+        ["targets", str(root / "inventories" / "prod.py"), "-o", str(tmp_path / "t.json"), "--grafana", str(out), "--grafana-path", mounted]
+    )
+    assert (
+        code == 0 and yaml.safe_load((out / "instinct-fleet-provisioning.yaml").read_text())["providers"][0]["options"]["path"] == mounted
+    )
+    capsys.readouterr()
+    later = tmp_path / "later"
+    (tmp_path / "a-file").write_text("")
+    code = main(
+        [
+            "targets",
+            str(root / "inventories" / "prod.py"),
+            "--alerts",
+            str(later / "rules.yml"),
+            "--grafana",
+            str(later / "g"),
+            "-o",
+            str(tmp_path / "a-file" / "t.json"),
+        ]
+    )
+    assert code == 2 and "is a file, not a directory" in capsys.readouterr().err
+    assert not later.exists()  # the rules and boards of the earlier arguments were not written either

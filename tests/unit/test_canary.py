@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from instinct_fleet.live import canary
+from instinct_fleet.model import workload
 from instinct_fleet.model.inventory import resolve_host
 from instinct_fleet.model.validate import validate_canary, validate_rolling
 from instinct_fleet.roll.roll import ServingUnit, batches
@@ -50,6 +51,28 @@ def test_the_roll_records_both_phases_and_says_what_it_decided() -> None:
     roll.measure("a", "before", "main", [{"output_throughput": 700.0}])
     assert roll.measure("a", "after", "main", [{"output_throughput": 600.0}]) is None
     assert roll.reasons["a"][0].startswith("canary inconclusive, proceeding: main: output throughput 700.0 -> 600.0 tok/s")
+
+
+def test_a_first_deploy_with_a_canary_says_it_had_nothing_to_compare() -> None:
+    units = [ServingUnit("a", ("a",), "start")]
+    roll = journal(units, canary=True, on_failure="rollback", canary_host=None, canary_rule=RULE)
+    roll.proceeds(0, set())
+    (row,) = roll.summary({"a": ("vllm-main",)}, set())
+    assert row["status"] == "started" and row["why"] == "batch 0; no canary: nothing of it served before this deploy to compare with"
+
+
+def test_the_built_in_canary_fits_every_instance() -> None:
+    """The default profile, sized down to an instance's --max-model-len; a profile of the user's own name is theirs."""
+    spec, found = resolve_host("h1", {"vllm_args": {"max-model-len": 256}})
+    assert not found, found
+    (job,) = workload.jobs(spec, spec.services[0], "canary", None, None)
+    assert (job.profile.input_len, job.profile.output_len, job.num_prompts, job.concurrency) == (128, 64, 16, 4)
+    spec, _ = resolve_host("h1", {})  # gpt-oss-120b's 8192: the profile as it is
+    (job,) = workload.jobs(spec, spec.services[0], "canary", None, None)
+    assert (job.profile.input_len, job.profile.output_len) == (512, 64)
+    own = {"canary": {"input_len": 300, "output_len": 10, "num_prompts": 2, "concurrency": [1]}}
+    spec, _ = resolve_host("h1", {"vllm_args": {"max-model-len": 256}, "bench_profiles": own})
+    assert [f.rule for f in validate_canary(spec)] == ["canary-profile"]
 
 
 def test_the_canary_rule_is_the_fleet_s_variables() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def test_render_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(out)
     assert code == 0 and doc["errors"] == [] and doc["warnings"] == []
     (svc,) = doc["services"]
-    assert set(svc) == {"name", "host", "image", "model", "env", "vllm_args", "gpus", "port"}
+    assert set(svc) == {"name", "host", "image", "model", "env", "vllm_args", "argv", "gpus", "port"}
     assert svc["host"] is None and svc["port"] == 8080 and svc["gpus"] == [0]
     assert svc["env"]["TORCH_BLAS_PREFER_HIPBLASLT"] == "1"
     assert svc["vllm_args"][svc["vllm_args"].index("--max-num-seqs") + 1] == "256"
@@ -218,12 +219,12 @@ def _inventory(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_targets_output_must_be_a_file_in_a_directory_that_exists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_targets_output_is_a_file_whose_directories_are_made(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inventory = _inventory(tmp_path, "hosts = ['gpu-1']\n")
     code, _, err = run(capsys, "targets", str(inventory), "-o", str(tmp_path / "no" / "such" / "t.json"))
-    assert code == 2 and "the directory" in err and "does not exist" in err and "Traceback" not in err
+    assert code == 0 and json.loads((tmp_path / "no" / "such" / "t.json").read_text())[0]["labels"]["host"] == "gpu-1", err
     code, _, err = run(capsys, "targets", str(inventory), "-o", str(tmp_path))
-    assert code == 2 and "is a directory; name the file Prometheus reads" in err
+    assert code == 2 and "is a directory; name the file Prometheus's file_sd_configs reads" in err and "Traceback" not in err
 
 
 def test_inventory_and_project_dir_mistakes_say_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -344,6 +345,19 @@ def test_plan_explain_lists_each_managed_thing_with_its_stage_and_what_a_change_
         "file /etc/instinct-fleet/README  644 root:root  stage services",
     ):
         assert f"  {line}\n" in host, line
+    # Only what this host manages: a single node has no Ray files, an exporter that is off is only cleaned up, and
+    # the files of settings it does not use (credentials, a token source) are not listed.
+    assert "ray-ready.py" not in host and "/var/lib/instinct-fleet/ray" not in host and "/root/.docker/config.json" not in host
+    assert "off (metrics_exporter is off): amd-metrics-exporter.service, removed or stopped where an earlier deploy left it" in host
+    assert not any(line.startswith("  file /etc/systemd/system/amd-metrics-exporter") for line in host.splitlines())
+
+
+def test_a_recipe_reason_given_for_another_tp_is_not_shown(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "render", "--recipe", "llama-3.1-70b", "--explain")
+    assert code == 0 and "NCCL_MIN_NCHANNELS=112    # recipe llama-3.1-70b: more RCCL channels for TP 4 all-reduces" in out
+    code, out, _ = run(capsys, "render", "--recipe", "llama-3.1-70b", "--explain", "--arg", "tensor-parallel-size=8")
+    assert code == 0 and "TP 4 all-reduces" not in out
+    assert "NCCL_MIN_NCHANNELS=112    # recipe llama-3.1-70b: its reason was given for TP 4, and this instance runs TP 8" in out
 
 
 def test_warm_refuses_an_invalid_inventory_before_contacting_any_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -450,3 +464,120 @@ def test_quarantine_and_admit_name_one_host_of_the_inventory_before_any_contact(
     with pytest.raises(SystemExit):
         run(capsys, "quarantine", str(inventory), "gpu-1")  # --reason is required
     assert "--reason" in capsys.readouterr().err
+
+
+def test_the_image_decides_the_version_from_an_init_project(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new user's AMD image with no vllm_version: validated as 0.11.1, which has no table, so plan and deploy refuse
+    plainly before any contact; a vllm_version that disagrees with the tag names both files; the opt-in deploys it
+    unchecked, said on every plan."""
+    from instinct_fleet import scaffold
+
+    image = "rocm/vllm:rocm7.0.0_vllm_0.11.1_20251103"
+
+    def project(name: str, gpu: str, version_in_all: bool = False) -> Path:
+        root = tmp_path / name  # a project each: pyinfra reads a group_data file once per process
+        scaffold.init(root)
+        (root / "inventories" / "t.py").write_text("gpu = [('gpu-1', {'ssh_hostname': '192.0.2.1'})]\n")
+        (root / "group_data" / "gpu.py").write_text(gpu)
+        if version_in_all:
+            all_py = root / "group_data" / "all.py"
+            all_py.write_text(all_py.read_text().replace("# vllm_version = '0.22.0'", "vllm_version = '0.22.0'"))
+        monkeypatch.chdir(root)
+        return root
+
+    project("tag", f"vllm_image = {image!r}\n")
+    code, out, err = run(capsys, "plan", "inventories/t.py")
+    assert code == 1 and "error: gpu-1: vllm_version: not validated: no table for vLLM 0.11.1" in err, err
+    assert "vLLM 0.11.1: not validated: no table (instinct-fleet vllm-facts 0.11.1)" in out
+    code, _, err = run(capsys, "deploy", "inventories/t.py", "-y")
+    assert code == 1 and "no table for vLLM 0.11.1" in err and "nothing was deployed and no host was contacted" in err
+    root = project("both", f"vllm_image = {image!r}\n", version_in_all=True)
+    line = (root / "group_data" / "all.py").read_text().splitlines().index("vllm_version = '0.22.0'") + 1
+    code, _, err = run(capsys, "plan", "inventories/t.py")
+    assert code == 1 and f"vllm_version: is '0.22.0' but vllm_image {image!r} runs vLLM 0.11.1" in err, err
+    assert f"(set in group_data/all.py line {line}; vllm_image set in group_data/gpu.py line 1) [image-version-mismatch]" in err
+    project("unvalidated", f"vllm_image = {image!r}\nvllm_version_unvalidated = True\n")
+    code, _, err = run(capsys, "plan", "inventories/t.py")  # the watch reads the version's own metric names
+    assert code == 1 and "error: gpu-1: watch: the watch reads the pinned vLLM's own metric names" in err, err
+    project("unwatched", f"vllm_image = {image!r}\nvllm_version_unvalidated = True\nwatch = False\n")
+    code, out, err = run(capsys, "plan", "inventories/t.py", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["tables"] == {"0.11.1": "none"} and [w["rule"] for w in doc["warnings"]] == ["version-unsupported"]
+
+
+def test_the_command_line_suggests_and_refuses_before_any_side_effect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misspelt command or option gets the closest one, even where argparse would first miss an argument; --version;
+    vllm-facts takes a git tag's spelling, refuses a non-version before pip runs, and shows a shipped table."""
+    from instinct_fleet import __version__, scaffold
+
+    def usage(*argv: str) -> str:
+        with pytest.raises(SystemExit) as stop:
+            main(list(argv))
+        assert stop.value.code == 2
+        return capsys.readouterr().err
+
+    assert "no command 'plna'; did you mean 'plan'?" in usage("plna")
+    assert "plan takes no option --expalin; did you mean --explain?" in usage("plan", "--expalin")
+    assert "plan takes no option --expalin; did you mean --explain?" in usage("plan", "inventories/t.py", "--expalin")
+    assert "deploy takes no option --dyr; did you mean --dry?" in usage("deploy", "inv.py", "--dyr", "--", "--debug")
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out == f"instinct-fleet {__version__}\n"
+    project = tmp_path / "infra"
+    scaffold.init(project)
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("pip ran"))  # no download for any of these
+    code, _, err = run(capsys, "vllm-facts", "v0.22.0")
+    assert code == 2 and "vLLM 0.22.0 is shipped" in err and "`instinct-fleet vllm-facts 0.22.0 --show`" in err
+    code, _, err = run(capsys, "vllm-facts", "latest")
+    assert code == 2 and "'latest' is not a vLLM version" in err
+    code, out, err = run(capsys, "vllm-facts", "v0.22.0", "--show")
+    assert code == 0 and json.loads(out)["version"] == "0.22.0" and "shipped with instinct-fleet" in err
+    code, _, err = run(capsys, "vllm-facts", "0.11.1", "--show")
+    assert code == 2 and "no table for vLLM 0.11.1" in err
+    assert not (project / "vllm-facts").exists()
+
+
+def test_a_mapping_replaced_at_a_narrower_level_is_said_with_both_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """all.py sets TP 8, a group's vllm_args replaces the mapping: the dropped TP changes the GPUs an instance takes, an
+    error naming both files; a dropped flag that changes nothing is a warning; repeating the keys ends it; --explain
+    names the file and line of every flag the inventory set."""
+    from instinct_fleet import scaffold
+
+    def project(name: str, everyone: str, gpu: str, host: str = "") -> None:
+        root = tmp_path / name  # a project and an inventory name each: pyinfra reads a file once per process
+        scaffold.init(root)
+        all_py = root / "group_data" / "all.py"
+        all_py.write_text(all_py.read_text() + everyone)
+        (root / "group_data" / "gpu.py").write_text(gpu)
+        (root / "inventories" / f"{name}.py").write_text(f"gpu = [('gpu-1', {{'ssh_hostname': '192.0.2.1'{host}}}), 'gpu-2']\n")
+        monkeypatch.chdir(root)
+
+    eight = ", 'vllm_instances': [{'name': 'main', 'gpus': list(range(8))}]"
+    project("tp", "vllm_args = {'tensor-parallel-size': 8, 'max-model-len': 16384}\n", "vllm_args = {'max-num-seqs': 256}\n", eight)
+    line = len((tmp_path / "tp" / "group_data" / "all.py").read_text().splitlines())
+    code, _, err = run(capsys, "plan", "inventories/tp.py")
+    assert code == 1, err
+    dropped = f"vllm_args: replaces the whole mapping set in group_data/all.py line {line}, dropping tensor-parallel-size, max-model-len: "
+    assert f"error: gpu-1..2: {dropped}" in err and "[mapping-replaced-parallel]" in err and "(set in group_data/gpu.py line 1)" in err
+    project(
+        "kept",
+        "vllm_args = {'tensor-parallel-size': 8, 'max-model-len': 16384}\n",
+        "vllm_args = {'tensor-parallel-size': 8, 'max-num-seqs': 256}\n",
+        eight,
+    )
+    code, out, err = run(capsys, "plan", "inventories/kept.py", "--explain", "--limit", "gpu-1")
+    assert code == 0 and "error:" not in err, err
+    assert "warning: gpu-1: vllm_args: replaces the whole mapping set in group_data/all.py line" in err
+    assert "dropping max-model-len: " in err and "[mapping-replaced]" in err
+    assert "--max-num-seqs: group_data: vllm_args, set in group_data/gpu.py line 1" in out
+    assert "--tensor-parallel-size: group_data: vllm_args, set in group_data/gpu.py line 1" in out
+    project("all", "vllm_args = {'max-model-len': 16384}\n", "vllm_args = {'max-model-len': 16384, 'max-num-seqs': 256}\n")
+    code, _, err = run(capsys, "plan", "inventories/all.py")
+    assert code == 0 and "mapping-replaced" not in err, err

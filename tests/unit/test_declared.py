@@ -67,6 +67,7 @@ NO_FILE = {
     ("operations", "fail"),
     ("operations", "router_pools_left"),
     ("operations", "router_pools_joined"),
+    ("measure", "canary_measured"),  # the canary's runs: vllm bench serve and the probe, results on the control machine
 }
 
 

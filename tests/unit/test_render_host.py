@@ -54,10 +54,10 @@ def test_docker_run_gives_each_instance_only_its_own_gpus() -> None:
 
 def test_drain_uses_shutdown_timeout_only_where_the_version_has_it() -> None:
     own = host(vllm_args={"shutdown-timeout": 120}).services[0]
-    assert content.drain_args(own, 60) == []  # the instance's own value is already in its flags
+    assert render.drain_args(own, 60) == []  # the instance's own value is already in its flags
     assert render.stop_seconds(own, 60) == 120 + render.STOP_MARGIN_SECONDS
     old = host(vllm_version="0.11.0", vllm_image="vllm/vllm-openai-rocm:v0.11.0").services[0]
-    assert content.drain_args(old, 60) == []  # 0.11.0 has no --shutdown-timeout: docker stop's grace only
+    assert render.drain_args(old, 60) == []  # 0.11.0 has no --shutdown-timeout: docker stop's grace only
     assert render.stop_seconds(old, 60) == 60 + render.STOP_MARGIN_SECONDS
 
 

@@ -38,7 +38,14 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"vllm_version": "0.33.0", "vllm_image": "vllm/vllm-openai-rocm:v0.33.0"},
     ),
     "image-unpinned": ({"vllm_image": "vllm/vllm-openai-rocm:latest"}, {"vllm_image": "registry.local:5000/vllm@sha256:" + "a" * 64}),
-    "image-version-mismatch": ({"vllm_image": "vllm/vllm-openai-rocm:v0.11.0"}, {"vllm_image": "vllm/vllm-openai-rocm:v0.22.0"}),
+    "image-version-unnamed": (
+        {"vllm_image": "rocm/vllm:instinct_main"},
+        {"vllm_image": "rocm/vllm:instinct_main", "vllm_version": "0.22.0"},
+    ),
+    "image-version-mismatch": (
+        {"vllm_image": "vllm/vllm-openai-rocm:v0.11.0", "vllm_version": "0.22.0"},
+        {"vllm_image": "vllm/vllm-openai-rocm:v0.22.0", "vllm_version": "0.22.0"},
+    ),
     "env-unknown": ({"vllm_env": {"VLLM_ROCM_USE_AITR": "1"}}, {"vllm_env": {"VLLM_ROCM_USE_AITER": "1"}}),
     "env-removed": ({"vllm_env": {"VLLM_USE_TRITON_FLASH_ATTN": "0"}}, {"vllm_env": {"TORCH_BLAS_PREFER_HIPBLASLT": "1"}}),
     "env-refused": (
@@ -48,6 +55,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "flag-unknown": ({"vllm_args": {"max-num-sequences": 8, "kv-cache-dtpe": "fp8"}}, {"vllm_args": {"max-num-seqs": 8}}),
     "flag-removed": ({"vllm_args": {"num-scheduler-steps": 15}}, {"vllm_args": {"async-scheduling": True}}),
     "flag-not-boolean": ({"vllm_args": {"max-model-len": True}}, {"vllm_args": {"max-model-len": 4096}}),
+    "canary-off": ({"canary_profile": None}, {"canary_profile": "canary", "vllm_args": {"max-model-len": 256}}),
     "canary-profile": ({"canary_profile": "seed-001-gpt-oss", "vllm_args": {"max-model-len": 4096}}, {"canary_profile": "latency"}),
     "canary-runs": (
         {"canary_profile": "latency", "canary_runs": 1},
@@ -296,7 +304,11 @@ def test_every_rule_has_a_case() -> None:
     # group-data-unread (a project's file, not a host): tests/unit/test_findings.py.
     # watch-metrics (a table without metrics): tests/unit/test_watch.py.
     # api-key-keyless-routes (a keyed host and its routers): tests/unit/test_keyless_routes.py.
-    others = {"inventory-conflict", "router-wheel", "router-api-key", "group-data-unread", "watch-metrics", "api-key-keyless-routes"}
+    # mapping-replaced(-parallel) (a mapping of one level replaced at another): tests/unit/test_cli.py, from an init project.
+    others = {
+        *("inventory-conflict", "router-wheel", "router-api-key", "group-data-unread", "watch-metrics", "api-key-keyless-routes"),
+        *("mapping-replaced", "mapping-replaced-parallel"),
+    }
     # gpu-* rules judge the preflight fact's amd-smi evidence, quarantine-* the operator's asks and the record's count:
     # tests/unit/test_gpuhealth.py has a case for each (test_every_gpu_rule_and_quarantine_rule_has_a_case).
     evidence = {r.id for r in GPU_RULES} | {r for r in RULES if r.startswith("quarantine-")}
@@ -498,6 +510,7 @@ def test_every_recipe_value_naming_a_model_follows_or_is_refused() -> None:
         ("rocm/vllm-dev:nightly_main_20251110", None),
         ("ghcr.io/embeddedllm/vllm-rocm:cb3b2b9", None),
         ("rocm/vllm@sha256:" + "a" * 64, None),
+        ("rocm/vllm:rocm7.0.0_vllm_0.11.1_20251103@sha256:" + "a" * 64, "0.11.1"),  # a digest that keeps its tag
     ],
 )
 def test_the_vllm_version_is_read_from_every_tag_scheme(image: str, version: str | None) -> None:
@@ -508,7 +521,30 @@ def test_the_vllm_version_is_read_from_every_tag_scheme(image: str, version: str
     if version in ("0.11.1", "0.14.0"):
         _, findings = check({"vllm_image": image, "vllm_version": "0.22.0"})
         (hit,) = [f for f in findings if f.rule == "image-version-mismatch"]
-        assert f"names vLLM {version} but vllm_version is '0.22.0'" in hit.message
+        assert hit.severity == "error" and hit.message.startswith(f"is '0.22.0' but vllm_image {image!r} runs vLLM {version}: ")
+        assert hit.key == "vllm_version" and hit.also == ("vllm_image",)
+
+
+def test_the_image_decides_the_version_and_a_version_without_a_table_is_refused_unless_asked() -> None:
+    """Unset, vllm_version is the tag's: AMD's 0.11.1 image is validated against 0.11.1, whose table there is none of;
+    set to a version without a table, plan refuses plainly, and the opt-in turns that into a warning on every plan."""
+    image = "rocm/vllm:rocm7.0.0_vllm_0.11.1_20251103"
+    spec, findings = check({"vllm_image": image})
+    assert spec.vars.vllm_version == "0.11.1" and spec.services[0].version == "0.11.1"
+    (hit,) = [f for f in findings if f.rule == "version-unsupported"]
+    assert hit.severity == "error" and hit.message.startswith("not validated: no table for vLLM 0.11.1 (there are tables for 0.11.0, ")
+    assert "`instinct-fleet vllm-facts 0.11.1`" in hit.message and "vllm_version_unvalidated = True" in hit.message
+    assert "image-version-mismatch" not in rules_of(findings)
+    _, findings = check({"vllm_image": image, "vllm_version_unvalidated": True, "watch": False})
+    assert [(f.rule, f.severity) for f in findings] == [("version-unsupported", "warning")]
+    _, findings = check({"vllm_image": image, "vllm_version_unvalidated": True})  # the watch needs its metric names
+    assert [(f.rule, f.severity) for f in findings] == [("version-unsupported", "warning"), ("watch-metrics", "error")]
+    spec, findings = check({"vllm_image": "rocm/vllm:rocm7.0.0_vllm_0.33.0_20260101"})  # a version with a table: checked against it
+    assert spec.vars.vllm_version == "0.33.0" and spec.services[0].table is not None and spec.services[0].table.version == "0.33.0"
+    spec, findings = check({"vllm_image": "rocm/vllm:instinct_main"})  # a tag that names none: the default version's table, said
+    assert spec.vars.vllm_version == "0.22.0" and [f.rule for f in findings] == ["image-version-unnamed"]
+    assert findings[0].message.endswith("validated against vLLM 0.22.0's table; set vllm_version to the version the image runs")
+    assert check({"vllm_image": "rocm/vllm:instinct_main", "vllm_version": "0.22.0"})[1] == []
 
 
 def test_what_vllm_starts_with_is_a_warning_that_validation_levels_raises() -> None:

@@ -22,7 +22,8 @@ from tests.unit import smi
 from tests.unit.stages import STAGES, SimHost, declared, deploy, drifted, emitted, plan, run_stage
 from tests.unit.test_consumers import CLUSTER, EXAMPLES, assert_reached
 
-DATA: dict[str, Any] = {"vllm_allow_from": ["10.0.0.0/8"], "metrics_exporter": True}
+# The roll's own steps, without the canary's (the default canary: test_the_default_canary_measures_a_retune_...).
+DATA: dict[str, Any] = {"vllm_allow_from": ["10.0.0.0/8"], "metrics_exporter": True, "canary_profile": None}
 GRUB = f"GRUB drop-in: {' '.join(paths.KERNEL_ARGS)}"
 
 # After a unit's files are written: what brings vllm-main back and ends the host's turn in the roll.
@@ -229,6 +230,22 @@ def test_services_rolls_an_edited_unit_and_removes_a_stale_one(monkeypatch: pyte
             *restart(3),
         ]
     }
+
+
+def test_the_default_canary_measures_a_retune_and_a_first_deploy_says_it_has_nothing_to_compare(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A user who sets nothing gets the canary: the built-in profile and the accuracy probe before the unit stops and
+    after its gate; the first deploy starts the unit with no canary (nothing served before) and the summary says so."""
+    default = {k: v for k, v in DATA.items() if k != "canary_profile"}
+    sim = SimHost()
+    first = plan(default, sim)
+    assert first.ok and "Canary" not in " ".join(o for ops in only(monkeypatch, default, sim).values() for o in ops)
+    sim = converged(monkeypatch, default)
+    retune = {**default, "vllm_args": {"max-num-seqs": 192}}
+    ops = only(monkeypatch, retune, sim)["services"]
+    before, after = "Canary: canary before the change, and the accuracy probe", "Canary: canary after the change, and the accuracy probe"
+    assert ops.index(before) < ops.index("vllm-main unit") < ops.index("vllm-main healthy") < ops.index(after), ops
 
 
 def test_a_marker_left_by_a_failed_roll_goes_once_the_host_is_whole(monkeypatch: pytest.MonkeyPatch) -> None:
