@@ -2,7 +2,7 @@
 
 pyinfra reads this file for every host; group files (group_data/<group>.py) and
 host data in the inventory override it. instinct_fleet/model/defaults.py defines
-each default; the README's Variables table lists the same variables.
+each default; docs/reference/variables.md lists the same variables.
 """
 
 # Built-in recipe each instance starts from (`instinct-fleet recipes` lists them); `None` starts
@@ -50,8 +50,8 @@ gpu_model = "MI300X"
 
 # Judge every GPU on the preflight fact's amd-smi evidence (ECC, bad pages, PCIe link, XGMI
 # links, firmware, driver, partitions) by the `gpu-*` rules, and quarantine the instances of a
-# GPU in error: drained out of the router, stopped, held out until the evidence clears (README,
-# GPU health and quarantine).
+# GPU in error: drained out of the router, stopped, held out until the evidence clears
+# (docs/gpu-health.md).
 gpu_health = True
 
 # PCIe link width each GPU must train at (`gpu-pcie-width`; node-scraper's default, x16).
@@ -325,7 +325,7 @@ metrics_exporter_fields = [
 # Run the watch on every serving host (`instinct-fleet-watch.service`): it reads each instance's
 # `/metrics` every `watch_interval` seconds, and an instance with requests running or waiting
 # whose engine steps stop for `watch_stall_seconds` is taken out of its router pools, restarted
-# and put back once its gate passes (README, Correct answers and live engines).
+# and put back once its gate passes (docs/rolling.md, Live engines).
 watch = True
 
 # Port of the watch's read-only state (`/state`, JSON) and Prometheus `/metrics`; the firewall
@@ -348,8 +348,8 @@ watch_stall_seconds = 60
 watch_prefill_tokens_per_second = None
 
 # Restarts of one instance the watch makes within `watch_restart_window`; a stall after that
-# leaves the instance out of its pools, running, until an operator re-admits it (README, Correct
-# answers and live engines).
+# leaves the instance out of its pools, running, until an operator re-admits it
+# (docs/rolling.md, Live engines).
 watch_max_restarts = 3
 
 # Seconds over which `watch_max_restarts` is counted (the AMD GPU Operator's bound: 3
@@ -358,7 +358,7 @@ watch_restart_window = 900
 
 # Seconds between two readings of the GPUs' amd-smi evidence by the watch (with `gpu_health`):
 # an error on a GPU quarantines its instances at once, between deploys (AMD's device metrics
-# exporter checks every 30 s; README, GPU health and quarantine).
+# exporter checks every 30 s; docs/gpu-health.md).
 watch_gpu_interval = 30
 
 # A directory on every host holding a Hugging Face cache (`hub/models--org--name`), typically a

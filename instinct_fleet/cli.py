@@ -1222,7 +1222,7 @@ def build_parser() -> argparse.ArgumentParser:
     targets.add_argument(
         "--alerts",
         metavar="FILE",
-        help="also write the fleet's alerting and recording rules (GPU health, SLO burn rates, instances, watch, routers) to FILE, for Prometheus's rule_files (README)",
+        help="also write the fleet's alerting and recording rules (GPU health, SLO burn rates, instances, watch, routers) to FILE, for Prometheus's rule_files (docs/dashboards.md)",
     )
     targets.add_argument(
         "--alertmanager", metavar="FILE", help="also write Alertmanager's config, delivering every alert to alert_webhook_url, to FILE"

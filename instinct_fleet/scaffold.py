@@ -21,7 +21,7 @@ ALL_HEADER = '''"""Fleet-wide settings: every instinct-fleet variable, {state}.
 
 pyinfra reads this file for every host; group files (group_data/<group>.py) and
 host data in the inventory override it. instinct_fleet/model/defaults.py defines
-each default; the README's Variables table lists the same variables.
+each default; docs/reference/variables.md lists the same variables.
 """
 '''
 

@@ -1,4 +1,4 @@
-"""Rewrite the README's Variables, Validation rules, vLLM start-up checks and keyless routes tables and group_data/all.py from the code.
+"""Rewrite the docs' tables of variables, validation rules, vLLM start-up checks and keyless routes and group_data/all.py from the code.
 
 tests/unit/test_docs.py fails when they drift apart; run this after adding or changing a
 variable or a rule: ``python scripts/sync_variable_docs.py``. The README is the user guide, so
@@ -126,25 +126,29 @@ def keyless_table() -> str:
     return "\n".join(lines)
 
 
+# Each generated table, the page of docs/ that holds it and the header line that finds it there.
+TABLES = (
+    ("reference/variables.md", r"^\| variable \| default \| meaning \|\n(?:^\|.*\|\n)+", "variables"),
+    ("reference/rules.md", r"^\| rule \| severity \| why \|\n(?:^\|.*\|\n)+", "rules"),
+    ("reference/vllm-versions.md", r"^\| kind \| read from \|.*\|\n(?:^\|.*\|\n)+", "start-up checks"),
+    ("router.md", r"^\| vLLM \| the key guards \|.*\|\n(?:^\|.*\|\n)+", "routes vLLM serves without the key"),
+)
+
+
 def main() -> None:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    pattern = re.compile(r"^\| variable \| default \| meaning \|\n(?:^\|.*\|\n)+", re.M)
-    if not pattern.search(text):
-        raise SystemExit("README.md has no Variables table to replace")
-    text = pattern.sub(lambda _: readme_table() + "\n", text, count=1)
-    rules = re.compile(r"^\| rule \| severity \| why \|\n(?:^\|.*\|\n)+", re.M)
-    if not rules.search(text):
-        raise SystemExit("README.md has no rules table to replace")
-    text = rules.sub(lambda _: rules_table() + "\n", text, count=1)
-    startup = re.compile(r"^\| kind \| read from \|.*\|\n(?:^\|.*\|\n)+", re.M)
-    if not startup.search(text):
-        raise SystemExit("README.md has no start-up checks table to replace")
-    text = startup.sub(lambda _: startup_table() + "\n", text, count=1)
-    keyless = re.compile(r"^\| vLLM \| the key guards \|.*\|\n(?:^\|.*\|\n)+", re.M)
-    if not keyless.search(text):
-        raise SystemExit("README.md has no table of the routes vLLM serves without the key")
-    readme.write_text(keyless.sub(lambda _: keyless_table() + "\n", text, count=1))
+    made = {
+        "variables": readme_table,
+        "rules": rules_table,
+        "start-up checks": startup_table,
+        "routes vLLM serves without the key": keyless_table,
+    }
+    for page, header, what in TABLES:
+        path = ROOT / "docs" / page
+        text = path.read_text()
+        found = re.search(header, text, re.M)
+        if found is None:
+            raise SystemExit(f"docs/{page} has no table of the {what} to replace")
+        path.write_text(text[: found.start()] + made[what]() + "\n" + text[found.end() :])
     all_py = ROOT / "group_data" / "all.py"
     all_py.write_text(group_data_all(commented=False))
     # The project's one formatter owns the layout of Python files, generated or not.

@@ -138,7 +138,7 @@ def alert_rules(specs: list[HostSpec]) -> tuple[dict[str, Any], list[str]]:
                         "summary": alert.summary,
                         "description": f"{alert.summary}; "
                         + (f"the next deploy quarantines by {alert.rule}" if judged else f"above {alert.rule}")
-                        + " (README, GPU health and quarantine)",
+                        + " (docs/gpu-health.md)",
                     },
                 }
             )

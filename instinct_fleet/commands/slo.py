@@ -110,7 +110,7 @@ def slo_groups(specs: list[HostSpec]) -> tuple[list[dict[str, Any]], list[str]]:
                         "summary": f"{{{{ $labels.model }}}}: {slo.what} burn the {1 - slo.objective:.3g} error budget "
                         f"{a.burn:g} times too fast over {a.long} and {a.short}",
                         "description": f"{slo.what} exceed {a.burn:g} times the budget of {1 - slo.objective:.3g} of all, over "
-                        f"{a.long} and the last {a.short}; objective {slo.objective:g} (README, Dashboards and alerts)",
+                        f"{a.long} and the last {a.short}; objective {slo.objective:g} (docs/dashboards.md)",
                     },
                 }
             )
@@ -136,7 +136,7 @@ def fleet_group(specs: list[HostSpec]) -> dict[str, Any]:
             "0m",
             "page",
             "the watch on {{ $labels.host }} left {{ $labels.unit }} out of its router pools after watch_max_restarts restarts",
-            "its engine stalls after every restart; read its journal, fix it, then remove its .out file (README, Live engines)",
+            "its engine stalls after every restart; read its journal, fix it, then remove its .out file (docs/rolling.md, Live engines)",
         ),
         _alert(
             "VllmEngineRestarted",
@@ -144,7 +144,7 @@ def fleet_group(specs: list[HostSpec]) -> dict[str, Any]:
             "0m",
             "ticket",
             "the watch on {{ $labels.host }} restarted {{ $labels.unit }}: its engine made no step while busy",
-            "it is back in its pools once its gate passed; a hang that repeats leaves it out (README, Live engines)",
+            "it is back in its pools once its gate passed; a hang that repeats leaves it out (docs/rolling.md, Live engines)",
         ),
         _alert(
             "GpuInstanceQuarantined",
@@ -152,7 +152,7 @@ def fleet_group(specs: list[HostSpec]) -> dict[str, Any]:
             "0m",
             "ticket",
             "{{ $labels.unit }} on {{ $labels.host }} is quarantined on its GPU's evidence",
-            "`instinct-fleet status` gives the reason; the next deploy re-admits it once the evidence clears (README, GPU health and quarantine)",
+            "`instinct-fleet status` gives the reason; the next deploy re-admits it once the evidence clears (docs/gpu-health.md)",
         ),
     ]
     if any(spec.pools for spec in specs):

@@ -14,7 +14,7 @@ compares a host with the same entries. The entries' shapes are in
 :mod:`instinct_fleet.converge.entries`.
 
 Adding a managed file is one entry here and its template, nowhere else: the
-stage named in the entry converges it (README, Adding a managed thing).
+stage named in the entry converges it (docs/development.md, Adding a managed thing).
 """
 
 from __future__ import annotations
@@ -348,7 +348,7 @@ def declare(spec: HostSpec) -> tuple[Entry, ...]:
 
 
 def watch_entries(spec: HostSpec) -> list[Entry]:
-    """The watch of a serving host (templates/watch.py, README: Correct answers and live engines): its script, the
+    """The watch of a serving host (templates/watch.py, docs/rolling.md, Live engines): its script, the
     progress rule it imports, its config and unit, and its state directory; removed from a host where it is off."""
     on = spec.vars.watch and bool(spec.serves)
     restart = (Restart(paths.WATCH_UNIT),)

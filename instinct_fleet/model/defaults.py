@@ -3,7 +3,7 @@
 :class:`FleetVars` is the model pyinfra host data is validated against
 (:func:`instinct_fleet.model.spec.resolve_host`): types, ranges and forms live on its
 fields, and it forbids unknown keys. ``VARIABLES`` and ``DEFAULTS`` are read off
-it, ``group_data/all.py`` and the README table are written from them by
+it, ``group_data/all.py`` and docs/reference/variables.md are written from them by
 ``scripts/sync_variable_docs.py``, and a test keeps the three in step. Rules that
 relate two variables live in :mod:`instinct_fleet.model.validate`.
 
@@ -488,7 +488,7 @@ class FleetVars(_Strict):
     )
     gpu_health: StrictBool = Field(
         default=True,
-        description="Judge every GPU on the preflight fact's amd-smi evidence (ECC, bad pages, PCIe link, XGMI links, firmware, driver, partitions) by the `gpu-*` rules, and quarantine the instances of a GPU in error: drained out of the router, stopped, held out until the evidence clears (README, GPU health and quarantine).",
+        description="Judge every GPU on the preflight fact's amd-smi evidence (ECC, bad pages, PCIe link, XGMI links, firmware, driver, partitions) by the `gpu-*` rules, and quarantine the instances of a GPU in error: drained out of the router, stopped, held out until the evidence clears (docs/gpu-health.md).",
     )
     gpu_health_pcie_width: Annotated[StrictInt, Field(ge=1, le=32)] = Field(
         default=16,
@@ -730,7 +730,7 @@ class FleetVars(_Strict):
     )
     watch: StrictBool = Field(
         default=True,
-        description="Run the watch on every serving host (`instinct-fleet-watch.service`): it reads each instance's `/metrics` every `watch_interval` seconds, and an instance with requests running or waiting whose engine steps stop for `watch_stall_seconds` is taken out of its router pools, restarted and put back once its gate passes (README, Correct answers and live engines).",
+        description="Run the watch on every serving host (`instinct-fleet-watch.service`): it reads each instance's `/metrics` every `watch_interval` seconds, and an instance with requests running or waiting whose engine steps stop for `watch_stall_seconds` is taken out of its router pools, restarted and put back once its gate passes (docs/rolling.md, Live engines).",
     )
     watch_port: Port = Field(
         default=9401,
@@ -750,7 +750,7 @@ class FleetVars(_Strict):
     )
     watch_max_restarts: Annotated[StrictInt, Field(ge=1)] = Field(
         default=3,
-        description="Restarts of one instance the watch makes within `watch_restart_window`; a stall after that leaves the instance out of its pools, running, until an operator re-admits it (README, Correct answers and live engines).",
+        description="Restarts of one instance the watch makes within `watch_restart_window`; a stall after that leaves the instance out of its pools, running, until an operator re-admits it (docs/rolling.md, Live engines).",
     )
     watch_restart_window: Seconds = Field(
         default=900,
@@ -758,7 +758,7 @@ class FleetVars(_Strict):
     )
     watch_gpu_interval: Seconds = Field(
         default=30,
-        description="Seconds between two readings of the GPUs' amd-smi evidence by the watch (with `gpu_health`): an error on a GPU quarantines its instances at once, between deploys (AMD's device metrics exporter checks every 30 s; README, GPU health and quarantine).",
+        description="Seconds between two readings of the GPUs' amd-smi evidence by the watch (with `gpu_health`): an error on a GPU quarantines its instances at once, between deploys (AMD's device metrics exporter checks every 30 s; docs/gpu-health.md).",
     )
     weights_source: HostPath | None = Field(
         default=None,

@@ -16,7 +16,7 @@ DOCKER = "/usr/bin/docker"
 DOCKER_SOCKET = "/var/run/docker.sock"  # dockerd's API: the preflight fact asks it with curl
 SYSCTL_FILE = "/etc/sysctl.d/90-instinct-fleet.conf"
 GRUB_DROP_IN = "/etc/default/grub.d/90-instinct-fleet.cfg"
-# What tune_kernel_cmdline adds to the kernel command line (README, Host tuning).
+# What tune_kernel_cmdline adds to the kernel command line (docs/what-the-deploy-does.md).
 KERNEL_ARGS = ("iommu=pt", "pci=realloc=off")
 CPU_IDLE_UNIT = "instinct-fleet-cpu-idle"
 RUN_DIR = "/run/instinct-fleet"

@@ -68,7 +68,7 @@ class _Translation(BaseModel):
 
 
 class _RecipeFile(BaseModel):
-    """The schema of a recipe file, the shipped ones' and a project's alike (README, Your own recipes)."""
+    """The schema of a recipe file, the shipped ones' and a project's alike (docs/recipes.md)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     model: StrictStr = Field(min_length=1)

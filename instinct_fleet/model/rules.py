@@ -1,6 +1,6 @@
 """The validation rules: id, severity and the reason or source behind each.
 
-Rules live in one table so the CLI, the README and the tests all name the same
+Rules live in one table so the CLI, the docs (docs/reference/rules.md) and the tests all name the same
 ids. Errors stop a run before any connection; warnings are printed and the run
 goes on.
 

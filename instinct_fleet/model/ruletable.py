@@ -20,11 +20,11 @@ class Rule:
 
 
 INPUT_RULES = (
-    Rule("schema", "error", "group_data values must have the documented type (README, Variables)."),
+    Rule("schema", "error", "group_data values must have the documented type (docs/reference/variables.md)."),
     Rule(
         "unknown-variable",
         "error",
-        "A misspelt variable is silently ignored by pyinfra; every instinct-fleet variable is listed in the README.",
+        "A misspelt variable is silently ignored by pyinfra; every instinct-fleet variable is listed in docs/reference/variables.md.",
     ),
     Rule(
         "group-data-unread",
@@ -235,7 +235,7 @@ INPUT_RULES = (
     Rule(
         "unsafe-value",
         "error",
-        "No value may hold a control character: a newline would add a line to an env file or a directive to a unit (README, Validation).",
+        "No value may hold a control character: a newline would add a line to an env file or a directive to a unit (docs/your-fleet.md).",
     ),
     Rule(
         "hf-token-source",

@@ -564,8 +564,9 @@ def _as_written(value: object) -> object:
 
 
 def validate_rolling(specs: list[HostSpec]) -> list[Finding]:
-    """One roll paces the whole fleet: hosts that disagree on its pace are named with the value most hosts have."""
-    return _one_value(specs, ROLLING_FLEET_KEYS, "rolling-fleet")
+    """One roll paces the whole fleet: hosts that disagree on its pace are named with the value most hosts have. A host
+    with no instance (a router's, one on its way out) has no serving unit to roll: its settings are not the roll's."""
+    return _one_value([s for s in specs if s.services or s.cluster is not None], ROLLING_FLEET_KEYS, "rolling-fleet")
 
 
 def validate_slo_fleet(specs: list[HostSpec]) -> list[Finding]:

@@ -54,6 +54,7 @@ def test_a_retune_rolls_one_serving_unit_at_a_time_behind_the_health_gate(on_loc
         "retune",
         {
             "vllm_args": {FLAG: 192},
+            "canary_profile": None,  # the batches by rolling_batch alone (the canary's own batch: test_roll_gates)
             "rolling_pre_stop": {"control": log.format("pre", hooks), "host": log.format("pre", "/var/log/hooks.log")},
             "rolling_post_start": {"control": log.format("post", hooks)},
         },

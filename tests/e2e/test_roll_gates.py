@@ -9,6 +9,7 @@ on inventories/local.py (FLEET_LAST).
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import urllib.request
@@ -107,6 +108,7 @@ def test_a_canary_that_regresses_loses_requests_or_answers_wrong_is_rolled_back_
     # With the demo's own settings (the default canary): as fast, but every reply degenerates into digits from its
     # sixth word on (ROCm/aiter#4855): only the accuracy probe sees it, and the canary goes back before the roll
     # reaches a second host.
+    earlier = set((ROOT / "results").glob("*-canary-*"))  # the results/ of the checkout: every share's canaries
     corrupt = deploy(inventory=inventory(tmp_path, "corrupt", {**DEMO, "vllm_env": {"STANDIN_CORRUPT": "6"}}))
     assert corrupt.rc != 0 and "Traceback" not in corrupt.stderr
     assert corrupt.status("sim-gpu-1") == {"rolled-back"}, corrupt.roll
@@ -133,7 +135,10 @@ def test_a_canary_that_regresses_loses_requests_or_answers_wrong_is_rolled_back_
     answered = [v for row in rolled.roll for v in row["accuracy"]]
     assert answered and all(v["outcome"] != "regressed" and v["accuracy"][0] >= 80 for v in answered), answered
     # Every run of both measurements is stored as bench stores its runs, and report reads them with their spread.
-    stored = sorted((ROOT / "results").glob("*-canary-*"))[-4:]
+    # This fleet's (its own image's registry; the other shares' fleets store theirs beside them): the corrupt change's
+    # two measurements, then the harmless one's.
+    configs = {d: d / "sim-gpu-1" / "main" / "config.json" for d in sorted(set((ROOT / "results").glob("*-canary-*")) - earlier)}
+    stored = [d for d, c in configs.items() if c.is_file() and json.loads(c.read_text())["image"] == fleet["image"]]
     assert [p.name.rsplit("-", 1)[-1] for p in stored] == ["before", "after", "before", "after"]
     assert len(list((stored[-1] / "sim-gpu-1" / "main").glob("canary-c4*.json"))) == 3
     report = run_cli("report", str(stored[-1]))

@@ -61,7 +61,8 @@ EQUAL += ["--num-prompts", "8", "--concurrency", "8", "--max-out", "2", "--limit
 
 def staging(fleet: dict[str, Any], tmp_path: Path) -> str:
     ports = {h["name"]: h["api_port"] for h in fleet["hosts"]}
-    common = {"bench_profiles": {"tune": PROFILE}, "rolling_drain_timeout": 5}
+    # The staging deploy puts the tune's starting point in place, slower by design: no canary judges it.
+    common = {"bench_profiles": {"tune": PROFILE}, "rolling_drain_timeout": 5, "canary_profile": None}
     return inventory(
         tmp_path,
         "staging",

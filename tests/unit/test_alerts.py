@@ -32,7 +32,7 @@ def expected(name: str, host: str, gpu: str, value: str) -> dict[str, Any]:
     said = f"the next deploy quarantines by {alert.rule}" if judged else f"above {alert.rule}"
     return {
         "exp_labels": {"severity": "page" if judged else "ticket", "instinct_fleet": alert.rule, "host": host, "gpu_id": gpu},
-        "exp_annotations": {"summary": summary, "description": f"{summary}; {said} (README, GPU health and quarantine)"},
+        "exp_annotations": {"summary": summary, "description": f"{summary}; {said} (docs/gpu-health.md)"},
     }
 
 

@@ -277,15 +277,15 @@ globals().update(groups(__file__, "hosts.yml"))
 """
 
 
-def test_the_readme_and_the_project_init_writes_show_the_two_lines_this_test_runs(tmp_path: Path) -> None:
-    assert TWO_LINES in (ROOT / "README.md").read_text()
+def test_the_docs_and_the_project_init_writes_show_the_two_lines_this_test_runs(tmp_path: Path) -> None:
+    assert TWO_LINES in (ROOT / "docs" / "ansible.md").read_text()
     assert cli_main(["init", str(tmp_path / "project")]) == 0
     assert TWO_LINES in (tmp_path / "project" / "inventories" / "prod.py").read_text()
 
 
 def project(root: Path, inventory: str) -> Path:
     """An instinct-fleet project whose hosts are an Ansible inventory: group_data/, deploy.py and the two-line
-    pyinfra inventory that reads it (what the README's "Coming from Ansible" shows)."""
+    pyinfra inventory that reads it (what docs/ansible.md shows)."""
     write(root, {inventory: YAML, **VARS, "deploy.py": "", "group_data/all.py": "vllm_version = '0.22.0'\n"})
     write(root, {"inventories/prod.py": TWO_LINES.replace("hosts.yml", f"../{inventory}")})
     return root / "inventories" / "prod.py"

@@ -133,3 +133,6 @@ def test_the_canary_s_settings_are_one_value_for_the_fleet() -> None:
         "'median_ttft_ms': 5.0} here, {'output_throughput': 10.0, 'median_tpot_ms': 0.5, 'median_ttft_ms': 2.0} on most hosts"
         in found.message
     )
+    # A host with no instance has no serving unit to roll: its canary settings are nobody's (a router, a host leaving).
+    idle = resolve_host("d", {"canary_profile": None, "canary_floors": {"median_ttft_ms": 9}, "vllm_instances": []})[0]
+    assert validate_rolling([*specs, idle]) == [found]

@@ -47,11 +47,13 @@ def test_every_citation_has_a_quote_and_every_quote_a_citation() -> None:
     assert sorted(set(QUOTES) - set(cited)) == []
 
 
-README_CREDIT = re.compile(r"\[seeds? (00[0-4])\]\(docs/seeds\.md#credits-of-the-user-guide\)")
+# A user page's credit: a link to docs/seeds.md's credits, relative to the page (the README's, a guide's, a reference's).
+README_CREDIT = re.compile(r"\[seeds? (00[0-4])\]\((?:docs/|\.\./)?seeds\.md#credits-of-the-user-guide\)")
+USER = re.compile(r"^(?!development\.md$|seeds\.md$)")
 
 
 def _readme_rows() -> set[str]:
-    """The README's generated rows (variables and rules): each is its source's text, which carries the lines, with the
+    """The docs' generated rows (variables and rules): each is its source's text, which carries the lines, with the
     lines left out (tests/unit/test_docs.py holds the two equal)."""
     from instinct_fleet.model.defaults import VARIABLES
     from instinct_fleet.model.rules import RULES
@@ -69,7 +71,7 @@ def test_no_seed_is_credited_without_a_line() -> None:
     bare = []
     for path in texts():
         for number, line in enumerate(path.read_text().splitlines(), start=1):
-            if path.name == "README.md":
+            if path.name == "README.md" or (path.is_relative_to(ROOT / "docs") and USER.match(path.name)):
                 linked = {m.group(1) for m in README_CREDIT.finditer(line)}
                 assert linked <= credited, (number, linked - credited)
                 cells = line.split(" | ")

@@ -1,4 +1,5 @@
-"""Variables are documented in one place: README and group_data/all.py match defaults.py."""
+"""The docs: a short README, the pages of docs/ and their generated reference tables (variables, rules, vLLM's
+start-up checks and keyless routes) held to the code; group_data/all.py matches defaults.py."""
 
 from __future__ import annotations
 
@@ -14,17 +15,23 @@ from instinct_fleet.model.knowledge import without_lines
 from instinct_fleet.model.rules import RULES
 
 ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+# The user's pages: the README and the guides and reference of docs/ (development.md and seeds.md are the contributors').
+USER_PAGES = [
+    ROOT / "README.md",
+    *(p for p in sorted(DOCS.rglob("*.md")) if p.name not in ("development.md", "seeds.md") and "report-example" not in p.parts),
+]
 
 
-def test_readme_variables_table_matches_defaults() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_the_variables_page_matches_defaults() -> None:
+    text = (DOCS / "reference" / "variables.md").read_text()
     rows = re.findall(r"^\| `([a-z_]+)` \| `(.*?)` \| (.*) \|$", text, re.M)
     table = {name: (json.loads(default), doc) for name, default, doc in rows}
     assert table == {v.name: (json.loads(json.dumps(v.default)), without_lines(v.doc)) for v in VARIABLES}
 
 
-def test_readme_lists_every_rule() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_the_rules_page_lists_every_rule() -> None:
+    text = (DOCS / "reference" / "rules.md").read_text()
     listed = set(re.findall(r"^\| `([a-z0-9-]+)` \| (?:error|warning) \|", text, re.M))
     assert listed == set(RULES)
     # Written by scripts/sync_variable_docs.py: each row is the rules table's own severity and reason, its seeds cited
@@ -52,31 +59,44 @@ def test_the_pyinfra_floor_in_the_makefile_is_the_floor_pyproject_admits() -> No
     assert f'"pyinfra>={floor.group(1)},<4"' in (ROOT / "pyproject.toml").read_text()
 
 
-def test_the_readme_contents_list_every_section_in_order() -> None:
-    """Install, quick start, your own fleet, operating, reference, development: the order a user reads in (issue 31)."""
-    text = (ROOT / "README.md").read_text()
-    contents = text.split("## Contents\n", 1)[1].split("\n## ", 1)[0]
-    listed = re.findall(r"^ *- \[(.+?)\]\(#([\w-]+)\)$", contents, re.M)
-    headings = re.findall(r"^#{2,3} (.+)$", text.split("\n## Install\n", 1)[1], re.M)
-    assert [title for title, _ in listed] == ["Install", *headings]
-    top = re.findall(r"^## (.+)$", text, re.M)
-    assert top == [
-        "Contents",
-        "Install",
-        "Quick start: a simulated fleet on one machine",
-        "Your own fleet",
-        "Operating a fleet",
-        "Reference",
-        "Development",
-    ]
+def test_the_readme_is_short_and_links_every_page_and_the_site_navigates_them_all() -> None:
+    """A README of at most 200 lines (what it is, install, the quick start, a first hour, links); every page of docs/
+    is linked from it or from docs/index.md and is in mkdocs.yml's navigation, and every relative link resolves."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    top = re.findall(r"^## (.+)$", readme, re.M)
+    assert top == ["Install", "Quick start: a simulated fleet on one machine", "Your first hour", "Documentation", "Development"]
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    nav = set(re.findall(r":\s*([\w./-]+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M))
+    assert nav == pages, (pages - nav, nav - pages)
+    index = (DOCS / "index.md").read_text()
+    linked = set(re.findall(r"\]\(docs/([\w./-]+\.md)\)", readme)) | set(re.findall(r"\]\(([\w./-]+\.md)\)", index))
+    assert pages - {"index.md", "report-example/report.md"} <= linked, pages - linked
+    for page in [ROOT / "README.md", *DOCS.rglob("*.md")]:
+        for target in re.findall(r"\]\((?!https?:|mailto:|#)([^)\s#]+)(?:#[\w-]+)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links {target}, which does not exist"
+
+
+def test_every_docs_anchor_names_a_heading_of_its_page() -> None:
+    """A link to page.md#anchor lands on a heading of that page (GitHub's and mkdocs' slugs)."""
+
+    def slugs(path: Path) -> set[str]:
+        text = re.sub(r"(?ms)^```.*?^```", "", path.read_text())
+        return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+    for page in [ROOT / "README.md", *DOCS.rglob("*.md")]:
+        for target, anchor in re.findall(r"\]\((?!https?:)([^)\s#]*)#([\w-]+)\)", page.read_text()):
+            where = page if not target else page.parent / target
+            assert anchor in slugs(where), f"{page.relative_to(ROOT)}: {target}#{anchor} names no heading"
 
 
 def test_the_user_guide_cites_seeds_without_line_numbers() -> None:
-    """The README is for users: a seed is named, its lines are in the code and docs/seeds.md, where tests check them."""
+    """The README and the guide are for users: a seed is named, its lines are in the code and docs/seeds.md, where tests
+    check them."""
     from instinct_fleet.model.knowledge import CITATION
 
-    text = (ROOT / "README.md").read_text()
-    assert [m.group(0) for m in CITATION.finditer(text)] == []
+    for page in USER_PAGES:
+        assert [m.group(0) for m in CITATION.finditer(page.read_text())] == [], page
     assert CITATION.search((ROOT / "docs" / "seeds.md").read_text()), "docs/seeds.md keeps the citations with their lines"
 
 
@@ -89,29 +109,60 @@ def test_the_readme_says_what_its_own_words_mean_before_using_them() -> None:
         assert defined - first < 900, f"{word!r} is used at {first} but defined only at {defined}"
 
 
-def test_readme_start_up_table_is_counted_from_the_shipped_tables() -> None:
-    """The README's table of vLLM's start-up checks per version is what scripts/sync_variable_docs.py counts in the
+def test_the_start_up_table_is_counted_from_the_shipped_tables() -> None:
+    """The docs' table of vLLM's start-up checks per version is what scripts/sync_variable_docs.py counts in the
     knowledge tables, row for row: a table extracted again, or a version added, fails here until it is synced."""
     spec = importlib.util.spec_from_file_location("sync_variable_docs", ROOT / "scripts" / "sync_variable_docs.py")
     assert spec is not None and spec.loader is not None
     sync = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sync)
     table = sync.startup_table()
-    assert table in (ROOT / "README.md").read_text()
+    assert table in (DOCS / "reference" / "vllm-versions.md").read_text()
     assert (
         "| checks between settings, each anchored to the line that raises it, with the conditions that lead there |" in table
         and table.count("\n") == 10
     )
 
 
-def test_readme_lists_the_routes_each_shipped_vllm_serves_without_the_key() -> None:
-    """What the README says is open on a keyed port is what each shipped table read from that version's source."""
+def test_the_router_page_lists_the_routes_each_shipped_vllm_serves_without_the_key() -> None:
+    """What the docs say is open on a keyed port is what each shipped table read from that version's source."""
     spec = importlib.util.spec_from_file_location("sync_variable_docs", ROOT / "scripts" / "sync_variable_docs.py")
     assert spec is not None and spec.loader is not None
     sync = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sync)
     table = sync.keyless_table()
-    assert table in (ROOT / "README.md").read_text()
+    assert table in (DOCS / "router.md").read_text()
     for version in knowledge.supported_versions():
         row = next(line for line in table.splitlines() if line.startswith(f"| {version} |"))
         assert "`/tokenize`" in row and "`/health`" in row and "`/v1/completions`" not in row, row
+
+
+def test_every_page_the_package_names_exists_and_holds_what_it_names() -> None:
+    """What the package tells a user to read (a rule's why, an alert's description, a variable's meaning): a page of
+    docs/ that exists, and the section it names, which that page holds; no text still points at the README's sections."""
+    texts = [p for p in (ROOT / "instinct_fleet").rglob("*") if p.suffix in (".py", ".j2", ".toml") and "seeds" not in p.parts]
+    named = 0
+    for path in texts:
+        text = path.read_text()
+        assert not re.search(r"\(README, ", text), f"{path.relative_to(ROOT)} points at a README section"
+        for page, section in re.findall(r"\b(docs/[\w/.-]+\.md)(?:, ([A-Z][\w ]+?))?[)\s:.;]", text):
+            assert (ROOT / page).is_file(), f"{path.relative_to(ROOT)} names {page}, which does not exist"
+            if section:
+                assert section in (ROOT / page).read_text(), f"{path.relative_to(ROOT)}: {page} holds no {section!r}"
+            named += 1
+    assert named > 10
+
+
+def test_the_development_page_lists_each_end_to_end_module_in_its_share() -> None:
+    """docs/development.md's table of shares is what each module's FLEET_SHARE says."""
+    text = (DOCS / "development.md").read_text()
+    listed = {
+        module: int(share)
+        for share, row in re.findall(r"^\| (\d) \| (.+) \|$", text, re.M)
+        for module in re.findall(r"`(test_\w+\.py)`", row)
+    }
+    actual = {}
+    for path in sorted((ROOT / "tests" / "e2e").glob("test_*.py")):
+        found = re.search(r"^FLEET_SHARE = (\d+)", path.read_text(), re.M)
+        actual[path.name] = int(found.group(1)) if found else 0
+    assert listed == actual

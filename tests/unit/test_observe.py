@@ -409,12 +409,13 @@ def test_the_stand_in_exposes_only_metrics_the_pinned_vllm_creates_and_of_their_
         assert table.get(source) == kind, (name, kind, table.get(source))
 
 
-def test_the_readme_counts_each_versions_metrics_as_its_table_has_them() -> None:
+def test_the_docs_count_each_versions_metrics_as_its_table_has_them() -> None:
     from collections import Counter
 
     from instinct_fleet.model import knowledge
 
-    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| Prometheus metrics"))
+    page = ROOT / "docs" / "reference" / "vllm-versions.md"
+    row = next(line for line in page.read_text().splitlines() if line.startswith("| Prometheus metrics"))
     written = [cell.strip() for cell in row.strip("|").split("|")[2:]]
     counted = []
     for version in knowledge.supported_versions():

@@ -204,13 +204,12 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
 
 
 def _readme_commands() -> list[tuple[str, list[str]]]:
-    """Each ``instinct-fleet SUBCOMMAND ...`` the README shows (in code), with the options it gives before any ``--``."""
+    """Each ``instinct-fleet SUBCOMMAND ...`` the README and docs/ show (in code), with the options it gives before any ``--``."""
     import re
 
     found = []
-    for span in re.findall(
-        r"`([^`\n]*instinct-fleet [a-z][^`\n]*)`|^ {4}(.*instinct-fleet [a-z].*)$", (ROOT / "README.md").read_text(), re.M
-    ):
+    pages = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))])
+    for span in re.findall(r"`([^`\n]*instinct-fleet [a-z][^`\n]*)`|^ {4}(.*instinct-fleet [a-z].*)$", pages, re.M):
         text = next(s for s in span if s)
         for command in re.findall(r"instinct-fleet ([a-z][a-z-]*)((?:(?! \| | && |; ).)*)", text):
             sub, rest = command

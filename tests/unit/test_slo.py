@@ -66,7 +66,7 @@ def burn(slo_name: str, severity: str, window: str, objective: float, burn_rate:
         "exp_annotations": {
             "summary": f"{MODEL}: {what} burn the {1 - objective:.3g} error budget {burn_rate:g} times too fast over {long} and {short}",
             "description": f"{what} exceed {burn_rate:g} times the budget of {1 - objective:.3g} of all, over {long} and the last "
-            f"{short}; objective {objective:g} (README, Dashboards and alerts)",
+            f"{short}; objective {objective:g} (docs/dashboards.md)",
         },
     }
 

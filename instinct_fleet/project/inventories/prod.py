@@ -4,7 +4,7 @@ Groups are the top-level lists; group_data/<group>.py holds each group's data,
 and a (host, {data}) tuple sets data for one host.
 
 Coming from Ansible? Keep your hosts.yml (with its group_vars/ and host_vars/) beside
-this file, and make this file these two lines (README, Coming from Ansible):
+this file, and make this file these two lines (docs/ansible.md):
 
 from instinct_fleet.model.ansible import groups
 globals().update(groups(__file__, "hosts.yml"))
