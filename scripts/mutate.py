@@ -187,6 +187,56 @@ MUTATIONS: tuple[Mutation, ...] = (
         "runs < 1 and spec.vars.canary_inconclusive",
         ("tests/unit/test_rules.py",),
     ),
+    # A canary that sees what hurts (issue 64): its alpha over everything judged, the figures, the watch's gate.
+    Mutation(
+        "canary: alpha not split over the instances judged",
+        "instinct_fleet/live/canary.py",
+        "self.alpha / max(1, comparisons)",
+        "self.alpha",
+        ("tests/unit/test_canary.py::test_the_canary_splits_alpha_over_every_comparison_it_judges",),
+    ),
+    Mutation(
+        "canary: a multi-concurrency profile pooled",
+        "instinct_fleet/roll/measure.py",
+        "    return job.svc.name if len(levels) == 1 else",
+        "    return job.svc.name if True else",
+        ("tests/unit/test_canary.py::test_a_multi_concurrency_profile_is_judged_job_by_job",),
+    ),
+    Mutation(
+        "noise: the mean of the runs in place of their median",
+        "instinct_fleet/live/noise.py",
+        "    mb, ma = median(b), median(a)\n",
+        "    mb, ma = sum(b) / len(b), sum(a) / len(a)\n",
+        ("tests/unit/test_noise.py",),
+    ),
+    Mutation(
+        "watch: the gate passes without a step counter advance",
+        "instinct_fleet/templates/watch.py",
+        'return "passed" if after.steps > before.steps else "stalled"',
+        'return "passed" if after.steps >= before.steps else "stalled"',
+        ("tests/unit/test_watch.py",),
+    ),
+    Mutation(
+        "accuracy: the probe's alpha not split over the canary's instances",
+        "instinct_fleet/live/canary.py",
+        "self.probe_alpha / max(1, instances)",
+        "self.probe_alpha",
+        ("tests/unit/test_accuracy.py", "tests/unit/test_canary.py"),
+    ),
+    Mutation(
+        "accuracy: a loss within the floor counted",
+        "instinct_fleet/live/accuracy.py",
+        "if self.before - self.after <= self.floor:",
+        "if self.before - self.after < 0:",
+        ("tests/unit/test_accuracy.py",),
+    ),
+    Mutation(
+        "liveness: a stall must outlast its window",
+        "instinct_fleet/model/liveness.py",
+        "    return seconds >= window\n",
+        "    return seconds > window + 1\n",
+        ("tests/unit/test_watch.py::test_busy_without_a_step_is_a_stall_and_idle_or_stepping_is_not",),
+    ),
     # A user's first hour (issue 61).
     Mutation(
         "canary: off by default again",

@@ -73,8 +73,11 @@ class Rule:
             v.canary_probe_alpha,
         )
 
-    def compare(self, instance: str, before: list[dict[str, Any]], after: list[dict[str, Any]]) -> Comparison:
-        return Comparison(instance, noise.compare(before, after, self.limit, self.floors, self.alpha))
+    def compare(self, instance: str, before: list[dict[str, Any]], after: list[dict[str, Any]], comparisons: int = 1) -> Comparison:
+        """The speed verdict on one of the canary's ``comparisons`` (each instance, each job of a multi-concurrency
+        profile): each is judged at ``alpha / comparisons``, and within it over the figures it judges, so that the
+        canary as a whole raises a false alarm at most ``alpha`` of the time (Bonferroni)."""
+        return Comparison(instance, noise.compare(before, after, self.limit, self.floors, self.alpha / max(1, comparisons)))
 
     def compare_answers(
         self,

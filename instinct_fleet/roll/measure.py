@@ -32,11 +32,18 @@ class BenchRun(FactBase[tuple[dict[str, Any] | None, str]]):
         return bench.result_of("\n".join(output)), " | ".join(line for line in output[-3:] if line.strip())
 
 
+def compared(job: workload.Job, runs: Sequence[tuple[workload.Job, int]]) -> str:
+    """What one canary comparison is named: its instance, and its concurrency when the profile has several (a job at
+    concurrency 1 and one at 64 measure different things: pooled, a slowdown of one hides in the spread of both)."""
+    levels = {j.concurrency for j, _ in runs if j.svc.name == job.svc.name}
+    return job.svc.name if len(levels) == 1 else f"{job.svc.name} at concurrency {job.concurrency}"
+
+
 @operation(is_idempotent=False)
 def canary_measured(
     phase: str,
     runs: list[tuple[workload.Job, int]],
-    measure: Callable[[str, str, str, list[dict[str, Any]]], str | None],
+    measure: Callable[[str, str, str, list[dict[str, Any]], int], str | None],
     hold: Callable[[str, str], None] | None = None,
     asks: Sequence[tuple[str, str]] = (),
     items: Sequence[Item] = (),
@@ -67,9 +74,10 @@ def canary_measured(
         if failed is not None:  # its figures count only the requests that succeeded: they measure nothing
             problem = f"canary: {failed} {phase} the change ({job.label()}; the run is kept in {folder})"
             break
-        by_instance.setdefault(job.svc.name, []).append(data)
+        by_instance.setdefault(compared(job, runs), []).append(data)
     if problem is None:
-        found = [p for name, runs_of in by_instance.items() if (p := measure(host.name, phase, name, runs_of)) is not None]
+        count = len(by_instance)  # every instance, and every job of a multi-concurrency profile, judged on its own
+        found = [p for name, runs_of in by_instance.items() if (p := measure(host.name, phase, name, runs_of, count)) is not None]
         problem = "; ".join(found) or None
     for instance, script in asks if problem is None and probe is not None else ():
         answers, tail = host.get_fact(ProbeRun, script=script, expected=len(items))

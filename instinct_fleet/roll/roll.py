@@ -196,14 +196,15 @@ class Journal:
             and any(h in bad and h not in self.failed_at_start[index] for unit in self.plan.batches[index] for h in unit.hosts)
         ]
 
-    def measure(self, host: str, phase: str, instance: str, runs: list[dict[str, Any]]) -> str | None:
-        """Record one canary measurement; after the change, why the canary fails (None: it passes, or its
-        inconclusive verdict lets the roll proceed, which the summary says)."""
+    def measure(self, host: str, phase: str, instance: str, runs: list[dict[str, Any]], comparisons: int = 1) -> str | None:
+        """Record one canary measurement (``instance``: an instance, or one job of it); after the change, why the
+        canary fails (None: it passes, or its inconclusive verdict lets the roll proceed, which the summary says).
+        ``comparisons``: how many the canary judges, which share its alpha."""
         self.measured.setdefault((host, instance), {})[phase] = runs
         before = self.measured[(host, instance)].get("before")
         if phase != "after" or before is None or self.plan.canary_rule is None:
             return None
-        found = self.plan.canary_rule.compare(instance, before, runs)
+        found = self.plan.canary_rule.compare(instance, before, runs, comparisons)
         self.compared.setdefault(host, []).append(found)
         return self._judged(host, found)
 

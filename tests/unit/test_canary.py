@@ -136,3 +136,41 @@ def test_the_canary_s_settings_are_one_value_for_the_fleet() -> None:
     # A host with no instance has no serving unit to roll: its canary settings are nobody's (a router, a host leaving).
     idle = resolve_host("d", {"canary_profile": None, "canary_floors": {"median_ttft_ms": 9}, "vllm_instances": []})[0]
     assert validate_rolling([*specs, idle]) == [found]
+
+
+def test_the_canary_splits_alpha_over_every_comparison_it_judges() -> None:
+    """A canary unit of two instances: harmless changes, 5000 of them at 10% run-to-run variation, fail the canary (one
+    instance regressed) at most alpha of the time, within 3.72 binomial standard deviations; without the split over
+    the instances the rate doubles."""
+    import math
+    import random
+
+    from tests.unit.test_noise import RUNS, simulated
+
+    rng = random.Random(64)
+    rule = canary.Rule(limit=0, floors={}, alpha=ALPHA, inconclusive="proceed")  # the noise alone decides
+    trials = 5000
+    alarms = 0
+    for _ in range(trials):
+        sides = [(simulated(rng, RUNS, 0.10, 1.0, 0), simulated(rng, RUNS, 0.10, 1.0, 0)) for _ in range(2)]
+        verdicts = [rule.compare(f"i{n}", before, after, comparisons=2).verdict.outcome for n, (before, after) in enumerate(sides)]
+        alarms += "regressed" in verdicts
+    assert alarms / trials <= ALPHA + 3.72 * math.sqrt(ALPHA * (1 - ALPHA) / trials), alarms
+
+
+def test_a_multi_concurrency_profile_is_judged_job_by_job() -> None:
+    """A job at concurrency 1 slowed twice, one at 64 unchanged: pooled, the slowdown hides in the spread of both; job
+    by job, it is caught, and named with its concurrency."""
+    from instinct_fleet.roll import measure
+
+    spec, _ = resolve_host("h1", {"bench_profiles": {"two": {"input_len": 64, "output_len": 16, "concurrency": [1, 64]}}})
+    jobs = [(job, repeat) for job in workload.jobs(spec, spec.services[0], "two", None, None) for repeat in range(3)]
+    assert [measure.compared(job, jobs) for job, _ in jobs[::3]] == ["main at concurrency 1", "main at concurrency 64"]
+    single = [(job, 0) for job in workload.jobs(spec, spec.services[0], "latency", None, None)]
+    assert measure.compared(single[0][0], single) == "main"
+    fast, slow = runs(1, 3, 45.0, 4.0, 726.0), runs(2, 3, 90.0, 8.0, 363.0)
+    steady = runs(3, 3, 45.0, 4.0, 726.0)
+    pooled = RULE.compare("main", [*fast, *steady], [*slow, *runs(4, 3, 45.0, 4.0, 726.0)])
+    assert pooled.verdict.outcome != "regressed"
+    by_job = RULE.compare("main at concurrency 1", fast, slow, comparisons=2)
+    assert by_job.verdict.outcome == "regressed" and by_job.evidence().startswith("main at concurrency 1: ")

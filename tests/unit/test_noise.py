@@ -289,3 +289,12 @@ def test_a_side_missing_a_figure_is_not_judged_on_it() -> None:
 def test_spread_names_the_median_the_range_and_the_runs() -> None:
     assert noise.spread([700.0]) == "700.0"
     assert noise.spread([690.0, 700.0, 720.0]) == "700.0 (690.0-720.0, 3 runs)"
+
+
+def test_each_side_is_its_median_run_so_one_disturbed_run_moves_nothing() -> None:
+    """The figure compared is the median over the runs: one run slowed by a neighbour (300 of 700 tok/s) leaves the
+    after side at 699 tok/s, within the limit; a mean would make it 566 tok/s, a 19% fall."""
+    before = [{"output_throughput": v} for v in (700.0, 702.0, 698.0)]
+    after = [{"output_throughput": v} for v in (700.0, 699.0, 300.0)]
+    judged = noise.judge(THROUGHPUT, before, after, 10, 10.0, ALPHA)
+    assert judged is not None and (judged.before, judged.after) == (700.0, 699.0) and judged.status == "within"

@@ -93,6 +93,8 @@ def test_busy_without_a_step_is_a_stall_and_idle_or_stepping_is_not() -> None:
     assert p.observe(105, read(metrics(5, 1, 2))) == 5  # busy from the last idle reading on, no step
     assert p.observe(130, read(metrics(5, 1, 2))) == 30
     assert liveness.stalled(p.observe(165, read(metrics(5, 0, 1))), 60)  # waiting alone is work too
+    # The window is the verdict's edge: busy without a step for exactly the window is a stall, a moment less is not.
+    assert liveness.stalled(60.0, 60) and not liveness.stalled(59.9, 60)
     assert p.observe(170, read(metrics(6, 1, 2))) == 0  # one step: progress
     assert p.observe(175, read(metrics(0, 1, 0))) == 0  # a restarted engine's counters start again: a change
     p.reset()
@@ -195,7 +197,15 @@ def engine() -> Iterator[tuple[Any, int]]:
 def start_watch(
     tmp_path: Path, port: int, max_restarts: int, gpu: dict[str, Any] | None = None, gpus: tuple[int, ...] = (4,)
 ) -> tuple[subprocess.Popen[str], int]:
-    """The watch script and the two modules it imports, as the deploy installs them (managed.watch_entries)."""
+    """The watch, started on the files :func:`watch_files` writes."""
+    listen = watch_files(tmp_path, port, max_restarts, gpu, gpus)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "watch.py"), str(tmp_path / "watch.json")], stdout=subprocess.PIPE, text=True)
+    return proc, listen
+
+
+def watch_files(tmp_path: Path, port: int, max_restarts: int = 1, gpu: dict[str, Any] | None = None, gpus: tuple[int, ...] = (4,)) -> int:
+    """The watch script and the two modules it imports, as the deploy installs them (managed.watch_entries), and its
+    config for one instance on ``port``; the port it will listen on."""
     shutil.copy(ROOT / "instinct_fleet" / "templates" / "watch.py", tmp_path / "watch.py")
     (tmp_path / "liveness.py").write_bytes(templating.watch_module("instinct_fleet.model", "liveness.py"))
     (tmp_path / "evidence.py").write_bytes(templating.watch_module("instinct_fleet.converge", "evidence.py"))
@@ -235,8 +245,7 @@ def start_watch(
         ],
     }
     (tmp_path / "watch.json").write_text(json.dumps(config))
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "watch.py"), str(tmp_path / "watch.json")], stdout=subprocess.PIPE, text=True)
-    return proc, listen
+    return listen
 
 
 def state(listen: int) -> dict[str, Any]:
@@ -626,3 +635,52 @@ def test_a_host_that_lowers_a_rule_keeps_the_instance_and_a_host_without_amd_smi
     finally:
         proc.terminate()
         proc.communicate(timeout=10)
+
+
+def test_the_gate_passes_only_when_its_completion_moved_a_step_counter(tmp_path: Path) -> None:
+    """An engine that answers the gate's one-token completion while its step counters stand still (an answer that is
+    not the engine's: a cache, a proxy, a stale /metrics) is stalled, not passed; one whose counters move passes."""
+    assert NAMES is not None
+    stepped = {"steps": 7.0}
+
+    class Fake(BaseHTTPRequestHandler):
+        def log_message(self, *_: Any) -> None:
+            pass
+
+        def reply(self, body: str) -> None:
+            data = body.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                lines = [f"{NAMES.steps[0]} {stepped['steps']}", *(f"{b} 0" for b in NAMES.busy)]
+                self.reply("\n".join(lines) + "\n")
+            else:
+                self.reply(json.dumps({"data": [{"id": "m"}]}))
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            stepped["steps"] += stepped.get("advance", 0.0)
+            self.reply(json.dumps({"choices": [{"text": "x"}]}))
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        watch_files(tmp_path, server.server_address[1])
+        probe = (
+            "import importlib.util, sys\n"
+            f"sys.argv = ['watch.py', {str(tmp_path / 'watch.json')!r}]\n"
+            f"spec = importlib.util.spec_from_file_location('watch', {str(tmp_path / 'watch.py')!r})\n"
+            "watch = importlib.util.module_from_spec(spec); spec.loader.exec_module(watch)\n"
+            "print(watch.Instance(watch.CONFIG['instances'][0]).gate())\n"
+        )
+        still = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+        assert still.stdout.strip() == "stalled", still.stderr[-2000:]
+        stepped["advance"] = 1.0
+        moving = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+        assert moving.stdout.strip() == "passed", moving.stderr[-2000:]
+    finally:
+        server.shutdown()
