@@ -61,12 +61,11 @@ EQUAL += ["--num-prompts", "8", "--concurrency", "8", "--max-out", "2", "--limit
 
 def staging(fleet: dict[str, Any], tmp_path: Path) -> str:
     ports = {h["name"]: h["api_port"] for h in fleet["hosts"]}
-    # The staging deploy puts the tune's starting point in place, slower by design: no canary judges it.
-    common = {"bench_profiles": {"tune": PROFILE}, "rolling_drain_timeout": 5, "canary_profile": None}
+    common = {"bench_profiles": {"tune": PROFILE}, "rolling_drain_timeout": 5}
     return inventory(
         tmp_path,
         "staging",
-        {},
+        {"canary_profile": None},  # the staging deploy puts the tune's starting point in place, slower by design: no canary judges it
         {
             "sim-gpu-1": {**common, "vllm_env": KNOBS},
             # sim-gpu-2 serves the same instance instead of its two Llama halves (offline, with its API key).
