@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -126,6 +127,41 @@ def keyless_table() -> str:
     return "\n".join(lines)
 
 
+def cli_page() -> str:
+    """docs/reference/cli-options.md: every subcommand of the parser, its usage and each option with its help, as
+    ``instinct-fleet SUBCOMMAND --help`` gives them (at a fixed width, so that the page does not follow the terminal)."""
+    import argparse
+
+    from instinct_fleet.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {c.dest: c.help for c in sub._choices_actions}
+    lines = [
+        "# Command line options",
+        "",
+        "Written from the command line's own parser by `scripts/sync_variable_docs.py`; `tests/unit/test_docs.py` holds it",
+        "to the parser. What each command does, with examples: [Command line](cli.md).",
+    ]
+    for name, command in sub.choices.items():
+        command.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=100)
+        lines += ["", f"## instinct-fleet {name}", "", str(helps.get(name) or "").rstrip(".") + ".", "", "```text"]
+        lines += [command.format_usage().rstrip(), "```", "", "| argument | what it is |", "| --- | --- |"]
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            names = ", ".join(action.option_strings) or action.metavar or action.dest
+            # As a reader types it: a metavar with a shell operator (METRIC<=VALUE) quoted.
+            metavar = (
+                "" if not action.option_strings or action.nargs == 0 else f" {shlex.quote(str(action.metavar or action.dest.upper()))}"
+            )
+            said = (action.help or "").replace("|", "\\|").replace("\n", " ")
+            if action.default not in (None, False, [], argparse.SUPPRESS) and action.option_strings:
+                said += f" (default: `{action.default}`)"
+            lines.append(f"| `{names}{metavar}` | {said} |")
+    return "\n".join(lines) + "\n"
+
+
 # Each generated table, the page of docs/ that holds it and the header line that finds it there.
 TABLES = (
     ("reference/variables.md", r"^\| variable \| default \| meaning \|\n(?:^\|.*\|\n)+", "variables"),
@@ -149,6 +185,7 @@ def main() -> None:
         if found is None:
             raise SystemExit(f"docs/{page} has no table of the {what} to replace")
         path.write_text(text[: found.start()] + made[what]() + "\n" + text[found.end() :])
+    (ROOT / "docs" / "reference" / "cli-options.md").write_text(cli_page())
     all_py = ROOT / "group_data" / "all.py"
     all_py.write_text(group_data_all(commented=False))
     # The project's one formatter owns the layout of Python files, generated or not.

@@ -166,3 +166,14 @@ def test_the_development_page_lists_each_end_to_end_module_in_its_share() -> Non
         found = re.search(r"^FLEET_SHARE = (\d+)", path.read_text(), re.M)
         actual[path.name] = int(found.group(1)) if found else 0
     assert listed == actual
+
+
+def test_the_command_line_options_page_is_the_parser_s() -> None:
+    """docs/reference/cli-options.md is byte for byte what scripts/sync_variable_docs.py writes from the parser."""
+    spec = importlib.util.spec_from_file_location("sync_variable_docs", ROOT / "scripts" / "sync_variable_docs.py")
+    assert spec is not None and spec.loader is not None
+    sync = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sync)
+    page = sync.cli_page()
+    assert (DOCS / "reference" / "cli-options.md").read_text() == page
+    assert "## instinct-fleet vllm-facts" in page and "| `--show` |" in page and "| `--grafana-path PATH` |" in page
