@@ -23,31 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-FLEET = [sys.executable, str(ROOT / "tests" / "fleet" / "fleet.py")]
-CLI = str(Path(sys.executable).parent / "instinct-fleet")
+from warm_roll import FLEET, ROOT, inventory, run  # the light fleet's inventory and one deploy, as that benchmark runs them
+
 BEGIN, END = "<!-- benchmarks/canary_cost.py writes from here to the end marker -->", "<!-- end of benchmarks/canary_cost.py -->"
-
-
-def inventory(directory: Path, name: str, extra: dict[str, Any]) -> str:
-    """benchmarks/scale_inventory.py with ``extra`` on every host."""
-    path = directory / f"{name}.py"
-    path.write_text(
-        "import runpy\n"
-        f"base = runpy.run_path({str(ROOT / 'benchmarks' / 'scale_inventory.py')!r})\n"
-        f"scale = [(n, {{**d, **{extra!r}}}) for n, d in base['scale']]\n"
-    )
-    return str(path)
-
-
-def roll(inv: str) -> tuple[float, list[dict[str, Any]]]:
-    """One ``instinct-fleet deploy -y --json``: its wall time and its roll summary."""
-    started = time.monotonic()
-    done = subprocess.run([CLI, "deploy", inv, "-y", "--json"], cwd=ROOT, capture_output=True, text=True, check=False)
-    seconds = time.monotonic() - started
-    if done.returncode != 0:
-        sys.exit(f"deploy exited {done.returncode}:\n{done.stderr[-3000:]}")
-    return seconds, json.loads(done.stdout)["roll"]
 
 
 def main() -> None:
@@ -58,13 +36,13 @@ def main() -> None:
     times: dict[str, list[float]] = {"with the default canary": [], "canary_profile = None": []}
     verdicts: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        first, _ = roll(inventory(Path(tmp), "base", {**common, "vllm_args": {"max-num-seqs": 100}}))
+        first, _ = run("deploy", inventory(Path(tmp), "base", {**common, "vllm_args": {"max-num-seqs": 100}}))
         print(f"first converge {first:.0f} s", flush=True)
         seqs = 100
         for _ in range(rounds):
             for label, extra in (("with the default canary", {}), ("canary_profile = None", {"canary_profile": None})):
                 seqs += 8
-                seconds, rows = roll(inventory(Path(tmp), f"seqs{seqs}", {**common, **extra, "vllm_args": {"max-num-seqs": seqs}}))
+                seconds, rows = run("deploy", inventory(Path(tmp), f"seqs{seqs}", {**common, **extra, "vllm_args": {"max-num-seqs": seqs}}))
                 times[label].append(seconds)
                 bad = [r for r in rows if r["status"] not in ("rolled", "unchanged")]
                 if bad:

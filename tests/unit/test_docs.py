@@ -8,6 +8,7 @@ import importlib.util
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from instinct_fleet.model import knowledge
 from instinct_fleet.model.defaults import DEFAULTS, VARIABLES
@@ -21,6 +22,15 @@ USER_PAGES = [
     ROOT / "README.md",
     *(p for p in sorted(DOCS.rglob("*.md")) if p.name not in ("development.md", "seeds.md") and "report-example" not in p.parts),
 ]
+
+
+def sync_script() -> Any:
+    """scripts/sync_variable_docs.py, the writer of every generated table and page."""
+    spec = importlib.util.spec_from_file_location("sync_variable_docs", ROOT / "scripts" / "sync_variable_docs.py")
+    assert spec is not None and spec.loader is not None
+    sync = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sync)
+    return sync
 
 
 def test_the_variables_page_matches_defaults() -> None:
@@ -112,10 +122,7 @@ def test_the_readme_says_what_its_own_words_mean_before_using_them() -> None:
 def test_the_start_up_table_is_counted_from_the_shipped_tables() -> None:
     """The docs' table of vLLM's start-up checks per version is what scripts/sync_variable_docs.py counts in the
     knowledge tables, row for row: a table extracted again, or a version added, fails here until it is synced."""
-    spec = importlib.util.spec_from_file_location("sync_variable_docs", ROOT / "scripts" / "sync_variable_docs.py")
-    assert spec is not None and spec.loader is not None
-    sync = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sync)
+    sync = sync_script()
     table = sync.startup_table()
     assert table in (DOCS / "reference" / "vllm-versions.md").read_text()
     assert (
@@ -126,10 +133,7 @@ def test_the_start_up_table_is_counted_from_the_shipped_tables() -> None:
 
 def test_the_router_page_lists_the_routes_each_shipped_vllm_serves_without_the_key() -> None:
     """What the docs say is open on a keyed port is what each shipped table read from that version's source."""
-    spec = importlib.util.spec_from_file_location("sync_variable_docs", ROOT / "scripts" / "sync_variable_docs.py")
-    assert spec is not None and spec.loader is not None
-    sync = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sync)
+    sync = sync_script()
     table = sync.keyless_table()
     assert table in (DOCS / "router.md").read_text()
     for version in knowledge.supported_versions():
@@ -170,10 +174,7 @@ def test_the_development_page_lists_each_end_to_end_module_in_its_share() -> Non
 
 def test_the_command_line_options_page_is_the_parser_s() -> None:
     """docs/reference/cli-options.md is byte for byte what scripts/sync_variable_docs.py writes from the parser."""
-    spec = importlib.util.spec_from_file_location("sync_variable_docs", ROOT / "scripts" / "sync_variable_docs.py")
-    assert spec is not None and spec.loader is not None
-    sync = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sync)
+    sync = sync_script()
     page = sync.cli_page()
     assert (DOCS / "reference" / "cli-options.md").read_text() == page
     assert "## instinct-fleet vllm-facts" in page and "| `--show` |" in page and "| `--grafana-path PATH` |" in page
