@@ -1329,9 +1329,14 @@ def _ansible_inventory(opts: argparse.Namespace) -> Iterator[None]:
         return
     opts.project_dir = str(_project_dir(opts))
     try:
-        ansible.read(given)
+        hosts = ansible.read(given)
     except ansible.AnsibleInventoryError as exc:
         raise UsageError(str(exc)) from exc
+    for path, group in ansible.unread_group_vars(given, hosts):
+        print(
+            f"instinct-fleet: note: {path} is for group {group!r}, which no host of {given} is in: its variables reach no host",
+            file=sys.stderr,
+        )
     for path in ansible.vaulted_files(given):
         print(
             f"instinct-fleet: note: {path} is vault-encrypted: its variables are Ansible's alone (instinct-fleet reads none; "

@@ -432,6 +432,21 @@ def vaulted_files(source: str | os.PathLike[str]) -> list[Path]:
     return [p for p in found if _vaulted(p)]
 
 
+def unread_group_vars(source: str | os.PathLike[str], hosts: dict[str, AnsibleHost]) -> list[tuple[Path, str]]:
+    """The group_vars files beside the inventory of a group no host is in (an empty group, a misspelt name): Ansible
+    reads them for nobody, silently; the CLI names each, as validation names a group_data file no host reads."""
+    directory = Path(source).parent / "group_vars"
+    if not directory.is_dir():
+        return []
+    populated = {g for host in hosts.values() for g in host.groups}
+    found = []
+    for entry in sorted(directory.iterdir()):
+        group = entry.name if entry.is_dir() else entry.name.removesuffix(entry.suffix) if entry.suffix in SUFFIXES else entry.name
+        if group not in populated and (entry.is_dir() or entry.suffix in SUFFIXES):
+            found.append((entry, group))
+    return found
+
+
 def _vars_file(path: Path) -> list[tuple[str, Any, Where]]:
     if _vaulted(path):  # its variables are Ansible's alone: vaulted_files names the file
         return []

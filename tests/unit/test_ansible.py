@@ -367,3 +367,25 @@ def test_an_ordinary_team_inventory_is_read_as_ansible_reads_it(tmp_path: Path, 
     assert code == 0, err
     assert f"note: {tmp_path / 'group_vars' / 'all' / 'vault.yml'} is vault-encrypted: its variables are Ansible's alone" in err
     assert json.loads(out)["services"][0]["host"] == "gpu-1"
+
+
+def test_group_vars_no_host_reads_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A group_vars file of an empty group, or of a name no group has (gpus beside gpu), reaches no host: Ansible says
+    nothing, instinct-fleet names each, as it names a group_data file no host reads."""
+    write(
+        tmp_path,
+        {
+            "hosts.yml": "all:\n  children:\n    gpu:\n      hosts:\n        gpu-1:\n    empty:\n",
+            "group_vars/all.yml": "vllm_recipe: gpt-oss-120b\n",
+            "group_vars/gpu/main.yml": "watch: true\n",
+            "group_vars/empty.yml": "watch: false\n",
+            "group_vars/gpus.yaml": "watch: false\n",
+            "deploy.py": "",
+        },
+    )
+    hosts = ansible.read(tmp_path / "hosts.yml")
+    unread = ansible.unread_group_vars(tmp_path / "hosts.yml", hosts)
+    assert unread == [(tmp_path / "group_vars" / "empty.yml", "empty"), (tmp_path / "group_vars" / "gpus.yaml", "gpus")]
+    assert cli_main(["plan", str(tmp_path / "hosts.yml")]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {tmp_path / 'group_vars' / 'gpus.yaml'} is for group 'gpus', which no host of" in err and "group 'gpu'" not in err
