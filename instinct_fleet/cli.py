@@ -145,7 +145,14 @@ def _report(
     if as_json:
         out = {
             "services": [
-                {**service_json(svc), "env": env, "argv": ["vllm", *render.serve_command(svc, spec.vars.rolling_drain_timeout)]}
+                {
+                    **service_json(svc),
+                    "env": env,
+                    "argv": ["vllm", *render.serve_command(svc, spec.vars.rolling_drain_timeout)],
+                    # With --explain, why each env var and flag has its value: its recipe's reason, or the layer and
+                    # the file and line that set it (as the text shows them).
+                    **({"reasons": dict(svc.reasons)} if explain else {}),
+                }
                 for spec, svc, env in served
             ],
             "clusters": _clusters(planned),

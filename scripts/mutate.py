@@ -288,6 +288,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/unit/test_ansible.py::test_an_ordinary_team_inventory_is_read_as_ansible_reads_it",),
     ),
     Mutation(
+        "plan: --explain --json without the reasons",
+        "instinct_fleet/cli.py",
+        '**({"reasons": dict(svc.reasons)} if explain else {}),',
+        "**({}),",
+        ("tests/unit/test_cli.py::test_a_mapping_replaced_at_a_narrower_level_is_said_with_both_files",),
+    ),
+    Mutation(
         "cli: an unknown option not caught before argparse",
         "instinct_fleet/cli.py",
         "    unknown = _unknown_options(parser, joined)\n",

@@ -578,6 +578,12 @@ def test_a_mapping_replaced_at_a_narrower_level_is_said_with_both_files(
     assert "dropping max-model-len: " in err and "[mapping-replaced]" in err
     assert "--max-num-seqs: group_data: vllm_args, set in group_data/gpu.py line 1" in out
     assert "--tensor-parallel-size: group_data: vllm_args, set in group_data/gpu.py line 1" in out
+    code, out, _ = run(capsys, "plan", "inventories/kept.py", "--explain", "--json", "--limit", "gpu-1")
+    reasons = json.loads(out)["services"][0]["reasons"]  # the same words in JSON
+    assert reasons["--max-num-seqs"] == "group_data: vllm_args, set in group_data/gpu.py line 1"
+    assert reasons["VLLM_ROCM_USE_AITER"].startswith("recipe gpt-oss-120b: ")
+    code, out, _ = run(capsys, "plan", "inventories/kept.py", "--json", "--limit", "gpu-1")
+    assert "reasons" not in json.loads(out)["services"][0]  # the --json contract without --explain is unchanged
     project("all", "vllm_args = {'max-model-len': 16384}\n", "vllm_args = {'max-model-len': 16384, 'max-num-seqs': 256}\n")
     code, _, err = run(capsys, "plan", "inventories/all.py")
     assert code == 0 and "mapping-replaced" not in err, err
