@@ -971,7 +971,7 @@ def cmd_vllm_facts(opts: argparse.Namespace) -> int:
         raise UsageError("give --wheel or --from-host, not both: the table comes from one source")
     if bool(opts.from_host) != bool(opts.inventory):
         raise UsageError("--from-host HOST reads the image of a host of --inventory INVENTORY: give both")
-    catalog = _catalog(_project_dir(opts)) if opts.inventory else _own_catalog(opts)
+    catalog = _facts_catalog(opts)
     if catalog.project is None:
         raise UsageError(
             "no project here to store the table in: run this in your project's directory (deploy.py or group_data/), or give --project-dir"
@@ -1005,16 +1005,21 @@ def cmd_vllm_facts(opts: argparse.Namespace) -> int:
 VERSION = re.compile(r"\d+(?:\.\d+)+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?(?:\+[A-Za-z0-9.]+)?")
 
 
+def _facts_catalog(opts: argparse.Namespace) -> Catalog:
+    """The catalog vllm-facts reads and writes: the inventory's project with --inventory, else the one it runs in."""
+    return _catalog(_project_dir(opts)) if opts.inventory else _own_catalog(opts)
+
+
 def _show_table(opts: argparse.Namespace) -> int:
     """Print the table validation reads for a version, shipped or the project's, and where it comes from."""
-    catalog = _catalog(_project_dir(opts)) if opts.inventory else _own_catalog(opts)
+    catalog = _facts_catalog(opts)
     table = catalog.table(opts.version)
     if table is None:
         raise UsageError(
             f"no table for vLLM {opts.version} (there are tables for {', '.join(catalog.versions())}): "
             f"`instinct-fleet vllm-facts {opts.version}` extracts one"
         )
-    path = catalog.facts.get(opts.version) or resources.files("instinct_fleet.model").joinpath("knowledge", f"vllm-{opts.version}.json")
+    path = catalog.facts.get(opts.version) or knowledge.shipped_file(opts.version)
     print(path.read_text(), end="")
     print(
         f"vLLM {opts.version}: {len(table.env_vars)} env vars, {len(table.flags)} flags, {catalog.table_source(opts.version)}",

@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -282,13 +283,17 @@ def find(version: str) -> VllmKnowledge | None:
         return None
 
 
+def shipped_file(version: str) -> Traversable:
+    """Where the package keeps the table of ``version`` (whether or not it ships one)."""
+    return resources.files("instinct_fleet.model").joinpath("knowledge", f"vllm-{version}.json")
+
+
 @cache
 def load(version: str) -> VllmKnowledge:
     """Load the table for ``version``; raise KeyError if there is none."""
     if version not in supported_versions():
         raise KeyError(version)
-    path = resources.files("instinct_fleet.model").joinpath("knowledge", f"vllm-{version}.json")
-    return from_json(json.loads(path.read_text()))
+    return from_json(json.loads(shipped_file(version).read_text()))
 
 
 @cache
